@@ -1,0 +1,64 @@
+/**
+ * Stable codes carried by every {@link FloodgateError}. Match on `code`, never on the message.
+ */
+export type FloodgateErrorCode =
+  | 'ERR_INVALID_POLICY'
+  | 'ERR_INVALID_COST'
+  | 'ERR_INVALID_KEY'
+  | 'ERR_INVALID_OPTION'
+  | 'ERR_STORE_UNAVAILABLE'
+  | 'ERR_STORE_PROTOCOL'
+  | 'ERR_TIMEOUT'
+  | 'ERR_ABORTED'
+  | 'ERR_QUEUE_FULL'
+  | 'ERR_CLOSED';
+
+const brand = Symbol.for('floodgate.error');
+
+/**
+ * The one error family floodgate throws. Denials are never errors: they are `Decision`s.
+ *
+ * @example
+ * ```ts
+ * try { await limiter.limit(key, { cost }) }
+ * catch (error) { if (isFloodgateError(error) && error.code === 'ERR_INVALID_COST') … }
+ * ```
+ */
+export class FloodgateError extends Error {
+  override readonly name = 'FloodgateError';
+  readonly code: FloodgateErrorCode;
+  /** The option or argument at fault, when there is one (`'cost'`, `'policies[0].limit'`). */
+  readonly option: string | undefined;
+
+  constructor(code: FloodgateErrorCode, message: string, options?: { cause?: unknown; option?: string }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.option = options?.option;
+    Object.defineProperty(this, brand, { value: true });
+  }
+}
+
+/**
+ * True for a {@link FloodgateError}, also when it comes from another loaded copy of floodgate.
+ */
+export function isFloodgateError(value: unknown): value is FloodgateError {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[brand] === true;
+}
+
+/** Renders a value for an error message: short, unambiguous, never throws. */
+export function describeValue(value: unknown): string {
+  if (typeof value === 'string') {
+    return value.length > 60 ? `${JSON.stringify(value.slice(0, 60))}… (${value.length} chars)` : JSON.stringify(value);
+  }
+  if (typeof value === 'number') return Object.is(value, -0) ? '-0' : String(value);
+  if (typeof value === 'bigint') return `${value}n`;
+  if (value === null || value === undefined || typeof value === 'boolean') return String(value);
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'symbol') return 'a symbol';
+  if (Array.isArray(value)) return 'an array';
+  return 'an object';
+}
+
+export function invalid(code: FloodgateErrorCode, option: string, value: unknown, expected: string): FloodgateError {
+  return new FloodgateError(code, `${option} must be ${expected}, got ${describeValue(value)}`, { option });
+}

@@ -1,0 +1,40 @@
+export { type Clock, systemClock } from './clock.js';
+export { FloodgateError, type FloodgateErrorCode, isFloodgateError } from './errors.js';
+export { encodeKey, HASH_KEYS_LONGER_THAN, MAX_KEY_LENGTH, storageKey } from './keys.js';
+export {
+  type CallOptions,
+  createLimiter,
+  type KeyOptions,
+  Limiter,
+  type LimiterOptions,
+} from './limiter/limiter.js';
+export {
+  type Algorithm,
+  type Decision,
+  type DecisionReason,
+  definePolicy,
+  type FixedWindowOptions,
+  type FixedWindowPolicy,
+  fixedWindow,
+  type GcraOptions,
+  type GcraPolicy,
+  gcra,
+  isPolicy,
+  type LeakyBucketOptions,
+  type LeakyBucketPolicy,
+  leakyBucket,
+  type Policy,
+  type PolicyDecision,
+  type PolicyInput,
+  type SlidingLogOptions,
+  type SlidingLogPolicy,
+  type SlidingWindowOptions,
+  type SlidingWindowPolicy,
+  slidingLog,
+  slidingWindow,
+  type TokenBucketOptions,
+  type TokenBucketPolicy,
+  tokenBucket,
+} from './model/index.js';
+export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
+export { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from './stores/store.js';

@@ -1,0 +1,272 @@
+import { type Clock, systemClock } from '../clock.js';
+import { describeValue, FloodgateError, invalid, isFloodgateError } from '../errors.js';
+import { validateKey, validatePrefix } from '../keys.js';
+import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
+import { type Decision, toDecision } from '../model/decision.js';
+import { definePolicy, type Policy } from '../model/policy.js';
+import { memoryStore } from '../stores/memory/memory-store.js';
+import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
+
+/** Options of {@link createLimiter}. */
+export interface LimiterOptions {
+  /** Where state lives. @default memoryStore() */
+  store?: Store;
+  /** Policies enforced on every call, all-or-nothing. Calls may pass their own instead (tiers). */
+  policies?: Policy | readonly Policy[];
+  /** Namespace of this limiter's keys in the store. @default 'floodgate' */
+  prefix?: string;
+  /**
+   * The clock decisions use. By default a store with its own clock (Redis, PostgreSQL) uses it, so app
+   * servers with skewed clocks agree; other stores use the system clock. Set it to decide on your time.
+   */
+  clock?: Clock;
+}
+
+/** Options of a single call. */
+export interface CallOptions {
+  /** What this call consumes; fractions allowed, 0 only checks. @default 1 */
+  cost?: number;
+  /** Policies for this call instead of the limiter's (a plan's tier). */
+  policies?: Policy | readonly Policy[];
+  /** Reservations: admit the call if it can proceed within this many ms, and say when (`delayMs`). @default 0 */
+  maxDelayMs?: number;
+}
+
+/** Options of `status` and `reset`. */
+export interface KeyOptions {
+  policies?: Policy | readonly Policy[];
+}
+
+/**
+ * Decides whether calls on a key may proceed, under one or more policies, over any store.
+ *
+ * @example
+ * ```ts
+ * const limiter = createLimiter({ policies: [gcra({ limit: 100, periodMs: 60_000 })], prefix: 'api' });
+ * const decision = await limiter.limit(clientId);
+ * if (!decision.allowed) reply(429, { retryAfterMs: decision.retryAfterMs });
+ * ```
+ */
+export function createLimiter(options: LimiterOptions): Limiter {
+  return new Limiter(options);
+}
+
+const UNSET = Symbol('unset');
+
+export class Limiter {
+  readonly store: Store;
+  readonly prefix: string;
+  readonly policies: readonly Policy[];
+  private readonly compiled: readonly CompiledPolicy[];
+  private readonly clock: Clock | undefined;
+  private readonly syncStore: SyncStore | undefined;
+  private readonly perCall = new WeakMap<object, readonly CompiledPolicy[]>();
+  /** Names seen with their state layout: a name reused for another algorithm would corrupt state. */
+  private readonly kinds = new Map<string, number>();
+
+  constructor(options: LimiterOptions) {
+    if (typeof options !== 'object' || options === null) {
+      throw invalid('ERR_INVALID_OPTION', 'createLimiter options', options, 'an object');
+    }
+    const store = options.store ?? memoryStore();
+    if (typeof store !== 'object' || store === null || typeof store.decide !== 'function') {
+      throw invalid('ERR_INVALID_OPTION', 'store', store, 'a floodgate store');
+    }
+    this.store = store;
+    this.syncStore = isSyncStore(store) ? store : undefined;
+    this.prefix = validatePrefix(options.prefix ?? 'floodgate');
+    const clock = options.clock;
+    if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function')) {
+      throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
+    }
+    this.clock = clock ?? (store.hasOwnClock ? undefined : systemClock);
+    this.policies = options.policies === undefined ? [] : normalizePolicies(options.policies, 'policies');
+    this.compiled = this.register(this.policies);
+  }
+
+  /** Decides a call and consumes its cost when admitted. */
+  limit(key: string, options?: CallOptions): Promise<Decision> {
+    return this.run(key, options, true);
+  }
+
+  /** Decides a call as `limit` would, changing nothing. */
+  check(key: string, options?: CallOptions): Promise<Decision> {
+    return this.run(key, options, false);
+  }
+
+  /** Reports every policy's state for the key (a cost-0 check); changes nothing. */
+  status(key: string, options?: KeyOptions): Promise<Decision> {
+    return this.run(key, statusOptions(options), false);
+  }
+
+  /** Forgets the key under the limiter's (or the given) policies. */
+  async reset(key: string, options?: KeyOptions): Promise<void> {
+    const policies = this.policiesFor(options?.policies ?? UNSET);
+    validateKey(key);
+    try {
+      await this.store.reset(this.prefix, key, policies);
+    } catch (error) {
+      throw storeError(this.store, error);
+    }
+  }
+
+  /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
+  limitSync(key: string, options?: CallOptions): Decision {
+    return this.runSync(key, options, true);
+  }
+
+  /** `check` without a promise. */
+  checkSync(key: string, options?: CallOptions): Decision {
+    return this.runSync(key, options, false);
+  }
+
+  /** `status` without a promise. */
+  statusSync(key: string, options?: KeyOptions): Decision {
+    return this.runSync(key, statusOptions(options), false);
+  }
+
+  /** `reset` without a promise. */
+  resetSync(key: string, options?: KeyOptions): void {
+    const store = this.requireSync('resetSync');
+    const policies = this.policiesFor(options?.policies ?? UNSET);
+    store.resetSync(this.prefix, validateKey(key), policies);
+  }
+
+  /** Builds the store request of a call, validating everything it carries. */
+  protected request(key: string, options: CallOptions | undefined, commit: boolean): StoreRequest {
+    validateKey(key);
+    let cost = 1;
+    let maxDelayUs = 0;
+    let policies = this.compiled;
+    if (options !== undefined) {
+      if (typeof options !== 'object' || options === null) {
+        throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
+      }
+      if (options.cost !== undefined) cost = validateCost(options.cost);
+      if (options.maxDelayMs !== undefined) maxDelayUs = validateDelay(options.maxDelayMs);
+      if (options.policies !== undefined) policies = this.policiesFor(options.policies);
+    }
+    if (policies.length === 0) {
+      throw new FloodgateError(
+        'ERR_INVALID_POLICY',
+        'no policies: give the limiter `policies`, or pass `policies` with the call',
+        { option: 'policies' },
+      );
+    }
+    return {
+      prefix: this.prefix,
+      key,
+      policies,
+      cost,
+      commit,
+      nowUs: this.clock?.nowUs(),
+      maxDelayUs,
+    };
+  }
+
+  private async run(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
+    const request = this.request(key, options, commit);
+    let result: StoreResult;
+    try {
+      result = await this.store.decide(request);
+    } catch (error) {
+      throw storeError(this.store, error);
+    }
+    return toDecision(request.policies, result.evaluations, result.allowed);
+  }
+
+  private runSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
+    const store = this.requireSync(commit ? 'limitSync' : 'checkSync');
+    const request = this.request(key, options, commit);
+    const result = store.decideSync(request);
+    return toDecision(request.policies, result.evaluations, result.allowed);
+  }
+
+  private requireSync(method: string): SyncStore {
+    if (this.syncStore === undefined) {
+      throw new FloodgateError(
+        'ERR_INVALID_OPTION',
+        `${method}() needs a store that decides synchronously (memory, SQLite); the ${this.store.name} store is asynchronous: use the promise methods`,
+        { option: 'store' },
+      );
+    }
+    return this.syncStore;
+  }
+
+  private policiesFor(policies: Policy | readonly Policy[] | typeof UNSET): readonly CompiledPolicy[] {
+    if (policies === UNSET) return this.compiled;
+    if (typeof policies !== 'object' || policies === null) {
+      throw invalid('ERR_INVALID_POLICY', 'policies', policies, 'a policy or an array of policies');
+    }
+    let compiled = this.perCall.get(policies);
+    if (compiled === undefined) {
+      compiled = this.register(normalizePolicies(policies, 'policies'));
+      this.perCall.set(policies, compiled);
+    }
+    return compiled;
+  }
+
+  private register(policies: readonly Policy[]): readonly CompiledPolicy[] {
+    const compiled = policies.map(compilePolicy);
+    for (const c of compiled) {
+      const known = this.kinds.get(c.name);
+      if (known !== undefined && known !== c.kind) {
+        throw new FloodgateError(
+          'ERR_INVALID_POLICY',
+          `policy name ${JSON.stringify(c.name)} is already used by a policy of another algorithm on this limiter; names identify stored state`,
+          { option: 'policies' },
+        );
+      }
+      this.kinds.set(c.name, c.kind);
+    }
+    return Object.freeze(compiled);
+  }
+}
+
+function statusOptions(options: KeyOptions | undefined): CallOptions {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
+  }
+  return options?.policies === undefined ? { cost: 0 } : { cost: 0, policies: options.policies };
+}
+
+/** Validates a policy or a list of policies (objects from the factories, or plain data). */
+export function normalizePolicies(input: Policy | readonly Policy[], path: string): readonly Policy[] {
+  const list = Array.isArray(input) ? (input as readonly unknown[]) : [input];
+  if (list.length > 32) throw invalid('ERR_INVALID_POLICY', path, input, 'at most 32 policies');
+  const policies = list.map((p, i) => definePolicy(p, Array.isArray(input) ? `${path}[${i}]` : path));
+  const names = new Set<string>();
+  for (const p of policies) {
+    if (names.has(p.name)) {
+      throw new FloodgateError('ERR_INVALID_POLICY', `${path} has two policies named ${JSON.stringify(p.name)}`, {
+        option: path,
+      });
+    }
+    names.add(p.name);
+  }
+  return Object.freeze(policies);
+}
+
+/** A cost: a finite number ≥ 0. */
+export function validateCost(cost: unknown): number {
+  if (typeof cost !== 'number' || !Number.isFinite(cost) || cost < 0) {
+    throw new FloodgateError('ERR_INVALID_COST', `cost must be a finite number ≥ 0, got ${describeValue(cost)}`, {
+      option: 'cost',
+    });
+  }
+  return cost;
+}
+
+function validateDelay(ms: unknown): number {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > 2 ** 40) {
+    throw invalid('ERR_INVALID_OPTION', 'maxDelayMs', ms, 'a finite number of milliseconds ≥ 0');
+  }
+  return Math.round(ms * 1000);
+}
+
+/** Store failures surface as one error code, the original kept as `cause`. */
+export function storeError(store: Store, error: unknown): FloodgateError {
+  if (isFloodgateError(error)) return error;
+  const message = error instanceof Error ? error.message : String(error);
+  return new FloodgateError('ERR_STORE_UNAVAILABLE', `the ${store.name} store failed: ${message}`, { cause: error });
+}

@@ -1,0 +1,111 @@
+import type { Policy } from './policy.js';
+
+/**
+ * The numeric form every store runs. `kind` picks the algorithm; `a`, `b`, `c` are its parameters,
+ * already in integer microseconds (or µs per unit of cost), so Lua and SQL receive exactly the
+ * doubles the TypeScript model uses and never divide on their own.
+ *
+ * | kind | algorithm                            | a                  | b                      | c                    |
+ * |------|--------------------------------------|--------------------|------------------------|----------------------|
+ * | 1    | meter: GCRA, continuous token bucket, leaky bucket | T: µs per unit of cost | τ: tolerance, µs | 1 = queue mode |
+ * | 2    | token bucket, interval refill        | refill amount      | interval, µs           | –                    |
+ * | 3    | fixed window                         | window, µs         | –                      | 1 = first-request aligned |
+ * | 4    | sliding-window counter               | window, µs         | –                      | –                    |
+ * | 5    | sliding log                          | window, µs         | minimum gap, µs (0 off)| 1 = count denied     |
+ */
+export interface CompiledPolicy {
+  readonly policy: Policy;
+  readonly name: string;
+  readonly kind: Kind;
+  /** Largest cost admitted at once: GCRA's burst, a bucket's capacity, a window's limit. */
+  readonly limit: number;
+  /** Penalty once denied, µs; 0 when off. */
+  readonly blockUs: number;
+  readonly a: number;
+  readonly b: number;
+  readonly c: number;
+}
+
+export const KIND_METER = 1;
+export const KIND_TOKEN_INTERVAL = 2;
+export const KIND_FIXED_WINDOW = 3;
+export const KIND_SLIDING_WINDOW = 4;
+export const KIND_SLIDING_LOG = 5;
+export type Kind = 1 | 2 | 3 | 4 | 5;
+
+const cache = new WeakMap<Policy, CompiledPolicy>();
+
+/** Microseconds in a duration given in milliseconds, rounded to the nearest microsecond. */
+export function toUs(ms: number): number {
+  return Math.round(ms * 1000);
+}
+
+/** Compiles a policy into its numeric form (memoized per policy object). */
+export function compilePolicy(policy: Policy): CompiledPolicy {
+  let compiled = cache.get(policy);
+  if (compiled === undefined) {
+    compiled = build(policy);
+    cache.set(policy, compiled);
+  }
+  return compiled;
+}
+
+function build(policy: Policy): CompiledPolicy {
+  const base = { policy, name: policy.name, blockUs: toUs(policy.blockMs) };
+  switch (policy.algorithm) {
+    case 'gcra': {
+      // Emission interval T: one unit of cost every T µs; up to `burst` units may be owed at once.
+      const t = toUs(policy.periodMs) / policy.limit;
+      return { ...base, kind: KIND_METER, limit: policy.burst, a: t, b: policy.burst * t, c: 0 };
+    }
+    case 'token-bucket': {
+      const intervalUs = toUs(policy.refillIntervalMs);
+      if (policy.refill === 'interval') {
+        return {
+          ...base,
+          kind: KIND_TOKEN_INTERVAL,
+          limit: policy.capacity,
+          a: policy.refillAmount,
+          b: intervalUs,
+          c: 0,
+        };
+      }
+      // A continuously refilled token bucket is the same machine as GCRA: the tokens missing from a
+      // full bucket are the time owed, divided by T.
+      const t = intervalUs / policy.refillAmount;
+      return { ...base, kind: KIND_METER, limit: policy.capacity, a: t, b: policy.capacity * t, c: 0 };
+    }
+    case 'leaky-bucket': {
+      // The level of a drip-free leaky bucket, divided by the leak rate, is again the time owed.
+      const t = 1e6 / policy.leakPerSecond;
+      return {
+        ...base,
+        kind: KIND_METER,
+        limit: policy.capacity,
+        a: t,
+        b: policy.capacity * t,
+        c: policy.mode === 'queue' ? 1 : 0,
+      };
+    }
+    case 'fixed-window':
+      return {
+        ...base,
+        kind: KIND_FIXED_WINDOW,
+        limit: policy.limit,
+        a: toUs(policy.windowMs),
+        b: 0,
+        c: policy.align === 'first-request' ? 1 : 0,
+      };
+    case 'sliding-window':
+      return { ...base, kind: KIND_SLIDING_WINDOW, limit: policy.limit, a: toUs(policy.windowMs), b: 0, c: 0 };
+    case 'sliding-log':
+      return {
+        ...base,
+        kind: KIND_SLIDING_LOG,
+        limit: policy.limit,
+        a: toUs(policy.windowMs),
+        b: toUs(policy.minGapMs),
+        c: policy.countDenied ? 1 : 0,
+      };
+  }
+}

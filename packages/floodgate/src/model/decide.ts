@@ -1,0 +1,169 @@
+import {
+  type CompiledPolicy,
+  KIND_FIXED_WINDOW,
+  KIND_METER,
+  KIND_SLIDING_LOG,
+  KIND_SLIDING_WINDOW,
+  KIND_TOKEN_INTERVAL,
+} from './compile.js';
+import { evaluateFixedWindow } from './fixed-window.js';
+import { evaluateMeter } from './meter.js';
+import { evaluateSlidingLog, logDeniedAttempt } from './sliding-log.js';
+import { evaluateSlidingWindow } from './sliding-window.js';
+import { evaluateTokenInterval } from './token-bucket.js';
+import { type Evaluation, emptyEvaluation, type State } from './types.js';
+
+type Evaluate = (
+  c: CompiledPolicy,
+  s: State | undefined,
+  nowUs: number,
+  cost: number,
+  maxDelayUs: number,
+  out: Evaluation,
+) => void;
+
+const EVALUATORS: Record<number, Evaluate> = {
+  [KIND_METER]: evaluateMeter,
+  [KIND_TOKEN_INTERVAL]: evaluateTokenInterval,
+  [KIND_FIXED_WINDOW]: evaluateFixedWindow,
+  [KIND_SLIDING_WINDOW]: evaluateSlidingWindow,
+  [KIND_SLIDING_LOG]: evaluateSlidingLog,
+};
+
+/** Length of a state with no history: the penalty slot plus the algorithm's fields, all zero. */
+const EMPTY_LENGTH: Record<number, number> = {
+  [KIND_METER]: 2,
+  [KIND_TOKEN_INTERVAL]: 3,
+  [KIND_FIXED_WINDOW]: 3,
+  [KIND_SLIDING_WINDOW]: 4,
+  [KIND_SLIDING_LOG]: 1,
+};
+
+const probe = emptyEvaluation();
+
+/**
+ * One policy's verdict on a call, penalty box and impossible costs included. Pure: reads `s`, writes
+ * `out`, never touches a clock. `out.next` is the state to store if the call is committed.
+ */
+export function evaluatePolicy(
+  c: CompiledPolicy,
+  s: State | undefined,
+  nowUs: number,
+  cost: number,
+  maxDelayUs: number,
+  out: Evaluation,
+): void {
+  const evaluate = EVALUATORS[c.kind] as Evaluate;
+  if (cost > c.limit) {
+    // Can never fit: report the key as it stands and change nothing.
+    evaluate(c, s, nowUs, 0, 0, out);
+    out.allowed = false;
+    out.reason = 'exceeds-capacity';
+    out.retryAfterUs = Number.POSITIVE_INFINITY;
+    out.delayUs = 0;
+    out.next = undefined;
+    return;
+  }
+  const blockedUntil = s === undefined ? 0 : (s[0] as number);
+  if (blockedUntil > nowUs) {
+    evaluate(c, s, nowUs, 0, 0, out);
+    const left = blockedUntil - nowUs;
+    out.allowed = false;
+    out.reason = 'blocked';
+    out.remaining = 0;
+    out.retryAfterUs = left;
+    out.resetAfterUs = Math.max(out.resetAfterUs, left);
+    out.delayUs = 0;
+    out.next = undefined;
+    return;
+  }
+  evaluate(c, s, nowUs, cost, maxDelayUs, out);
+}
+
+/**
+ * Settles one policy's report when the call as a whole was denied. A policy that admitted the call
+ * consumed nothing, so it reports the key as it stands. With `commit`, policies that remember denials
+ * get their new state in `out.next`: a logged attempt (`countDenied`) and the penalty box (`blockMs`,
+ * only for the policy that itself denied on its limit).
+ */
+export function settleDenied(
+  c: CompiledPolicy,
+  s: State | undefined,
+  nowUs: number,
+  cost: number,
+  commit: boolean,
+  out: Evaluation,
+): void {
+  const allowedHere = out.allowed;
+  if (allowedHere) reportAsAllowed(c, s, nowUs, out);
+  out.next = undefined;
+  if (!commit || out.reason === 'exceeds-capacity' || out.reason === 'blocked') return;
+  let next = s;
+  if (c.kind === KIND_SLIDING_LOG && c.c === 1 && cost > 0) {
+    next = logDeniedAttempt(c, s, nowUs, cost);
+    if (allowedHere) reportAsAllowed(c, next, nowUs, out);
+    else evaluatePolicy(c, next, nowUs, cost, 0, out);
+    out.next = next;
+  }
+  if (c.blockUs > 0 && out.reason === 'limit') {
+    const blocked = next === undefined ? new Array<number>(EMPTY_LENGTH[c.kind] as number).fill(0) : [...next];
+    blocked[0] = nowUs + c.blockUs;
+    out.next = blocked;
+    out.remaining = 0;
+    out.retryAfterUs = c.blockUs;
+    out.resetAfterUs = Math.max(out.resetAfterUs, c.blockUs);
+  }
+}
+
+function reportAsAllowed(c: CompiledPolicy, s: State | undefined, nowUs: number, out: Evaluation): void {
+  evaluatePolicy(c, s, nowUs, 0, 0, out);
+  out.allowed = true;
+  out.reason = 'ok';
+  out.retryAfterUs = 0;
+  out.delayUs = 0;
+}
+
+/** Options of {@link decide}. */
+export interface DecideOptions {
+  /** Store the outcome (`limit`) or only report it (`check`). */
+  commit: boolean;
+  /** Admit calls that fit within this many µs, booking the capacity now (reservations). @default 0 */
+  maxDelayUs?: number;
+}
+
+/**
+ * Decides a call against several policies at once, all-or-nothing: admitted only if every policy admits
+ * it; when one denies, nothing is consumed (only the denial memories of `settleDenied` are kept).
+ * Each `evaluations[i].next` is the state to store for policy `i`, or undefined to leave it as it is.
+ */
+export function decide(
+  policies: readonly CompiledPolicy[],
+  states: readonly (State | undefined)[],
+  nowUs: number,
+  cost: number,
+  options: DecideOptions,
+  evaluations: Evaluation[] = policies.map(() => emptyEvaluation()),
+): boolean {
+  const maxDelayUs = options.maxDelayUs ?? 0;
+  let allowed = true;
+  for (let i = 0; i < policies.length; i++) {
+    const out = evaluations[i] as Evaluation;
+    evaluatePolicy(policies[i] as CompiledPolicy, states[i], nowUs, cost, maxDelayUs, out);
+    if (!out.allowed) allowed = false;
+  }
+  if (!allowed) {
+    for (let i = 0; i < policies.length; i++) {
+      settleDenied(policies[i] as CompiledPolicy, states[i], nowUs, cost, options.commit, evaluations[i] as Evaluation);
+    }
+  } else if (!options.commit) {
+    for (const out of evaluations) out.next = undefined;
+  }
+  return allowed;
+}
+
+/** Reads what a policy holds for a key now, as `status` reports it (cost 0, nothing changes). */
+export function inspect(c: CompiledPolicy, s: State | undefined, nowUs: number, out: Evaluation = probe): Evaluation {
+  evaluatePolicy(c, s, nowUs, 0, 0, out);
+  out.next = undefined;
+  return out;
+}

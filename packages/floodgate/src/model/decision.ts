@@ -1,0 +1,102 @@
+import type { CompiledPolicy } from './compile.js';
+import type { Evaluation } from './types.js';
+
+/** Why a call was denied, or made without the store. */
+export type DecisionReason = 'limit' | 'blocked' | 'exceeds-capacity' | 'degraded';
+
+/** One policy's part of a {@link Decision}. Durations are whole milliseconds, rounded up. */
+export interface PolicyDecision {
+  /** The policy's name. */
+  policy: string;
+  allowed: boolean;
+  /** Largest cost this policy admits at once. */
+  limit: number;
+  /** How many cost-1 calls this policy would admit right now, after this call. */
+  remaining: number;
+  /** 0 when allowed; ms until this same call could pass this policy; `Infinity` when it never can. */
+  retryAfterMs: number;
+  /** ms until the key is back to untouched under this policy. */
+  resetAfterMs: number;
+  /** Admitted, but proceed after this many ms (queue mode, reservations). */
+  delayMs?: number;
+  reason?: DecisionReason;
+}
+
+/** The answer to a call. A denial is data, not an exception. */
+export interface Decision {
+  allowed: boolean;
+  /** Largest cost admitted at once under the binding policy. */
+  limit: number;
+  /** How many cost-1 calls would be admitted right now, after this call (the tightest policy's count). */
+  remaining: number;
+  /** 0 when allowed; ms until this same call could pass; `Infinity` when it never can. */
+  retryAfterMs: number;
+  /** ms until the key is back to its full, untouched state under the binding policy. */
+  resetAfterMs: number;
+  /** Admitted, but proceed after this many ms (queue mode, reservations). */
+  delayMs?: number;
+  /** The binding policy: the one that denied (the longest wait), or else the one with least left. */
+  policy: string;
+  reason?: DecisionReason;
+  /** One entry per policy, in the order the policies were given. */
+  policies: PolicyDecision[];
+}
+
+/** Whole milliseconds, rounded up, from µs; Infinity stays Infinity. */
+export function usToMs(us: number): number {
+  return us <= 0 ? 0 : Math.ceil(us / 1000);
+}
+
+/** Turns one policy's evaluation into its public form. */
+export function toPolicyDecision(c: CompiledPolicy, e: Evaluation): PolicyDecision {
+  const d: PolicyDecision = {
+    policy: c.name,
+    allowed: e.allowed,
+    limit: c.limit,
+    remaining: e.remaining,
+    retryAfterMs: e.allowed ? 0 : usToMs(e.retryAfterUs),
+    resetAfterMs: usToMs(e.resetAfterUs),
+  };
+  if (e.delayUs > 0) d.delayMs = usToMs(e.delayUs);
+  if (e.reason !== 'ok') d.reason = e.reason;
+  return d;
+}
+
+/** Assembles the decision of a call from its policies' evaluations. */
+export function toDecision(
+  policies: readonly CompiledPolicy[],
+  evaluations: readonly Evaluation[],
+  allowed: boolean,
+): Decision {
+  const parts = new Array<PolicyDecision>(policies.length);
+  let binding = 0;
+  let remaining = Number.POSITIVE_INFINITY;
+  let retryAfterMs = 0;
+  let delayMs = 0;
+  for (let i = 0; i < policies.length; i++) {
+    const part = toPolicyDecision(policies[i] as CompiledPolicy, evaluations[i] as Evaluation);
+    parts[i] = part;
+    const current = parts[binding] as PolicyDecision;
+    if (allowed) {
+      if (part.remaining < current.remaining) binding = i;
+    } else if (!part.allowed && (current.allowed || part.retryAfterMs > current.retryAfterMs)) {
+      binding = i;
+    }
+    if (part.remaining < remaining) remaining = part.remaining;
+    if (part.retryAfterMs > retryAfterMs) retryAfterMs = part.retryAfterMs;
+    if (part.delayMs !== undefined && part.delayMs > delayMs) delayMs = part.delayMs;
+  }
+  const bound = parts[binding] as PolicyDecision;
+  const decision: Decision = {
+    allowed,
+    limit: bound.limit,
+    remaining: allowed ? remaining : Math.min(remaining, bound.remaining),
+    retryAfterMs: allowed ? 0 : retryAfterMs,
+    resetAfterMs: bound.resetAfterMs,
+    policy: bound.policy,
+    policies: parts,
+  };
+  if (allowed && delayMs > 0) decision.delayMs = delayMs;
+  if (!allowed && bound.reason !== undefined) decision.reason = bound.reason;
+  return decision;
+}

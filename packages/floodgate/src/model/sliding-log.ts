@@ -1,0 +1,102 @@
+import type { CompiledPolicy } from './compile.js';
+import { clampRemaining, type Evaluation, type State } from './types.js';
+
+/**
+ * Sliding log: the exact list of charged events in the last window, `(time, cost)` pairs oldest first.
+ * An event at `t` counts while `now − window < t`. Optional minimum gap between events; optional
+ * counting of denied attempts (a client that keeps hammering stays shut out until it pauses).
+ *
+ * The log stays bounded even when denied attempts are counted: once the newest events alone sum to
+ * `limit`, older ones can no longer change any decision (they all leave the window before the newest
+ * do), so they are dropped. Without counting denials the log never holds more than `limit` of cost.
+ */
+export function evaluateSlidingLog(
+  c: CompiledPolicy,
+  s: State | undefined,
+  nowUs: number,
+  cost: number,
+  _maxDelayUs: number,
+  out: Evaluation,
+): void {
+  const limit = c.limit;
+  const window = c.a;
+  const minGap = c.b;
+  const first = firstLive(s, nowUs - window);
+  const length = s === undefined ? 0 : s.length;
+  let sum = 0;
+  for (let i = first + 1; i < length; i += 2) sum += (s as State)[i] as number;
+  const last = length > first ? ((s as State)[length - 2] as number) : -1;
+  const gapWait = minGap > 0 && cost > 0 && last >= 0 && nowUs - last < minGap ? last + minGap - nowUs : 0;
+  out.delayUs = 0;
+  if (sum + cost <= limit && gapWait === 0) {
+    out.allowed = true;
+    out.reason = 'ok';
+    out.remaining = clampRemaining(limit - (sum + cost), limit);
+    out.retryAfterUs = 0;
+    out.resetAfterUs = cost > 0 ? window : last >= 0 ? last + window - nowUs : 0;
+    out.next = cost === 0 ? undefined : append(s, first, nowUs, cost);
+  } else {
+    out.allowed = false;
+    out.reason = 'limit';
+    out.remaining = clampRemaining(limit - sum, limit);
+    out.retryAfterUs = Math.max(gapWait, sumWait(s, first, sum, cost, limit, window, nowUs));
+    out.resetAfterUs = last >= 0 ? last + window - nowUs : 0;
+    out.next = undefined;
+  }
+}
+
+/**
+ * The state after a denied attempt is logged (`countDenied`): the attempt is appended, then only the
+ * shortest run of newest events whose costs reach `limit` is kept.
+ */
+export function logDeniedAttempt(c: CompiledPolicy, s: State | undefined, nowUs: number, cost: number): State {
+  const appended = append(s, firstLive(s, nowUs - c.a), nowUs, cost);
+  let sum = 0;
+  let keepFrom = appended.length;
+  while (keepFrom > 1 && sum < c.limit) {
+    keepFrom -= 2;
+    sum += appended[keepFrom + 1] as number;
+  }
+  return keepFrom <= 1 ? appended : [appended[0] as number, ...appended.slice(keepFrom)];
+}
+
+/** Index of the first live entry's time (entries start at 1). */
+function firstLive(s: State | undefined, cutoff: number): number {
+  if (s === undefined) return 1;
+  let i = 1;
+  while (i < s.length && (s[i] as number) <= cutoff) i += 2;
+  return i;
+}
+
+/** A new log: live entries, then the event; an event at the same µs as the newest one is merged. */
+function append(s: State | undefined, first: number, nowUs: number, cost: number): number[] {
+  const next: number[] = [0];
+  const length = s === undefined ? 0 : s.length;
+  for (let i = first; i < length; i++) next.push((s as State)[i] as number);
+  if (next.length > 1 && next[next.length - 2] === nowUs) {
+    next[next.length - 1] = (next[next.length - 1] as number) + cost;
+  } else {
+    next.push(nowUs, cost);
+  }
+  return next;
+}
+
+/** µs until enough of the oldest events leave the window for `cost` to fit; Infinity when they never can. */
+function sumWait(
+  s: State | undefined,
+  first: number,
+  sum: number,
+  cost: number,
+  limit: number,
+  window: number,
+  nowUs: number,
+): number {
+  if (sum + cost <= limit || s === undefined) return 0;
+  let left = sum;
+  for (let i = first; i < s.length; i += 2) {
+    left -= s[i + 1] as number;
+    if (left + cost <= limit) return (s[i] as number) + window - nowUs;
+  }
+  // Rounding left a sliver: once the newest event leaves, the log is empty.
+  return (s[s.length - 2] as number) + window - nowUs;
+}

@@ -1,0 +1,77 @@
+import type { CompiledPolicy } from './compile.js';
+import { clampRemaining, type Evaluation, type State } from './types.js';
+
+/**
+ * Sliding-window counter: clock-aligned windows, where the previous window's count is weighted by
+ * how much of it the sliding window still overlaps. Two numbers per key instead of a log; exact within
+ * each aligned window, and never more than twice `limit` in any span of one window length.
+ */
+export function evaluateSlidingWindow(
+  c: CompiledPolicy,
+  s: State | undefined,
+  nowUs: number,
+  cost: number,
+  _maxDelayUs: number,
+  out: Evaluation,
+): void {
+  const limit = c.limit;
+  const window = c.a;
+  const start = nowUs - (nowUs % window);
+  let count = 0;
+  let previous = 0;
+  if (s !== undefined) {
+    if (s[1] === start) {
+      count = s[2] as number;
+      previous = s[3] as number;
+    } else if (s[1] === start - window) {
+      previous = s[2] as number;
+    }
+  }
+  const elapsed = nowUs - start;
+  const estimate = estimateAt(previous, count, window, elapsed);
+  out.delayUs = 0;
+  if (estimate + cost <= limit) {
+    const after = count + cost;
+    out.allowed = true;
+    out.reason = 'ok';
+    out.remaining = clampRemaining(limit - (estimate + cost), limit);
+    out.retryAfterUs = 0;
+    out.resetAfterUs = after > 0 ? start + 2 * window - nowUs : previous > 0 ? start + window - nowUs : 0;
+    out.next = cost === 0 ? undefined : [0, start, after, previous];
+  } else {
+    out.allowed = false;
+    out.reason = 'limit';
+    out.remaining = clampRemaining(limit - estimate, limit);
+    out.retryAfterUs = retryAfter(previous, count, window, elapsed, limit, cost);
+    out.resetAfterUs = count > 0 ? start + 2 * window - nowUs : previous > 0 ? start + window - nowUs : 0;
+    out.next = undefined;
+  }
+}
+
+/** The weighted count at `elapsed` µs into the current window. Ports repeat this order of operations. */
+function estimateAt(previous: number, count: number, window: number, elapsed: number): number {
+  return (previous * (window - elapsed)) / window + count;
+}
+
+/**
+ * The first whole µs at which the same call fits: later in this window as the previous window's weight
+ * fades, or in the next window, where this window's count becomes the previous one. The closed form is
+ * checked against `estimateAt` and nudged, so a retry at the promised time is never refused by rounding.
+ */
+function retryAfter(
+  previous: number,
+  count: number,
+  window: number,
+  elapsed: number,
+  limit: number,
+  cost: number,
+): number {
+  if (count + cost <= limit) {
+    let at = Math.ceil(window - ((limit - count - cost) * window) / previous);
+    for (let k = 0; k < 4 && at < window && estimateAt(previous, count, window, at) + cost > limit; k++) at++;
+    if (at < window) return at - elapsed;
+  }
+  let at = count > 0 ? Math.max(0, Math.ceil(window - ((limit - cost) * window) / count)) : 0;
+  for (let k = 0; k < 4 && at < window && estimateAt(count, 0, window, at) + cost > limit; k++) at++;
+  return window - elapsed + at;
+}

@@ -1,0 +1,51 @@
+/**
+ * The state of one key under one policy, as a flat list of numbers so that every store can hold it:
+ * index 0 is the end of a penalty block (µs, 0 when none); the rest is the algorithm's own.
+ *
+ * | algorithm                 | layout                                  |
+ * |---------------------------|-----------------------------------------|
+ * | meter (GCRA, buckets)     | `[blockedUntil, tat]`                   |
+ * | token bucket, interval    | `[blockedUntil, used, anchor]`          |
+ * | fixed window              | `[blockedUntil, windowStart, count]`    |
+ * | sliding-window counter    | `[blockedUntil, windowStart, count, previousCount]` |
+ * | sliding log               | `[blockedUntil, t1, cost1, t2, cost2, …]`, oldest first |
+ *
+ * A key with no stored state is untouched: a fresh key.
+ */
+export type State = readonly number[];
+
+export type Reason = 'ok' | 'limit' | 'blocked' | 'exceeds-capacity';
+
+/** One policy's verdict on one call, in microseconds. Filled in place to keep the hot path allocation-free. */
+export interface Evaluation {
+  allowed: boolean;
+  reason: Reason;
+  /** How many cost-1 calls would be admitted right now, after this call (floored, within 0…limit). */
+  remaining: number;
+  /** 0 when allowed; µs until this same call could pass; Infinity when it never can. */
+  retryAfterUs: number;
+  /** µs until the key is back to untouched. */
+  resetAfterUs: number;
+  /** Admitted, but proceed after this long (queue mode, reservations). */
+  delayUs: number;
+  /** The state to store if this call is committed; undefined when nothing changes. */
+  next: State | undefined;
+}
+
+export function emptyEvaluation(): Evaluation {
+  return {
+    allowed: true,
+    reason: 'ok',
+    remaining: 0,
+    retryAfterUs: 0,
+    resetAfterUs: 0,
+    delayUs: 0,
+    next: undefined,
+  };
+}
+
+/** Floors a remaining count into 0…limit. */
+export function clampRemaining(value: number, limit: number): number {
+  const floored = Math.floor(value);
+  return floored < 0 ? 0 : floored > limit ? Math.floor(limit) : floored;
+}

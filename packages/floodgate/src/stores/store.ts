@@ -1,0 +1,52 @@
+import type { CompiledPolicy } from '../model/compile.js';
+import type { Evaluation } from '../model/types.js';
+
+/** What a limiter asks of a store: one decision on one user key under one or more policies. */
+export interface StoreRequest {
+  /** The limiter's key prefix (validated: no braces). */
+  readonly prefix: string;
+  /** The user key as given (validated, not encoded): stores encode it for their own layout. */
+  readonly key: string;
+  readonly policies: readonly CompiledPolicy[];
+  /** Cost of the call; 0 for `status`. */
+  readonly cost: number;
+  /** `true` for `limit` (store the outcome), `false` for `check` and `status` (change nothing). */
+  readonly commit: boolean;
+  /** The caller's clock, µs; `undefined` asks the store to use its own clock (Redis TIME, clock_timestamp()). */
+  readonly nowUs: number | undefined;
+  /** Reservations: admit calls that fit within this many µs. 0 for plain decisions. */
+  readonly maxDelayUs: number;
+}
+
+/** A store's answer: the overall verdict and one evaluation per policy, in request order. */
+export interface StoreResult {
+  readonly allowed: boolean;
+  readonly evaluations: Evaluation[];
+}
+
+/**
+ * Where rate-limit state lives. A store runs the model of `floodgate/model` atomically: one decision is
+ * one script, one statement or one synchronous update, all policies of the call decided together.
+ * Every store passes the same conformance suite (`floodgate/testing`).
+ */
+export interface Store {
+  /** Short name for logs and metrics: `memory`, `redis`, `postgres`, `sqlite`. */
+  readonly name: string;
+  /** True when the store reads its own clock when a request carries no `nowUs`. */
+  readonly hasOwnClock: boolean;
+  decide(request: StoreRequest): Promise<StoreResult>;
+  /** Forgets the state of `key` under the given policies. */
+  reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void>;
+  /** Releases what the store holds (never the user's client). */
+  close?(): Promise<void>;
+}
+
+/** A store that can also decide synchronously, for hot in-process paths. */
+export interface SyncStore extends Store {
+  decideSync(request: StoreRequest): StoreResult;
+  resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void;
+}
+
+export function isSyncStore(store: Store): store is SyncStore {
+  return typeof (store as Partial<SyncStore>).decideSync === 'function';
+}
