@@ -7,7 +7,7 @@ import type { Policy } from './policy.js';
  *
  * | kind | algorithm                            | a                  | b                      | c                    |
  * |------|--------------------------------------|--------------------|------------------------|----------------------|
- * | 1    | meter: GCRA, continuous token bucket, leaky bucket | T: µs per unit of cost | τ: tolerance, µs | 1 = queue mode |
+ * | 1    | meter: GCRA, continuous token bucket, leaky bucket | T: whole µs per unit of cost | τ: tolerance, whole µs | 1 = queue mode |
  * | 2    | token bucket, interval refill        | refill amount      | interval, µs           | –                    |
  * | 3    | fixed window                         | window, µs         | –                      | 1 = first-request aligned |
  * | 4    | sliding-window counter               | window, µs         | –                      | –                    |
@@ -40,6 +40,33 @@ export function toUs(ms: number): number {
   return Math.round(ms * 1000);
 }
 
+/**
+ * The meter's emission interval in whole µs. Time is integer µs everywhere, so a rate whose interval is
+ * not a whole number of µs (3 per second: 333 333.3 µs) is rounded *up* (333 334 µs): never more than
+ * the policy allows, at most 1 µs per interval less. Results within 1e-9 of a whole number (1e6 / (1000 /
+ * 2 592 000)) are taken as that number, so decimal inputs do not lose a µs to binary rounding.
+ */
+export function wholeUsUp(x: number): number {
+  const nearest = Math.round(x);
+  return Math.abs(x - nearest) <= 1e-9 * Math.max(1, x) ? nearest : Math.ceil(x);
+}
+
+/** The meter's tolerance τ = burst · T in whole µs, rounded *down* (again: never more than allowed). */
+export function wholeUsDown(x: number): number {
+  const nearest = Math.round(x);
+  return Math.abs(x - nearest) <= 1e-9 * Math.max(1, x) ? nearest : Math.floor(x);
+}
+
+function meter(
+  base: Omit<CompiledPolicy, 'kind' | 'limit' | 'a' | 'b' | 'c'>,
+  intervalUs: number,
+  burst: number,
+  queue: boolean,
+): CompiledPolicy {
+  const t = wholeUsUp(intervalUs);
+  return { ...base, kind: KIND_METER, limit: burst, a: t, b: wholeUsDown(burst * t), c: queue ? 1 : 0 };
+}
+
 /** Compiles a policy into its numeric form (memoized per policy object). */
 export function compilePolicy(policy: Policy): CompiledPolicy {
   let compiled = cache.get(policy);
@@ -53,11 +80,9 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
 function build(policy: Policy): CompiledPolicy {
   const base = { policy, name: policy.name, blockUs: toUs(policy.blockMs) };
   switch (policy.algorithm) {
-    case 'gcra': {
+    case 'gcra':
       // Emission interval T: one unit of cost every T µs; up to `burst` units may be owed at once.
-      const t = toUs(policy.periodMs) / policy.limit;
-      return { ...base, kind: KIND_METER, limit: policy.burst, a: t, b: policy.burst * t, c: 0 };
-    }
+      return meter(base, toUs(policy.periodMs) / policy.limit, policy.burst, false);
     case 'token-bucket': {
       const intervalUs = toUs(policy.refillIntervalMs);
       if (policy.refill === 'interval') {
@@ -72,21 +97,11 @@ function build(policy: Policy): CompiledPolicy {
       }
       // A continuously refilled token bucket is the same machine as GCRA: the tokens missing from a
       // full bucket are the time owed, divided by T.
-      const t = intervalUs / policy.refillAmount;
-      return { ...base, kind: KIND_METER, limit: policy.capacity, a: t, b: policy.capacity * t, c: 0 };
+      return meter(base, intervalUs / policy.refillAmount, policy.capacity, false);
     }
-    case 'leaky-bucket': {
+    case 'leaky-bucket':
       // The level of a drip-free leaky bucket, divided by the leak rate, is again the time owed.
-      const t = 1e6 / policy.leakPerSecond;
-      return {
-        ...base,
-        kind: KIND_METER,
-        limit: policy.capacity,
-        a: t,
-        b: policy.capacity * t,
-        c: policy.mode === 'queue' ? 1 : 0,
-      };
-    }
+      return meter(base, 1e6 / policy.leakPerSecond, policy.capacity, policy.mode === 'queue');
     case 'fixed-window':
       return {
         ...base,

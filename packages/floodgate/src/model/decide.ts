@@ -7,7 +7,7 @@ import {
   KIND_TOKEN_INTERVAL,
 } from './compile.js';
 import { evaluateFixedWindow } from './fixed-window.js';
-import { evaluateMeter } from './meter.js';
+import { evaluateMeter, meterCharge } from './meter.js';
 import { evaluateSlidingLog, logDeniedAttempt } from './sliding-log.js';
 import { evaluateSlidingWindow } from './sliding-window.js';
 import { evaluateTokenInterval } from './token-bucket.js';
@@ -54,7 +54,7 @@ export function evaluatePolicy(
   out: Evaluation,
 ): void {
   const evaluate = EVALUATORS[c.kind] as Evaluate;
-  if (cost > c.limit) {
+  if (c.kind === KIND_METER ? meterCharge(cost, c.a) > c.b : cost > c.limit) {
     // Can never fit: report the key as it stands and change nothing.
     evaluate(c, s, nowUs, 0, 0, out);
     out.allowed = false;

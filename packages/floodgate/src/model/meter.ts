@@ -9,11 +9,12 @@ import { clampRemaining, type Evaluation, type State } from './types.js';
  * `TAT − now` is what the key owes; a call is admitted while what it would owe stays within the
  * tolerance τ = burst · T. In bucket words: the level is `(TAT − now) / T` and the capacity is `burst`.
  *
+ * Everything here is an integer number of µs (T and τ are whole µs, see compile.ts; a fractional cost
+ * is charged `ceil(cost · T)` µs), so every store computes exactly the same numbers, below 2^53.
+ *
  * Queue mode (a shaper) admits on the same test but tells each call to wait until the calls before it
  * have drained (`delayUs = TAT − now`), so admitted calls leave evenly spaced.
  *
- * Port note: the arithmetic order below is the specification. Lua and SQL repeat it operation for
- * operation (base, newTat = base + cost·T, owed = newTat − now) so doubles round identically.
  */
 export function evaluateMeter(
   c: CompiledPolicy,
@@ -27,7 +28,7 @@ export function evaluateMeter(
   const tau = c.b;
   const tat = s === undefined ? nowUs : (s[1] as number);
   const base = Math.max(tat, nowUs);
-  const newTat = base + cost * t;
+  const newTat = base + meterCharge(cost, t);
   const owed = newTat - nowUs;
   const owedBefore = base - nowUs;
   const queue = c.c === 1;
@@ -49,4 +50,9 @@ export function evaluateMeter(
     out.delayUs = 0;
     out.next = undefined;
   }
+}
+
+/** What a cost adds to the TAT: whole µs, rounded up. */
+export function meterCharge(cost: number, t: number): number {
+  return Math.ceil(cost * t);
 }

@@ -252,7 +252,7 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
       const burst = count(o, 'burst', path, limit);
       derived = `gcra-${trimNumber(limit)}-per-${trimNumber(periodMs)}ms${burst === limit ? '' : `-burst-${trimNumber(burst)}`}`;
       policy = { algorithm: 'gcra', name: derived, blockMs, limit, periodMs, burst };
-      checkTolerance(path, (periodMs * 1000 * burst) / limit);
+      checkMeter(path, (periodMs * 1000) / limit, burst, `${path}.periodMs / ${path}.limit`);
       break;
     }
     case 'token-bucket': {
@@ -262,7 +262,14 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
       const refill = oneOf(o, 'refill', path, ['continuous', 'interval'] as const, 'continuous');
       derived = `token-bucket-${trimNumber(capacity)}-refill-${trimNumber(refillAmount)}-per-${trimNumber(refillIntervalMs)}ms${refill === 'interval' ? '-interval' : ''}`;
       policy = { algorithm: 'token-bucket', name: derived, blockMs, capacity, refillAmount, refillIntervalMs, refill };
-      checkTolerance(path, (refillIntervalMs * 1000 * capacity) / refillAmount);
+      if (refill === 'continuous') {
+        checkMeter(
+          path,
+          (refillIntervalMs * 1000) / refillAmount,
+          capacity,
+          `${path}.refillIntervalMs / ${path}.refillAmount`,
+        );
+      }
       break;
     }
     case 'leaky-bucket': {
@@ -271,7 +278,7 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
       const mode = oneOf(o, 'mode', path, ['meter', 'queue'] as const, 'meter');
       derived = `leaky-bucket-${trimNumber(capacity)}-leak-${trimNumber(leakPerSecond)}ps${mode === 'queue' ? '-queue' : ''}`;
       policy = { algorithm: 'leaky-bucket', name: derived, blockMs, capacity, leakPerSecond, mode };
-      checkTolerance(path, (1e6 * capacity) / leakPerSecond);
+      checkMeter(path, 1e6 / leakPerSecond, capacity, `1 s / ${path}.leakPerSecond`);
       break;
     }
     case 'fixed-window': {
@@ -317,7 +324,16 @@ function shorten(name: string): string {
   return `${name.slice(0, 55)}-${(hash >>> 0).toString(16).padStart(8, '0')}`;
 }
 
-function checkTolerance(path: string, toleranceUs: number): void {
+/** A meter's interval per unit must be a µs or more, and its burst must drain within MAX_DURATION_US. */
+function checkMeter(path: string, intervalUs: number, burst: number, what: string): void {
+  if (intervalUs < 1) {
+    throw new FloodgateError(
+      'ERR_INVALID_POLICY',
+      `${path} admits more than one unit of cost per microsecond (${what} = ${describeValue(intervalUs)} µs); count cost in larger units`,
+      { option: path },
+    );
+  }
+  const toleranceUs = intervalUs * burst;
   if (!(toleranceUs <= MAX_DURATION_US)) {
     throw new FloodgateError(
       'ERR_INVALID_POLICY',

@@ -1,0 +1,302 @@
+import { deepStrictEqual, strictEqual } from 'node:assert/strict';
+import { createLimiter } from '../limiter/limiter.js';
+import type { Decision } from '../model/decision.js';
+import {
+  fixedWindow,
+  gcra,
+  leakyBucket,
+  type Policy,
+  slidingLog,
+  slidingWindow,
+  tokenBucket,
+} from '../model/policy.js';
+import type { Store } from '../stores/store.js';
+import { type ManualClock, manualClock } from './manual-clock.js';
+import { modelStore } from './model-store.js';
+import { type Expectation, type Scenario, scenarios } from './scenarios.js';
+
+/** The test functions of your runner (Vitest, Jest, node:test): the suite brings its own assertions. */
+export interface SuiteApi {
+  describe(name: string, fn: () => void): void;
+  it(name: string, fn: () => Promise<void>, timeoutMs?: number): void;
+}
+
+/** Options of {@link runConformanceSuite}. */
+export interface ConformanceOptions {
+  /** Returns the store under test; called once per test (it may return a shared one). */
+  store: () => Store | Promise<Store>;
+  /** Runs after each test with the store it got. */
+  release?: (store: Store) => Promise<void> | void;
+  /** Operations per randomized run. @default 400 */
+  randomOperations?: number;
+  /** Randomized runs (each its own seed and policies). @default 12 */
+  randomRuns?: number;
+  /** First seed; runs use seed, seed+1, … A failure names its seed. @default 1 */
+  seed?: number;
+}
+
+/** Midnight UTC, 1 January 2030: aligned to every window in the tables. */
+export const SCENARIO_START_MS = Date.UTC(2030, 0, 1);
+
+let prefixCounter = 0;
+/** A prefix no other test in any process uses, so tests can share a server. */
+export function uniquePrefix(label = 't'): string {
+  prefixCounter++;
+  return `${label}-${process.pid}-${Date.now().toString(36)}-${prefixCounter}`;
+}
+
+/**
+ * The store contract: every store runs the same tables and the same randomized comparison against the
+ * reference model, with an injected manual clock.
+ *
+ * @example
+ * ```ts
+ * import { describe, it } from 'vitest';
+ * runConformanceSuite({ describe, it }, { store: () => memoryStore() });
+ * ```
+ */
+export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions): void {
+  const withStore = async (fn: (store: Store) => Promise<void>) => {
+    const store = await options.store();
+    try {
+      await fn(store);
+    } finally {
+      await options.release?.(store);
+    }
+  };
+
+  api.describe('algorithm tables', () => {
+    for (const scenario of scenarios) {
+      api.it(scenario.name, () => withStore((store) => runScenario(store, scenario)));
+    }
+  });
+
+  api.describe('contract', () => {
+    api.it('check and status change nothing', () =>
+      withStore(async (store) => {
+        const clock = manualClock({ startMs: SCENARIO_START_MS });
+        const policies = [slidingLog({ limit: 2, windowMs: 1000, countDenied: true, blockMs: 500 })];
+        const limiter = createLimiter({ store, policies, clock, prefix: uniquePrefix() });
+        for (let i = 0; i < 5; i++) strictEqual((await limiter.check('k')).remaining, 1);
+        await limiter.limit('k');
+        await limiter.limit('k');
+        const before = await limiter.status('k');
+        for (let i = 0; i < 5; i++) strictEqual((await limiter.check('k')).allowed, false);
+        deepStrictEqual(await limiter.status('k'), before);
+      }),
+    );
+
+    api.it('reset forgets the key under every policy, and only that key', () =>
+      withStore(async (store) => {
+        const clock = manualClock({ startMs: SCENARIO_START_MS });
+        const policies = [gcra({ limit: 1, periodMs: 60_000 }), slidingLog({ limit: 1, windowMs: 60_000 })];
+        const limiter = createLimiter({ store, policies, clock, prefix: uniquePrefix() });
+        await limiter.limit('a');
+        await limiter.limit('b');
+        await limiter.reset('a');
+        strictEqual((await limiter.limit('a')).allowed, true);
+        strictEqual((await limiter.limit('b')).allowed, false);
+      }),
+    );
+
+    api.it('prefixes and per-call policies keep separate state', () =>
+      withStore(async (store) => {
+        const clock = manualClock({ startMs: SCENARIO_START_MS });
+        const free = [gcra({ limit: 1, periodMs: 60_000, name: 'free' })];
+        const pro = [gcra({ limit: 3, periodMs: 60_000, name: 'pro' })];
+        const one = createLimiter({ store, policies: free, clock, prefix: uniquePrefix() });
+        const two = createLimiter({ store, policies: free, clock, prefix: uniquePrefix() });
+        strictEqual((await one.limit('k')).allowed, true);
+        strictEqual((await one.limit('k')).allowed, false);
+        strictEqual((await two.limit('k')).allowed, true);
+        const tiered = await one.limit('k', { policies: pro });
+        deepStrictEqual([tiered.allowed, tiered.remaining, tiered.policy], [true, 2, 'pro']);
+      }),
+    );
+
+    api.it('a decision names every policy, in order, with the binding one on top', () =>
+      withStore(async (store) => {
+        const clock = manualClock({ startMs: SCENARIO_START_MS });
+        const policies = [
+          gcra({ limit: 5, periodMs: 1000, name: 'a' }),
+          tokenBucket({ capacity: 2, refillAmount: 1, refillIntervalMs: 1000, name: 'b' }),
+        ];
+        const limiter = createLimiter({ store, policies, clock, prefix: uniquePrefix() });
+        const first = await limiter.limit('k');
+        deepStrictEqual(
+          first.policies.map((p) => [p.policy, p.allowed, p.remaining]),
+          [
+            ['a', true, 4],
+            ['b', true, 1],
+          ],
+        );
+        strictEqual(first.policy, 'b');
+        await limiter.limit('k');
+        const denied = await limiter.limit('k');
+        deepStrictEqual(
+          [denied.allowed, denied.policy, denied.retryAfterMs, denied.reason],
+          [false, 'b', 1000, 'limit'],
+        );
+        deepStrictEqual(
+          denied.policies.map((p) => [p.policy, p.allowed, p.remaining]),
+          [
+            ['a', true, 3],
+            ['b', false, 0],
+          ],
+        );
+      }),
+    );
+  });
+
+  api.describe('randomized comparison with the reference model', () => {
+    const runs = options.randomRuns ?? 12;
+    const firstSeed = options.seed ?? 1;
+    for (let run = 0; run < runs; run++) {
+      const seed = firstSeed + run;
+      api.it(
+        `seed ${seed}`,
+        () => withStore((store) => compareWithModel(store, { seed, operations: options.randomOperations ?? 400 })),
+        120_000,
+      );
+    }
+  });
+}
+
+/** Runs one table against a store and asserts every expectation. */
+export async function runScenario(store: Store, scenario: Scenario): Promise<void> {
+  const clock = manualClock({ startMs: SCENARIO_START_MS });
+  const limiter = createLimiter({ store, policies: scenario.policies, clock, prefix: uniquePrefix() });
+  let index = 0;
+  for (const step of scenario.steps) {
+    const atUs = SCENARIO_START_MS * 1000 + Math.round(step.at * 1000);
+    if (atUs < clock.nowUs()) throw new Error(`${scenario.name}: steps must not go back in time (at ${step.at} ms)`);
+    clock.advanceUs(atUs - clock.nowUs());
+    const key = step.key ?? 'key';
+    const repeat = step.repeat ?? 1;
+    for (let i = 0; i < repeat; i++) {
+      index++;
+      const where = `${scenario.name}, step ${index} (at ${step.at} ms, ${step.op ?? 'limit'}${repeat > 1 ? ` #${i + 1}` : ''})`;
+      const callOptions = {
+        ...(step.cost === undefined ? {} : { cost: step.cost }),
+        ...(step.maxDelayMs === undefined ? {} : { maxDelayMs: step.maxDelayMs }),
+      };
+      let decision: Decision | undefined;
+      switch (step.op ?? 'limit') {
+        case 'limit':
+          decision = await limiter.limit(key, callOptions);
+          break;
+        case 'check':
+          decision = await limiter.check(key, callOptions);
+          break;
+        case 'status':
+          decision = await limiter.status(key);
+          break;
+        case 'reset':
+          await limiter.reset(key);
+          break;
+      }
+      const expected = step.expectEach?.[i] ?? step.expect;
+      if (decision !== undefined && expected !== undefined) assertMatches(decision, expected, where);
+    }
+  }
+}
+
+function assertMatches(decision: Decision, expected: Expectation, where: string): void {
+  const actual: Record<string, unknown> = {};
+  const wanted: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(expected)) {
+    wanted[field] = value;
+    actual[field] = field === 'delayMs' && decision.delayMs === undefined ? null : decision[field as keyof Decision];
+  }
+  deepStrictEqual(actual, wanted, `${where}: got ${JSON.stringify(decision)}`);
+}
+
+/** A small, fast, seeded generator (mulberry32), so a failing run can be replayed from its seed. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Policy sets the randomized comparison draws from: every algorithm and option, alone and combined. */
+export function randomPolicySets(): Policy[][] {
+  return [
+    [gcra({ limit: 5, periodMs: 1000 })],
+    [gcra({ limit: 3, periodMs: 1000, burst: 2, blockMs: 1500 })],
+    [gcra({ limit: 7, periodMs: 700 })],
+    [tokenBucket({ capacity: 4, refillAmount: 1.5, refillIntervalMs: 300 })],
+    [tokenBucket({ capacity: 4, refillAmount: 2, refillIntervalMs: 400, refill: 'interval' })],
+    [tokenBucket({ capacity: 3.5, refillAmount: 0.75, refillIntervalMs: 333, refill: 'interval', blockMs: 700 })],
+    [leakyBucket({ capacity: 5, leakPerSecond: 3 })],
+    [leakyBucket({ capacity: 4, leakPerSecond: 2.5, mode: 'queue' })],
+    [fixedWindow({ limit: 4, windowMs: 500 })],
+    [fixedWindow({ limit: 4.5, windowMs: 450, align: 'first-request', blockMs: 900 })],
+    [slidingWindow({ limit: 6, windowMs: 600 })],
+    [slidingWindow({ limit: 3, windowMs: 250, blockMs: 100 })],
+    [slidingLog({ limit: 4, windowMs: 500 })],
+    [slidingLog({ limit: 3, windowMs: 400, minGapMs: 60 })],
+    [slidingLog({ limit: 3, windowMs: 400, countDenied: true })],
+    [slidingLog({ limit: 2.5, windowMs: 300, countDenied: true, minGapMs: 20, blockMs: 350 })],
+    [gcra({ limit: 4, periodMs: 400, name: 'fast' }), fixedWindow({ limit: 9, windowMs: 2000, name: 'slow' })],
+    [
+      leakyBucket({ capacity: 3, leakPerSecond: 4, mode: 'queue', name: 'shape' }),
+      slidingLog({ limit: 5, windowMs: 900, countDenied: true, name: 'log' }),
+      tokenBucket({ capacity: 2, refillAmount: 1, refillIntervalMs: 250, refill: 'interval', name: 'tb' }),
+    ],
+    [
+      slidingWindow({ limit: 5, windowMs: 500, name: 'sw', blockMs: 200 }),
+      gcra({ limit: 3, periodMs: 300, name: 'g' }),
+    ],
+  ];
+}
+
+/**
+ * Feeds one random sequence of calls (time steps down to 1 µs, several keys, fractional and
+ * impossible costs, limit/check/status/reset, reservations) through the store and through the
+ * reference model, and asserts that every decision is identical.
+ */
+export async function compareWithModel(store: Store, options: { seed: number; operations?: number }): Promise<void> {
+  const random = seededRandom(options.seed);
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+  const sets = randomPolicySets();
+  const policies = pick(sets);
+  const clock: ManualClock = manualClock({ startMs: SCENARIO_START_MS + Math.floor(random() * 10_000) });
+  const prefix = uniquePrefix('cmp');
+  const subject = createLimiter({ store, policies, clock, prefix });
+  const reference = createLimiter({ store: modelStore(), policies, clock, prefix });
+  const keys = ['a', 'b', 'key:{c}', 'ключ'];
+  const costs = [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100];
+  const operations = options.operations ?? 400;
+  const log: string[] = [];
+  for (let i = 0; i < operations; i++) {
+    const step = random();
+    if (step < 0.35) clock.advanceUs(1 + Math.floor(random() * 3));
+    else if (step < 0.7) clock.advance(Math.floor(random() * 120));
+    else if (step < 0.8) clock.advance(Math.floor(random() * 1500));
+    const key = pick(keys);
+    const cost = pick(costs);
+    const r = random();
+    const op = r < 0.7 ? 'limit' : r < 0.82 ? 'check' : r < 0.95 ? 'status' : 'reset';
+    const callOptions = random() < 0.15 ? { cost, maxDelayMs: Math.floor(random() * 600) } : { cost };
+    log.push(`${clock.nowUs()} ${op} ${JSON.stringify(key)} ${JSON.stringify(callOptions)}`);
+    const where = () =>
+      `seed ${options.seed}, policies ${policies.map((p) => p.name).join(' + ')}, operation ${i}:\n${log.slice(-12).join('\n')}`;
+    if (op === 'reset') {
+      await subject.reset(key);
+      await reference.reset(key);
+      continue;
+    }
+    const [got, want] =
+      op === 'limit'
+        ? [await subject.limit(key, callOptions), await reference.limit(key, callOptions)]
+        : op === 'check'
+          ? [await subject.check(key, callOptions), await reference.check(key, callOptions)]
+          : [await subject.status(key), await reference.status(key)];
+    deepStrictEqual(got, want, where());
+  }
+}

@@ -1,0 +1,14 @@
+export {
+  type ConformanceOptions,
+  compareWithModel,
+  randomPolicySets,
+  runConformanceSuite,
+  runScenario,
+  SCENARIO_START_MS,
+  type SuiteApi,
+  seededRandom,
+  uniquePrefix,
+} from './conformance.js';
+export { type ManualClock, manualClock } from './manual-clock.js';
+export { modelStore } from './model-store.js';
+export { type Expectation, type Scenario, type Step, scenarios } from './scenarios.js';

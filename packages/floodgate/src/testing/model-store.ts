@@ -1,0 +1,48 @@
+import { FloodgateError } from '../errors.js';
+import { encodeKey, storageKey } from '../keys.js';
+import type { CompiledPolicy } from '../model/compile.js';
+import { decide } from '../model/decide.js';
+import type { State } from '../model/types.js';
+import type { Store, StoreRequest, StoreResult } from '../stores/store.js';
+
+/**
+ * The reference store: the model and a plain Map, nothing else (no bounds, no expiry). Every real store
+ * must give the same decisions as this one; the randomized comparison checks it.
+ */
+export function modelStore(): Store & { readonly states: ReadonlyMap<string, State> } {
+  const states = new Map<string, State>();
+  return {
+    name: 'model',
+    hasOwnClock: false,
+    states,
+    decide(request: StoreRequest): Promise<StoreResult> {
+      if (request.nowUs === undefined) {
+        return Promise.reject(new FloodgateError('ERR_INVALID_OPTION', 'the model store needs the caller’s clock'));
+      }
+      const key = encodeKey(request.key);
+      const ids = request.policies.map((c) => storageKey(request.prefix, key, `${c.name}:${c.kind}`));
+      const current = ids.map((id) => states.get(id));
+      const evaluations = request.policies.map(() => ({
+        allowed: true,
+        reason: 'ok' as const,
+        remaining: 0,
+        retryAfterUs: 0,
+        resetAfterUs: 0,
+        delayUs: 0,
+        next: undefined,
+      }));
+      const allowed = decide(request.policies, current, request.nowUs, request.cost, request, evaluations);
+      if (request.commit) {
+        evaluations.forEach((e, i) => {
+          if (e.next !== undefined) states.set(ids[i] as string, e.next);
+        });
+      }
+      return Promise.resolve({ allowed, evaluations });
+    },
+    reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
+      const encoded = encodeKey(key);
+      for (const c of policies) states.delete(storageKey(prefix, encoded, `${c.name}:${c.kind}`));
+      return Promise.resolve();
+    },
+  };
+}

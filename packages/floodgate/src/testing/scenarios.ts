@@ -1,0 +1,322 @@
+import type { Decision } from '../model/decision.js';
+import {
+  fixedWindow,
+  gcra,
+  leakyBucket,
+  type Policy,
+  slidingLog,
+  slidingWindow,
+  tokenBucket,
+} from '../model/policy.js';
+
+/** What a step expects of the decision; fields left out are not checked. */
+export type Expectation = Partial<
+  Pick<Decision, 'allowed' | 'remaining' | 'retryAfterMs' | 'resetAfterMs' | 'reason'>
+> & {
+  /** `null` expects no `delayMs` at all. */
+  delayMs?: number | null;
+  /** Name of the binding policy. */
+  policy?: string;
+};
+
+/** One call at an explicit time (ms after the scenario's start, which is aligned to the hour). */
+export interface Step {
+  at: number;
+  op?: 'limit' | 'check' | 'status' | 'reset';
+  key?: string;
+  cost?: number;
+  maxDelayMs?: number;
+  /** Runs the same call this many times (every one must meet `expect`, unless `expectEach` is given). */
+  repeat?: number;
+  expect?: Expectation;
+  /** One expectation per repetition. */
+  expectEach?: Expectation[];
+}
+
+/** A table of calls with explicit times, written from the semantics in DESIGN.md. */
+export interface Scenario {
+  name: string;
+  policies: Policy[];
+  steps: Step[];
+}
+
+const deny = (retryAfterMs: number, extra: Expectation = {}): Expectation => ({
+  allowed: false,
+  reason: 'limit',
+  retryAfterMs,
+  ...extra,
+});
+
+/** The algorithm tables every store must reproduce exactly. */
+export const scenarios: Scenario[] = [
+  {
+    // The GCRA article's case: 5 per minute admits a burst of 5, then the next must wait 12 s.
+    name: 'GCRA: 5 per minute admits a burst of 5, then one every 12 s',
+    policies: [gcra({ limit: 5, periodMs: 60_000 })],
+    steps: [
+      {
+        at: 0,
+        repeat: 5,
+        expectEach: [4, 3, 2, 1, 0].map((remaining, i) => ({
+          allowed: true,
+          remaining,
+          retryAfterMs: 0,
+          resetAfterMs: 12_000 * (i + 1),
+        })),
+      },
+      { at: 0, expect: deny(12_000, { remaining: 0, resetAfterMs: 60_000, policy: 'gcra-5-per-60000ms' }) },
+      { at: 11_999, expect: deny(1) },
+      { at: 11_999.999, expect: deny(1) },
+      { at: 12_000, expect: { allowed: true, remaining: 0, resetAfterMs: 60_000 } },
+      { at: 12_000, expect: deny(12_000) },
+      { at: 36_000, op: 'status', expect: { allowed: true, remaining: 2, resetAfterMs: 36_000 } },
+      { at: 36_000, cost: 2, op: 'check', expect: { allowed: true, remaining: 0 } },
+      { at: 36_000, cost: 3, expect: deny(12_000, { remaining: 2 }) },
+      { at: 36_000, cost: 6, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+      { at: 36_000, cost: 0, expect: { allowed: true, remaining: 2 } },
+      { at: 72_000, op: 'status', expect: { allowed: true, remaining: 5, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'GCRA: burst 1 spaces calls by the emission interval',
+    policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 0, resetAfterMs: 100 } },
+      { at: 0, expect: deny(100, { remaining: 0 }) },
+      { at: 50, expect: deny(50) },
+      { at: 100, expect: { allowed: true } },
+      { at: 150, expect: deny(50) },
+      { at: 1000, cost: 2, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+    ],
+  },
+  {
+    // T = 333 333.3 µs is rounded up to 333 334 µs: never more than 3 per second.
+    name: 'GCRA: rates that are not whole microseconds (3 per second)',
+    policies: [gcra({ limit: 3, periodMs: 1000 })],
+    steps: [
+      { at: 0, repeat: 3, expectEach: [2, 1, 0].map((remaining) => ({ allowed: true, remaining })) },
+      { at: 0, expect: deny(334) },
+      { at: 333.333, expect: deny(1) },
+      { at: 333.334, expect: { allowed: true, remaining: 0 } },
+      { at: 1333.335, op: 'status', expect: { remaining: 2, resetAfterMs: 1 } },
+      { at: 1333.336, op: 'status', expect: { remaining: 3, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'token bucket, continuous refill: 10 at once, then 2 per second',
+    policies: [tokenBucket({ capacity: 10, refillAmount: 2, refillIntervalMs: 1000 })],
+    steps: [
+      { at: 0, repeat: 10, expect: { allowed: true } },
+      { at: 0, expect: deny(500, { remaining: 0, resetAfterMs: 5000 }) },
+      { at: 500, expect: { allowed: true, remaining: 0 } },
+      { at: 2000, op: 'status', expect: { remaining: 3, resetAfterMs: 3500 } },
+      { at: 2000, cost: 3.5, expect: deny(250, { remaining: 3 }) },
+      { at: 2250, cost: 3.5, expect: { allowed: true, remaining: 0 } },
+      { at: 8000, op: 'status', expect: { remaining: 10, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'token bucket, interval refill: tokens come back at each interval boundary',
+    policies: [tokenBucket({ capacity: 3, refillAmount: 1, refillIntervalMs: 1000, refill: 'interval' })],
+    steps: [
+      { at: 0, repeat: 3, expectEach: [2, 1, 0].map((remaining) => ({ allowed: true, remaining })) },
+      { at: 0, expect: deny(1000, { resetAfterMs: 3000 }) },
+      { at: 999, expect: deny(1) },
+      { at: 1000, expect: { allowed: true, remaining: 0, resetAfterMs: 3000 } },
+      { at: 1500, expect: deny(500) },
+      { at: 2000, cost: 2, expect: deny(1000, { remaining: 1 }) },
+      { at: 3999, expect: { allowed: true, remaining: 1 } },
+      { at: 10_000, op: 'status', expect: { remaining: 3, resetAfterMs: 0 } },
+      { at: 10_500, expect: { allowed: true, remaining: 2, resetAfterMs: 1000 } },
+      { at: 11_499, op: 'status', expect: { remaining: 2, resetAfterMs: 1 } },
+      { at: 11_500, op: 'status', expect: { remaining: 3, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'leaky bucket meter: fractional costs against a level that leaks',
+    policies: [leakyBucket({ capacity: 3, leakPerSecond: 1 })],
+    steps: [
+      { at: 0, repeat: 3, expect: { allowed: true } },
+      { at: 0, expect: deny(1000, { remaining: 0, resetAfterMs: 3000 }) },
+      { at: 500, expect: deny(500) },
+      { at: 500, cost: 0.5, expect: { allowed: true, remaining: 0, resetAfterMs: 3000 } },
+      { at: 1500, cost: 1.25, expect: deny(250) },
+      { at: 1750, cost: 1.25, expect: { allowed: true, remaining: 0 } },
+      { at: 4750, op: 'status', expect: { remaining: 3, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'leaky bucket: a spend budget of 1000.00 per 30 days',
+    policies: [leakyBucket({ capacity: 1000, leakPerSecond: 1000 / (30 * 86_400), name: 'budget' })],
+    steps: [
+      { at: 0, cost: 30, expect: { allowed: true, remaining: 970 } },
+      // 20 over: 20 units leak in 20 × 2592 s.
+      { at: 0, cost: 990, expect: deny(51_840_000, { remaining: 970 }) },
+      { at: 0, cost: 969.99, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 0.01, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 0.01, expect: deny(25_920) },
+      { at: 0, cost: 1000.01, op: 'check', expect: { allowed: false, reason: 'exceeds-capacity' } },
+      { at: 25_919, cost: 0.01, expect: deny(1) },
+      { at: 25_920, cost: 0.01, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'leaky bucket queue: admitted calls are spaced by delayMs, constant outflow',
+    policies: [leakyBucket({ capacity: 3, leakPerSecond: 1, mode: 'queue' })],
+    steps: [
+      {
+        at: 0,
+        repeat: 3,
+        expectEach: [null, 1000, 2000].map((delayMs) => ({ allowed: true, delayMs })),
+      },
+      { at: 0, expect: deny(1000) },
+      { at: 1000, expect: { allowed: true, delayMs: 2000 } },
+      { at: 4000, expect: { allowed: true, delayMs: null } },
+    ],
+  },
+  {
+    name: 'fixed window aligned to the clock: everyone resets together',
+    policies: [fixedWindow({ limit: 3, windowMs: 1000 })],
+    steps: [
+      {
+        at: 0,
+        repeat: 3,
+        expectEach: [2, 1, 0].map((remaining) => ({ allowed: true, remaining, resetAfterMs: 1000 })),
+      },
+      { at: 999, expect: deny(1, { resetAfterMs: 1 }) },
+      { at: 1000, repeat: 3, expect: { allowed: true } },
+      { at: 1999, op: 'status', expect: { remaining: 0, resetAfterMs: 1 } },
+      { at: 2000, op: 'status', expect: { remaining: 3, resetAfterMs: 0 } },
+      { at: 2000, cost: 2.5, expect: { allowed: true, remaining: 0 } },
+      { at: 2000, cost: 0.5, expect: { allowed: true, remaining: 0 } },
+      { at: 2000, cost: 0.5, expect: deny(1000) },
+    ],
+  },
+  {
+    name: 'fixed window aligned to the first request',
+    policies: [fixedWindow({ limit: 3, windowMs: 1000, align: 'first-request' })],
+    steps: [
+      { at: 500, repeat: 3, expect: { allowed: true, resetAfterMs: 1000 } },
+      { at: 1000, expect: deny(500) },
+      { at: 1499, expect: deny(1) },
+      { at: 1500, expect: { allowed: true, remaining: 2, resetAfterMs: 1000 } },
+      { at: 3000, expect: { allowed: true, remaining: 2, resetAfterMs: 1000 } },
+    ],
+  },
+  {
+    name: 'sliding-window counter: the previous window counts by its overlap',
+    policies: [slidingWindow({ limit: 10, windowMs: 1000 })],
+    steps: [
+      { at: 0, repeat: 10, expect: { allowed: true } },
+      { at: 500, expect: deny(600, { remaining: 0, resetAfterMs: 1500 }) },
+      { at: 1099, expect: deny(1) },
+      { at: 1100, expect: { allowed: true, remaining: 0, resetAfterMs: 1900 } },
+      { at: 1500, op: 'status', expect: { remaining: 4 } },
+      { at: 1500, cost: 4, expect: { allowed: true, remaining: 0 } },
+      { at: 1500, expect: deny(100) },
+      { at: 3000, op: 'status', expect: { remaining: 10, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'sliding log: exact over any window',
+    policies: [slidingLog({ limit: 3, windowMs: 1000 })],
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 2, resetAfterMs: 1000 } },
+      { at: 100, expect: { allowed: true, remaining: 1 } },
+      { at: 200, expect: { allowed: true, remaining: 0, resetAfterMs: 1000 } },
+      { at: 300, expect: deny(700, { resetAfterMs: 900 }) },
+      { at: 300, cost: 2, expect: deny(800) },
+      { at: 1000, expect: { allowed: true, remaining: 0 } },
+      { at: 2200, op: 'status', expect: { remaining: 3, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'sliding log: minimum gap between events',
+    policies: [slidingLog({ limit: 10, windowMs: 1000, minGapMs: 100 })],
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 9 } },
+      { at: 50, expect: deny(50, { remaining: 9 }) },
+      { at: 100, expect: { allowed: true, remaining: 8 } },
+      { at: 100, cost: 0, expect: { allowed: true } },
+    ],
+  },
+  {
+    name: 'sliding log counting denied attempts: a client that keeps trying stays out',
+    policies: [slidingLog({ limit: 2, windowMs: 1000, countDenied: true })],
+    steps: [
+      { at: 0, expect: { allowed: true } },
+      { at: 100, expect: { allowed: true } },
+      { at: 500, expect: deny(600) },
+      { at: 1050, expect: deny(450) },
+      { at: 1499, expect: deny(551) },
+      { at: 2499, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    name: 'penalty box: once denied, blocked for blockMs',
+    policies: [gcra({ limit: 2, periodMs: 1000, blockMs: 5000, name: 'login' })],
+    steps: [
+      { at: 0, repeat: 2, expect: { allowed: true } },
+      { at: 0, expect: deny(5000, { remaining: 0, resetAfterMs: 5000, policy: 'login' }) },
+      { at: 1000, expect: { allowed: false, reason: 'blocked', retryAfterMs: 4000, remaining: 0 } },
+      { at: 1000, op: 'check', expect: { allowed: false, reason: 'blocked', retryAfterMs: 4000 } },
+      { at: 1000, op: 'status', expect: { allowed: false, reason: 'blocked', remaining: 0, resetAfterMs: 4000 } },
+      { at: 4999, expect: { allowed: false, reason: 'blocked', retryAfterMs: 1 } },
+      { at: 5000, expect: { allowed: true, remaining: 1 } },
+      { at: 5000, op: 'reset' },
+      { at: 5000, op: 'status', expect: { allowed: true, remaining: 2, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    name: 'two policies, all-or-nothing: a denial consumes nothing from either',
+    policies: [
+      gcra({ limit: 10, periodMs: 1000, name: 'per-second' }),
+      fixedWindow({ limit: 15, windowMs: 60_000, name: 'per-minute' }),
+    ],
+    steps: [
+      { at: 0, repeat: 10, expect: { allowed: true } },
+      { at: 0, expect: deny(100, { policy: 'per-second', remaining: 0 }) },
+      { at: 1000, op: 'status', expect: { remaining: 5, policy: 'per-minute' } },
+      { at: 1000, repeat: 5, expect: { allowed: true } },
+      { at: 1000, expect: deny(59_000, { policy: 'per-minute' }) },
+      { at: 1000, op: 'check', cost: 0, expect: { allowed: true, remaining: 0 } },
+      { at: 60_000, expect: { allowed: true, remaining: 9, policy: 'per-second' } },
+    ],
+  },
+  {
+    name: 'reservations: maxDelayMs books capacity ahead and says when to proceed',
+    policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
+    steps: [
+      { at: 0, maxDelayMs: 250, expect: { allowed: true, delayMs: null } },
+      { at: 0, maxDelayMs: 250, expect: { allowed: true, delayMs: 100, remaining: 0 } },
+      { at: 0, maxDelayMs: 250, expect: { allowed: true, delayMs: 200 } },
+      { at: 0, maxDelayMs: 250, expect: deny(50) },
+      { at: 0, expect: deny(300) },
+      { at: 300, expect: { allowed: true, delayMs: null } },
+    ],
+  },
+  {
+    name: 'keys are data: similar-looking keys never share state',
+    policies: [fixedWindow({ limit: 1, windowMs: 1000 })],
+    steps: [
+      ...[
+        'a',
+        'a:b',
+        'a}:b',
+        '{a}',
+        '%7B',
+        '#',
+        '#a',
+        '\u0000',
+        '\ud800',
+        '\udc00',
+        'ключ 🔑',
+        'a'.repeat(201),
+        'a'.repeat(202),
+      ].map((key) => ({ at: 0, key, expect: { allowed: true } })),
+      { at: 0, key: 'a}:b', expect: deny(1000) },
+      { at: 0, key: '\ud800', expect: deny(1000) },
+      { at: 0, key: 'a'.repeat(202), expect: deny(1000) },
+    ],
+  },
+];
