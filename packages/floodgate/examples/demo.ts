@@ -1,11 +1,11 @@
 // A burst of 8 calls at the same instant against each algorithm, then the same 8 calls one second
 // later: what each admits, what it denies, and how long it tells a denied caller to wait.
 import {
-  type Policy,
   createLimiter,
   fixedWindow,
   gcra,
   leakyBucket,
+  type Policy,
   slidingLog,
   slidingWindow,
   tokenBucket,
@@ -34,11 +34,7 @@ for (const at of [0, 1000]) {
     for (let call = 0; call < 8; call++) {
       const d = limiter.limitSync('client-1');
       marks.push(
-        d.allowed
-          ? d.delayMs
-            ? `✓+${d.delayMs / 1000}s`
-            : '✓'
-          : `✗${d.reason === 'blocked' ? '(blocked)' : ''}`,
+        d.allowed ? (d.delayMs ? `✓+${d.delayMs / 1000}s` : '✓') : `✗${d.reason === 'blocked' ? '(blocked)' : ''}`,
       );
     }
     const last = limiter.checkSync('client-1');

@@ -4,6 +4,7 @@ export { encodeKey, HASH_KEYS_LONGER_THAN, MAX_KEY_LENGTH, storageKey } from './
 export {
   type CallOptions,
   createLimiter,
+  type FailurePolicy,
   type KeyOptions,
   Limiter,
   type LimiterOptions,

@@ -2,8 +2,10 @@ import { type Clock, systemClock } from '../clock.js';
 import { describeValue, FloodgateError, invalid, isFloodgateError } from '../errors.js';
 import { validateKey, validatePrefix } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
+import { decide } from '../model/decide.js';
 import { type Decision, toDecision } from '../model/decision.js';
 import { definePolicy, type Policy } from '../model/policy.js';
+import { emptyEvaluation } from '../model/types.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
 
@@ -20,7 +22,24 @@ export interface LimiterOptions {
    * servers with skewed clocks agree; other stores use the system clock. Set it to decide on your time.
    */
   clock?: Clock;
+  /**
+   * Longest wait for the store on one call, in ms; past it the call fails with `ERR_TIMEOUT` and the
+   * `failure` policy decides. Unset: no timer (the memory store never waits).
+   */
+  timeoutMs?: number;
+  /**
+   * What a call gets when the store fails or times out: `'throw'` rejects with the error, `'open'` admits
+   * as if the key were untouched, `'closed'` denies, `{ fallback }` asks another limiter (e.g. one on the
+   * memory store). Decisions made without the store say `reason: 'degraded'`. @default 'throw'
+   */
+  failure?: FailurePolicy;
 }
+
+/** See {@link LimiterOptions.failure}. */
+export type FailurePolicy = 'throw' | 'open' | 'closed' | { fallback: Limiter };
+
+/** How long a `'closed'` failure tells callers to wait. */
+const DEGRADED_RETRY_MS = 1000;
 
 /** Options of a single call. */
 export interface CallOptions {
@@ -63,6 +82,8 @@ export class Limiter {
   private readonly perCall = new WeakMap<object, readonly CompiledPolicy[]>();
   /** Names seen with their state layout: a name reused for another algorithm would corrupt state. */
   private readonly kinds = new Map<string, number>();
+  private readonly timeoutMs: number | undefined;
+  private readonly failure: FailurePolicy;
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -80,6 +101,14 @@ export class Limiter {
       throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
     }
     this.clock = clock ?? (store.hasOwnClock ? undefined : systemClock);
+    if (
+      options.timeoutMs !== undefined &&
+      (typeof options.timeoutMs !== 'number' || !(options.timeoutMs > 0) || !Number.isFinite(options.timeoutMs))
+    ) {
+      throw invalid('ERR_INVALID_OPTION', 'timeoutMs', options.timeoutMs, 'a finite number of milliseconds above 0');
+    }
+    this.timeoutMs = options.timeoutMs;
+    this.failure = validateFailure(options.failure);
     this.policies = options.policies === undefined ? [] : normalizePolicies(options.policies, 'policies');
     this.compiled = this.register(this.policies);
   }
@@ -168,11 +197,79 @@ export class Limiter {
     const request = this.request(key, options, commit);
     let result: StoreResult;
     try {
-      result = await this.store.decide(request);
+      result = await this.callStore(request);
     } catch (error) {
-      throw storeError(this.store, error);
+      return this.degrade(request, options, storeError(this.store, error));
     }
     return toDecision(request.policies, result.evaluations, result.allowed);
+  }
+
+  /** One store call, bounded by `timeoutMs` when set. */
+  private callStore(request: StoreRequest): Promise<StoreResult> {
+    const pending = this.store.decide(request);
+    const timeoutMs = this.timeoutMs;
+    if (timeoutMs === undefined) return pending;
+    return new Promise<StoreResult>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        reject(
+          new FloodgateError('ERR_TIMEOUT', `the ${this.store.name} store did not answer within ${timeoutMs} ms`, {
+            option: 'timeoutMs',
+          }),
+        );
+      }, timeoutMs);
+      pending.then(
+        (result) => {
+          clearTimeout(timer);
+          resolve(result);
+        },
+        (error: unknown) => {
+          clearTimeout(timer);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  /** A decision made without the store, as the `failure` option says. */
+  private async degrade(
+    request: StoreRequest,
+    options: CallOptions | undefined,
+    error: FloodgateError,
+  ): Promise<Decision> {
+    const failure = this.failure;
+    if (failure === 'throw') throw error;
+    if (typeof failure === 'object') {
+      const fallbackOptions: CallOptions = {
+        ...options,
+        cost: request.cost,
+        policies: request.policies.map((c) => c.policy),
+      };
+      const decision = request.commit
+        ? await failure.fallback.limit(request.key, fallbackOptions)
+        : await failure.fallback.check(request.key, fallbackOptions);
+      return { ...decision, reason: 'degraded' };
+    }
+    // Judge the call against an untouched key: a cost that can never fit is still refused as such.
+    const evaluations = request.policies.map(() => emptyEvaluation());
+    const nowUs = request.nowUs ?? systemClock.nowUs();
+    const allowed = decide(request.policies, [], nowUs, request.cost, { commit: false }, evaluations);
+    const decision = toDecision(request.policies, evaluations, allowed);
+    if (decision.reason === 'exceeds-capacity') return decision;
+    if (failure === 'open') return { ...decision, allowed: true, reason: 'degraded' };
+    return {
+      ...decision,
+      allowed: false,
+      remaining: 0,
+      retryAfterMs: DEGRADED_RETRY_MS,
+      reason: 'degraded',
+      policies: decision.policies.map((p) => ({
+        ...p,
+        allowed: false,
+        remaining: 0,
+        retryAfterMs: DEGRADED_RETRY_MS,
+        reason: 'degraded',
+      })),
+    };
   }
 
   private runSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
@@ -221,6 +318,19 @@ export class Limiter {
     }
     return Object.freeze(compiled);
   }
+}
+
+function validateFailure(failure: unknown): FailurePolicy {
+  if (failure === undefined) return 'throw';
+  if (failure === 'throw' || failure === 'open' || failure === 'closed') return failure;
+  if (
+    typeof failure === 'object' &&
+    failure !== null &&
+    (failure as { fallback?: unknown }).fallback instanceof Limiter
+  ) {
+    return failure as { fallback: Limiter };
+  }
+  throw invalid('ERR_INVALID_OPTION', 'failure', failure, "'throw', 'open', 'closed' or { fallback: <limiter> }");
 }
 
 function statusOptions(options: KeyOptions | undefined): CallOptions {
