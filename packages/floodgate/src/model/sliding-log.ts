@@ -25,7 +25,9 @@ export function evaluateSlidingLog(
   const length = s === undefined ? 0 : s.length;
   let sum = 0;
   for (let i = first + 1; i < length; i += 2) sum += (s as State)[i] as number;
-  const last = length > first ? ((s as State)[length - 2] as number) : -1;
+  // The gap is measured from the newest event even when it has left the window (gap longer than window).
+  const last = length > 1 ? ((s as State)[length - 2] as number) : -1;
+  const hold = minGap > window ? minGap : window;
   const gapWait = minGap > 0 && cost > 0 && last >= 0 && nowUs - last < minGap ? last + minGap - nowUs : 0;
   out.delayUs = 0;
   if (sum + cost <= limit && gapWait === 0) {
@@ -33,14 +35,14 @@ export function evaluateSlidingLog(
     out.reason = 'ok';
     out.remaining = clampRemaining(limit - (sum + cost), limit);
     out.retryAfterUs = 0;
-    out.resetAfterUs = cost > 0 ? window : last >= 0 ? last + window - nowUs : 0;
+    out.resetAfterUs = cost > 0 ? hold : untilUntouched(last, hold, nowUs);
     out.next = cost === 0 ? undefined : append(s, first, nowUs, cost);
   } else {
     out.allowed = false;
     out.reason = 'limit';
     out.remaining = clampRemaining(limit - sum, limit);
     out.retryAfterUs = Math.max(gapWait, sumWait(s, first, sum, cost, limit, window, nowUs));
-    out.resetAfterUs = last >= 0 ? last + window - nowUs : 0;
+    out.resetAfterUs = untilUntouched(last, hold, nowUs);
     out.next = undefined;
   }
 }
@@ -58,6 +60,11 @@ export function logDeniedAttempt(c: CompiledPolicy, s: State | undefined, nowUs:
     sum += appended[keepFrom + 1] as number;
   }
   return keepFrom <= 1 ? appended : [appended[0] as number, ...appended.slice(keepFrom)];
+}
+
+/** µs until the newest event stops mattering: it has left the window and the gap after it has passed. */
+function untilUntouched(last: number, hold: number, nowUs: number): number {
+  return last >= 0 && last + hold > nowUs ? last + hold - nowUs : 0;
 }
 
 /** Index of the first live entry's time (entries start at 1). */
