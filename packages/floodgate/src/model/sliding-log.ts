@@ -27,7 +27,7 @@ export function evaluateSlidingLog(
   for (let i = first + 1; i < length; i += 2) sum += (s as State)[i] as number;
   // The gap is measured from the newest event even when it has left the window (gap longer than window).
   const last = length > 1 ? ((s as State)[length - 2] as number) : -1;
-  const hold = minGap > window ? minGap : window;
+  const hold = Math.max(minGap, window);
   const gapWait = minGap > 0 && cost > 0 && last >= 0 && nowUs - last < minGap ? last + minGap - nowUs : 0;
   out.delayUs = 0;
   if (sum + cost <= limit && gapWait === 0) {
