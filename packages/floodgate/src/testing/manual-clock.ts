@@ -32,6 +32,15 @@ export interface ManualClock extends Clock {
  * ```
  */
 export function manualClock(options: { startMs?: number } = {}): ManualClock {
+  if (typeof options !== 'object' || options === null) {
+    throw new FloodgateError(
+      'ERR_INVALID_OPTION',
+      `manualClock options must be an object, got ${describeValue(options)}`,
+      {
+        option: 'options',
+      },
+    );
+  }
   const startMs = options.startMs ?? Date.UTC(2030, 0, 1);
   if (typeof startMs !== 'number' || !Number.isFinite(startMs) || startMs < 0) {
     throw new FloodgateError(

@@ -26,6 +26,8 @@ export interface MemoryStore extends SyncStore {
   readonly sweeps: number;
   /** Forgets every key. */
   clear(): void;
+  /** Forgets every key; the store stays usable. */
+  close(): Promise<void>;
 }
 
 /** Length of the fixed-size states, by kind (the sliding log varies and lives in a LogTable). */
