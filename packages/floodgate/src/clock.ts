@@ -11,11 +11,13 @@ export interface Clock {
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
 }
 
-const origin = performance.timeOrigin;
+// `performance` is a lazy getter on the global object: keep the object itself.
+const perf = performance;
+const origin = perf.timeOrigin;
 
 /** Wall-clock time with microsecond resolution (monotonic within the process). */
 export const systemClock: Clock = {
-  nowUs: () => Math.round((origin + performance.now()) * 1000),
+  nowUs: () => Math.round((origin + perf.now()) * 1000),
   sleep: (ms, signal) =>
     new Promise<void>((resolve, reject) => {
       if (signal?.aborted) {

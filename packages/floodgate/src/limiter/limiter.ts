@@ -96,6 +96,7 @@ export class Limiter {
     this.store = store;
     this.syncStore = isSyncStore(store) ? store : undefined;
     this.prefix = validatePrefix(options.prefix ?? 'floodgate');
+    this.reusable.prefix = this.prefix;
     const clock = options.clock;
     if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function')) {
       throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
@@ -115,17 +116,25 @@ export class Limiter {
 
   /** Decides a call and consumes its cost when admitted. */
   limit(key: string, options?: CallOptions): Promise<Decision> {
-    return this.run(key, options, true);
+    return this.syncStore === undefined ? this.run(key, options, true) : this.settle(key, options, true);
   }
 
   /** Decides a call as `limit` would, changing nothing. */
   check(key: string, options?: CallOptions): Promise<Decision> {
-    return this.run(key, options, false);
+    return this.syncStore === undefined ? this.run(key, options, false) : this.settle(key, options, false);
   }
 
   /** Reports every policy's state for the key (a cost-0 check); changes nothing. */
   status(key: string, options?: KeyOptions): Promise<Decision> {
-    return this.run(key, statusOptions(options), false);
+    try {
+      return this.limitOrCheck(key, statusOptions(options), false);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  private limitOrCheck(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
+    return this.syncStore === undefined ? this.run(key, options, commit) : this.settle(key, options, commit);
   }
 
   /** Forgets the key under the limiter's (or the given) policies. */
@@ -182,16 +191,30 @@ export class Limiter {
         { option: 'policies' },
       );
     }
-    return {
-      prefix: this.prefix,
-      key,
-      policies,
-      cost,
-      commit,
-      nowUs: this.clock?.nowUs(),
-      maxDelayUs,
-    };
+    const nowUs = this.clock?.nowUs();
+    if (this.syncStore !== undefined) {
+      // A synchronous store is done with the request before the call returns: reuse one object.
+      const reused = this.reusable;
+      reused.key = key;
+      reused.policies = policies;
+      reused.cost = cost;
+      reused.commit = commit;
+      reused.nowUs = nowUs;
+      reused.maxDelayUs = maxDelayUs;
+      return reused;
+    }
+    return { prefix: this.prefix, key, policies, cost, commit, nowUs, maxDelayUs };
   }
+
+  private readonly reusable: { -readonly [K in keyof StoreRequest]: StoreRequest[K] } = {
+    prefix: '',
+    key: '',
+    policies: [],
+    cost: 1,
+    commit: true,
+    nowUs: undefined,
+    maxDelayUs: 0,
+  };
 
   private async run(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
     const request = this.request(key, options, commit);
@@ -237,7 +260,6 @@ export class Limiter {
     error: FloodgateError,
   ): Promise<Decision> {
     const failure = this.failure;
-    if (failure === 'throw') throw error;
     if (typeof failure === 'object') {
       const fallbackOptions: CallOptions = {
         ...options,
@@ -249,6 +271,13 @@ export class Limiter {
         : await failure.fallback.check(request.key, fallbackOptions);
       return { ...decision, reason: 'degraded' };
     }
+    return this.degradeLocally(request, error);
+  }
+
+  /** `'open'` and `'closed'` need no I/O: a decision about an untouched key, marked degraded. */
+  private degradeLocally(request: StoreRequest, error: FloodgateError): Decision {
+    const failure = this.failure;
+    if (failure === 'throw' || typeof failure === 'object') throw error;
     // Judge the call against an untouched key: a cost that can never fit is still refused as such.
     const evaluations = request.policies.map(() => emptyEvaluation());
     const nowUs = request.nowUs ?? systemClock.nowUs();
@@ -272,10 +301,34 @@ export class Limiter {
     };
   }
 
+  /** The promise methods over a synchronous store: no async machinery, the same failure handling. */
+  private settle(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
+    let request: StoreRequest;
+    try {
+      request = this.request(key, options, commit);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    let result: StoreResult;
+    try {
+      result = (this.syncStore as SyncStore).decideSync(request);
+    } catch (error) {
+      return this.degrade({ ...request }, options, storeError(this.store, error));
+    }
+    return Promise.resolve(toDecision(request.policies, result.evaluations, result.allowed));
+  }
+
   private runSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
     const store = this.requireSync(commit ? 'limitSync' : 'checkSync');
     const request = this.request(key, options, commit);
-    const result = store.decideSync(request);
+    let result: StoreResult;
+    try {
+      result = store.decideSync(request);
+    } catch (error) {
+      const failure = storeError(this.store, error);
+      if (typeof this.failure === 'object') throw failure;
+      return this.degradeLocally(request, failure);
+    }
     return toDecision(request.policies, result.evaluations, result.allowed);
   }
 

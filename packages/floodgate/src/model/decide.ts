@@ -13,23 +13,6 @@ import { evaluateSlidingWindow } from './sliding-window.js';
 import { evaluateTokenInterval } from './token-bucket.js';
 import { type Evaluation, emptyEvaluation, type State } from './types.js';
 
-type Evaluate = (
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  maxDelayUs: number,
-  out: Evaluation,
-) => void;
-
-const EVALUATORS: Record<number, Evaluate> = {
-  [KIND_METER]: evaluateMeter,
-  [KIND_TOKEN_INTERVAL]: evaluateTokenInterval,
-  [KIND_FIXED_WINDOW]: evaluateFixedWindow,
-  [KIND_SLIDING_WINDOW]: evaluateSlidingWindow,
-  [KIND_SLIDING_LOG]: evaluateSlidingLog,
-};
-
 /** Length of a state with no history: the penalty slot plus the algorithm's fields, all zero. */
 const EMPTY_LENGTH: Record<number, number> = {
   [KIND_METER]: 2,
@@ -53,10 +36,9 @@ export function evaluatePolicy(
   maxDelayUs: number,
   out: Evaluation,
 ): void {
-  const evaluate = EVALUATORS[c.kind] as Evaluate;
   if (c.kind === KIND_METER ? meterCharge(cost, c.a) > c.b : cost > c.limit) {
     // Can never fit: report the key as it stands and change nothing.
-    evaluate(c, s, nowUs, 0, 0, out);
+    run(c, s, nowUs, 0, 0, out);
     out.allowed = false;
     out.reason = 'exceeds-capacity';
     out.retryAfterUs = Number.POSITIVE_INFINITY;
@@ -66,7 +48,7 @@ export function evaluatePolicy(
   }
   const blockedUntil = s === undefined ? 0 : (s[0] as number);
   if (blockedUntil > nowUs) {
-    evaluate(c, s, nowUs, 0, 0, out);
+    run(c, s, nowUs, 0, 0, out);
     const left = blockedUntil - nowUs;
     out.allowed = false;
     out.reason = 'blocked';
@@ -77,7 +59,35 @@ export function evaluatePolicy(
     out.next = undefined;
     return;
   }
-  evaluate(c, s, nowUs, cost, maxDelayUs, out);
+  run(c, s, nowUs, cost, maxDelayUs, out);
+}
+
+/** Dispatches to the policy's algorithm (a switch: this is the hot path of every store). */
+function run(
+  c: CompiledPolicy,
+  s: State | undefined,
+  nowUs: number,
+  cost: number,
+  maxDelayUs: number,
+  out: Evaluation,
+): void {
+  switch (c.kind) {
+    case KIND_METER:
+      evaluateMeter(c, s, nowUs, cost, maxDelayUs, out);
+      return;
+    case KIND_TOKEN_INTERVAL:
+      evaluateTokenInterval(c, s, nowUs, cost, maxDelayUs, out);
+      return;
+    case KIND_FIXED_WINDOW:
+      evaluateFixedWindow(c, s, nowUs, cost, maxDelayUs, out);
+      return;
+    case KIND_SLIDING_WINDOW:
+      evaluateSlidingWindow(c, s, nowUs, cost, maxDelayUs, out);
+      return;
+    case KIND_SLIDING_LOG:
+      evaluateSlidingLog(c, s, nowUs, cost, maxDelayUs, out);
+      return;
+  }
 }
 
 /**

@@ -68,6 +68,22 @@ export function toDecision(
   evaluations: readonly Evaluation[],
   allowed: boolean,
 ): Decision {
+  if (policies.length === 1) {
+    // One policy, the common case: the decision is that policy's.
+    const part = toPolicyDecision(policies[0] as CompiledPolicy, evaluations[0] as Evaluation);
+    const decision: Decision = {
+      allowed,
+      limit: part.limit,
+      remaining: part.remaining,
+      retryAfterMs: part.retryAfterMs,
+      resetAfterMs: part.resetAfterMs,
+      policy: part.policy,
+      policies: [part],
+    };
+    if (part.delayMs !== undefined) decision.delayMs = part.delayMs;
+    if (part.reason !== undefined) decision.reason = part.reason;
+    return decision;
+  }
   const parts = new Array<PolicyDecision>(policies.length);
   let binding = 0;
   let remaining = Number.POSITIVE_INFINITY;

@@ -1,5 +1,5 @@
 import type { CompiledPolicy } from './compile.js';
-import { clampRemaining, type Evaluation, type State } from './types.js';
+import { clampRemaining, type Evaluation, nextState3, type State } from './types.js';
 
 /**
  * Fixed window: at most `limit` per window. Clock-aligned windows start at multiples of the window
@@ -35,7 +35,7 @@ export function evaluateFixedWindow(
     out.remaining = clampRemaining(limit - after, limit);
     out.retryAfterUs = 0;
     out.resetAfterUs = after > 0 ? start + window - nowUs : 0;
-    out.next = cost === 0 ? undefined : [0, start, after];
+    out.next = cost === 0 ? undefined : nextState3(out, 0, start, after);
   } else {
     out.allowed = false;
     out.reason = 'limit';

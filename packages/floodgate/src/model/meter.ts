@@ -1,5 +1,5 @@
 import type { CompiledPolicy } from './compile.js';
-import { clampRemaining, type Evaluation, type State } from './types.js';
+import { clampRemaining, type Evaluation, nextState2, type State } from './types.js';
 
 /**
  * GCRA, the continuous token bucket and the drip-free leaky bucket are one machine, kept as a single
@@ -40,7 +40,7 @@ export function evaluateMeter(
     out.retryAfterUs = 0;
     out.resetAfterUs = owed;
     out.delayUs = queue ? owedBefore : owed > tau ? owed - tau : 0;
-    out.next = cost === 0 ? undefined : [0, newTat];
+    out.next = cost === 0 ? undefined : nextState2(out, 0, newTat);
   } else {
     out.allowed = false;
     out.reason = 'limit';

@@ -1,5 +1,5 @@
 import type { CompiledPolicy } from './compile.js';
-import { clampRemaining, type Evaluation, type State } from './types.js';
+import { clampRemaining, type Evaluation, nextState4, type State } from './types.js';
 
 /**
  * Sliding-window counter: clock-aligned windows, where the previous window's count is weighted by
@@ -37,7 +37,7 @@ export function evaluateSlidingWindow(
     out.remaining = clampRemaining(limit - (estimate + cost), limit);
     out.retryAfterUs = 0;
     out.resetAfterUs = after > 0 ? start + 2 * window - nowUs : previous > 0 ? start + window - nowUs : 0;
-    out.next = cost === 0 ? undefined : [0, start, after, previous];
+    out.next = cost === 0 ? undefined : nextState4(out, 0, start, after, previous);
   } else {
     out.allowed = false;
     out.reason = 'limit';

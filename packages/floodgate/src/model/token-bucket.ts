@@ -1,5 +1,5 @@
 import type { CompiledPolicy } from './compile.js';
-import { clampRemaining, type Evaluation, type State } from './types.js';
+import { clampRemaining, type Evaluation, nextState3, type State } from './types.js';
 
 /**
  * Token bucket with interval refill: the bucket starts full and `refillAmount` tokens come back at each
@@ -41,7 +41,7 @@ export function evaluateTokenInterval(
     out.remaining = clampRemaining(capacity - after, capacity);
     out.retryAfterUs = 0;
     out.resetAfterUs = after > 0 ? anchor + Math.ceil(after / refill) * interval - nowUs : 0;
-    out.next = cost === 0 ? undefined : [0, after, anchor];
+    out.next = cost === 0 ? undefined : nextState3(out, 0, after, anchor);
   } else {
     out.allowed = false;
     out.reason = 'limit';

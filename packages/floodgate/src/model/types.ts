@@ -28,8 +28,13 @@ export interface Evaluation {
   resetAfterUs: number;
   /** Admitted, but proceed after this long (queue mode, reservations). */
   delayUs: number;
-  /** The state to store if this call is committed; undefined when nothing changes. */
+  /**
+   * The state to store if this call is committed; undefined when nothing changes. Fixed-size states are
+   * written into `buffer` and valid until `out` is evaluated again: a store that keeps the array copies it.
+   */
   next: State | undefined;
+  /** Reused room for fixed-size next states of 2, 3 and 4 numbers (keeps the hot path allocation-free). */
+  readonly buffers: readonly [number[], number[], number[]];
 }
 
 export function emptyEvaluation(): Evaluation {
@@ -41,7 +46,39 @@ export function emptyEvaluation(): Evaluation {
     resetAfterUs: 0,
     delayUs: 0,
     next: undefined,
+    buffers: [
+      [0, 0],
+      [0, 0, 0],
+      [0, 0, 0, 0],
+    ],
   };
+}
+
+/** A next state of two numbers, written into the evaluation's buffer. */
+export function nextState2(out: Evaluation, a: number, b: number): State {
+  const buffer = out.buffers[0];
+  buffer[0] = a;
+  buffer[1] = b;
+  return buffer;
+}
+
+/** A next state of three numbers, written into the evaluation's buffer. */
+export function nextState3(out: Evaluation, a: number, b: number, c: number): State {
+  const buffer = out.buffers[1];
+  buffer[0] = a;
+  buffer[1] = b;
+  buffer[2] = c;
+  return buffer;
+}
+
+/** A next state of four numbers, written into the evaluation's buffer. */
+export function nextState4(out: Evaluation, a: number, b: number, c: number, d: number): State {
+  const buffer = out.buffers[2];
+  buffer[0] = a;
+  buffer[1] = b;
+  buffer[2] = c;
+  buffer[3] = d;
+  return buffer;
 }
 
 /** Floors a remaining count into 0…limit. */

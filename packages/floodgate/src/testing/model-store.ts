@@ -2,7 +2,7 @@ import { FloodgateError } from '../errors.js';
 import { encodeKey, storageKey } from '../keys.js';
 import type { CompiledPolicy } from '../model/compile.js';
 import { decide } from '../model/decide.js';
-import type { State } from '../model/types.js';
+import { emptyEvaluation, type State } from '../model/types.js';
 import type { Store, StoreRequest, StoreResult } from '../stores/store.js';
 
 /**
@@ -22,19 +22,11 @@ export function modelStore(): Store & { readonly states: ReadonlyMap<string, Sta
       const key = encodeKey(request.key);
       const ids = request.policies.map((c) => storageKey(request.prefix, key, `${c.name}:${c.kind}`));
       const current = ids.map((id) => states.get(id));
-      const evaluations = request.policies.map(() => ({
-        allowed: true,
-        reason: 'ok' as const,
-        remaining: 0,
-        retryAfterUs: 0,
-        resetAfterUs: 0,
-        delayUs: 0,
-        next: undefined,
-      }));
+      const evaluations = request.policies.map(() => emptyEvaluation());
       const allowed = decide(request.policies, current, request.nowUs, request.cost, request, evaluations);
       if (request.commit) {
         evaluations.forEach((e, i) => {
-          if (e.next !== undefined) states.set(ids[i] as string, e.next);
+          if (e.next !== undefined) states.set(ids[i] as string, [...e.next]);
         });
       }
       return Promise.resolve({ allowed, evaluations });

@@ -1,6 +1,6 @@
 import { FloodgateError, invalid } from '../../errors.js';
 import { type CompiledPolicy, KIND_SLIDING_LOG } from '../../model/compile.js';
-import { decide } from '../../model/decide.js';
+import { decide, evaluatePolicy, settleDenied } from '../../model/decide.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
 import type { StoreRequest, StoreResult, SyncStore } from '../store.js';
 
@@ -55,9 +55,19 @@ class SlabTable {
     return this.index.size;
   }
 
+  /** The slot of the last key read, so the write that usually follows needs no second lookup. */
+  private lastKey: string | undefined;
+  private lastSlot: number | undefined;
+
+  has(key: string): boolean {
+    return this.index.has(key);
+  }
+
   /** The key's state, copied into a reused array (valid until the next read of this table). */
   read(key: string): State | undefined {
     const slot = this.index.get(key);
+    this.lastKey = key;
+    this.lastSlot = slot;
     if (slot === undefined) return undefined;
     const base = slot * this.stride + 1;
     const scratch = this.scratch;
@@ -67,7 +77,7 @@ class SlabTable {
 
   /** Stores a state; returns true when the key is new. */
   write(key: string, state: State, expiresAt: number): boolean {
-    let slot = this.index.get(key);
+    let slot = key === this.lastKey && this.lastSlot !== undefined ? this.lastSlot : this.index.get(key);
     const isNew = slot === undefined;
     if (slot === undefined) {
       slot = this.free.length > 0 ? (this.free.pop() as number) : this.top++;
@@ -85,16 +95,14 @@ class SlabTable {
     if (slot === undefined) return false;
     this.index.delete(key);
     this.free.push(slot);
+    this.lastKey = undefined;
     return true;
-  }
-
-  expiresAt(slot: number): number {
-    return this.slab[slot * this.stride] as number;
   }
 
   /** Calls `visit(key, expiresAt)` for every key; deletes the key when it returns true. */
   sweep(visit: (expiresAt: number) => boolean): number {
     let removed = 0;
+    this.lastKey = undefined;
     for (const [key, slot] of this.index) {
       if (visit(this.slab[slot * this.stride] as number)) {
         this.index.delete(key);
@@ -107,6 +115,7 @@ class SlabTable {
 
   clear(): void {
     this.index.clear();
+    this.lastKey = undefined;
     this.free.length = 0;
     this.top = 0;
     this.slab = new Float64Array(1024 * this.stride);
@@ -130,6 +139,10 @@ class LogTable {
 
   get size(): number {
     return this.index.size;
+  }
+
+  has(key: string): boolean {
+    return this.index.has(key);
   }
 
   read(key: string): State | undefined {
@@ -202,6 +215,7 @@ class MemoryStoreImpl implements MemoryStore {
   private readonly byPolicy = new Map<CompiledPolicy, { prefix: string; table: Table }>();
   private readonly states: (State | undefined)[] = [];
   private readonly scratch: Evaluation[] = [];
+  private readonly result: { allowed: boolean; evaluations: Evaluation[] } = { allowed: true, evaluations: [] };
 
   constructor(private readonly maxKeys: number) {}
 
@@ -211,8 +225,12 @@ class MemoryStoreImpl implements MemoryStore {
 
   decide(request: StoreRequest): Promise<StoreResult> {
     try {
+      // decideSync reuses its result and evaluations; the promise form hands out copies.
       const result = this.decideSync(request);
-      return Promise.resolve({ allowed: result.allowed, evaluations: result.evaluations.map((e) => ({ ...e })) });
+      return Promise.resolve({
+        allowed: result.allowed,
+        evaluations: result.evaluations.map((e) => ({ ...e, next: e.next && [...e.next] })),
+      });
     } catch (error) {
       return Promise.reject(error);
     }
@@ -220,38 +238,44 @@ class MemoryStoreImpl implements MemoryStore {
 
   /** The evaluations returned are reused by the next call: read them before deciding again. */
   decideSync(request: StoreRequest): StoreResult {
-    const { policies, nowUs } = request;
+    const { policies, nowUs, key, prefix } = request;
     if (nowUs === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
     }
     const n = policies.length;
-    const states = this.states;
     const evaluations = this.scratch;
     while (evaluations.length < n) evaluations.push(emptyEvaluation());
-    evaluations.length = n;
-    states.length = n;
-    for (let i = 0; i < n; i++) {
-      states[i] = this.table(request.prefix, policies[i] as CompiledPolicy).read(request.key);
+    if (n === 1) {
+      // One policy, the common case: no arrays to fill, one table.
+      const c = policies[0] as CompiledPolicy;
+      const table = this.table(prefix, c);
+      const out = evaluations[0] as Evaluation;
+      const state = table.read(key);
+      evaluatePolicy(c, state, nowUs, request.cost, request.maxDelayUs, out);
+      const allowed = out.allowed;
+      if (!allowed) settleDenied(c, state, nowUs, request.cost, request.commit, out);
+      if (request.commit && out.next !== undefined) this.store(table, key, out.next, nowUs + out.resetAfterUs, nowUs);
+      else if (!request.commit) out.next = undefined;
+      const result = this.result;
+      result.allowed = allowed;
+      result.evaluations = n === evaluations.length ? evaluations : evaluations.slice(0, n);
+      return result;
     }
-    // A table's read() reuses one array, so a call naming the same table twice would see one state:
-    // policies of one call have distinct names, and tables are per name.
-    const allowed = decide(policies, states, nowUs, request.cost, request, evaluations);
+    const states = this.states;
+    for (let i = 0; i < n; i++) states[i] = this.table(prefix, policies[i] as CompiledPolicy).read(key);
+    // A table's read() reuses one array per table; the policies of one call have distinct names, and
+    // tables are per name, so no two states of one call share an array.
+    const used = n === evaluations.length ? evaluations : evaluations.slice(0, n);
+    const allowed = decide(policies, states, nowUs, request.cost, request, used);
     if (request.commit) {
       for (let i = 0; i < n; i++) {
-        const out = evaluations[i] as Evaluation;
+        const out = used[i] as Evaluation;
         if (out.next !== undefined) {
-          this.store(
-            request.prefix,
-            policies[i] as CompiledPolicy,
-            request.key,
-            out.next,
-            nowUs + out.resetAfterUs,
-            nowUs,
-          );
+          this.store(this.table(prefix, policies[i] as CompiledPolicy), key, out.next, nowUs + out.resetAfterUs, nowUs);
         }
       }
     }
-    return { allowed, evaluations };
+    return { allowed, evaluations: used };
   }
 
   reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
@@ -275,7 +299,20 @@ class MemoryStoreImpl implements MemoryStore {
     return Promise.resolve();
   }
 
+  private lastPolicy: CompiledPolicy | undefined;
+  private lastPrefix = '';
+  private lastTable: Table | undefined;
+
   private table(prefix: string, c: CompiledPolicy): Table {
+    if (c === this.lastPolicy && prefix === this.lastPrefix) return this.lastTable as Table;
+    const table = this.findTable(prefix, c);
+    this.lastPolicy = c;
+    this.lastPrefix = prefix;
+    this.lastTable = table;
+    return table;
+  }
+
+  private findTable(prefix: string, c: CompiledPolicy): Table {
     const hit = this.byPolicy.get(c);
     if (hit !== undefined && hit.prefix === prefix) return hit.table;
     const id = `${prefix}\0${c.name}\0${c.kind}`;
@@ -288,9 +325,8 @@ class MemoryStoreImpl implements MemoryStore {
     return table;
   }
 
-  private store(prefix: string, c: CompiledPolicy, key: string, state: State, expiresAt: number, nowUs: number): void {
-    const table = this.table(prefix, c);
-    if (this.count >= this.maxKeys && table.read(key) === undefined) this.makeRoom(nowUs);
+  private store(table: Table, key: string, state: State, expiresAt: number, nowUs: number): void {
+    if (this.count >= this.maxKeys && !table.has(key)) this.makeRoom(nowUs);
     if (table.write(key, state, expiresAt)) this.count++;
   }
 
