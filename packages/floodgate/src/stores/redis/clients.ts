@@ -1,0 +1,77 @@
+import { invalid } from '../../errors.js';
+
+/**
+ * What the Redis store needs of a client: run a script by its SHA, or by its source, on the node that
+ * holds the keys. Build one with {@link fromIoredis} or {@link fromNodeRedis}, or implement it for
+ * another driver.
+ */
+export interface RedisScriptClient {
+  /** True for a Redis Cluster client: batched calls are then grouped per hash slot. */
+  readonly cluster: boolean;
+  /** `EVALSHA sha numkeys …keys …args`, routed by the first key; rejects with a `NOSCRIPT` error when the node lacks the script. */
+  evalsha(sha: string, keys: readonly string[], args: readonly string[]): Promise<unknown>;
+  /** `EVAL script numkeys …keys …args`, routed by the first key (also caches the script on that node). */
+  eval(script: string, keys: readonly string[], args: readonly string[]): Promise<unknown>;
+}
+
+/** The part of an ioredis `Redis` or `Cluster` client the store uses. */
+export interface IoredisClient {
+  readonly isCluster: boolean;
+  evalsha(...args: [sha1: string, numkeys: number, ...args: string[]]): Promise<unknown>;
+  eval(...args: [script: string, numkeys: number, ...args: string[]]): Promise<unknown>;
+}
+
+/** The part of a node-redis (v4 or later) client or cluster client the store uses. */
+export interface NodeRedisClient {
+  evalSha(sha1: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
+  eval(script: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
+}
+
+/**
+ * Adapts an ioredis client, single node (`new Redis()`) or cluster (`new Redis.Cluster([...])`).
+ *
+ * @example
+ * ```ts
+ * import { Redis } from 'ioredis';
+ * const store = redisStore({ client: fromIoredis(new Redis()) });
+ * ```
+ */
+export function fromIoredis(client: IoredisClient): RedisScriptClient {
+  if (typeof client !== 'object' || client === null || typeof client.evalsha !== 'function') {
+    throw invalid('ERR_INVALID_OPTION', 'fromIoredis(client)', client, 'an ioredis Redis or Cluster client');
+  }
+  return {
+    cluster: client.isCluster === true,
+    evalsha: (sha, keys, args) => client.evalsha(sha, keys.length, ...keys, ...args),
+    eval: (script, keys, args) => client.eval(script, keys.length, ...keys, ...args),
+  };
+}
+
+/**
+ * Adapts a node-redis client (`createClient()`) or cluster client (`createCluster()`), v4 or later.
+ * Connect it yourself (`await client.connect()`); the store never opens or closes your client.
+ *
+ * @example
+ * ```ts
+ * import { createClient } from 'redis';
+ * const client = await createClient().connect();
+ * const store = redisStore({ client: fromNodeRedis(client) });
+ * ```
+ */
+export function fromNodeRedis(client: NodeRedisClient): RedisScriptClient {
+  if (typeof client !== 'object' || client === null || typeof client.evalSha !== 'function') {
+    throw invalid('ERR_INVALID_OPTION', 'fromNodeRedis(client)', client, 'a node-redis client or cluster client');
+  }
+  // A cluster client is the one that maps slots to nodes.
+  const cluster = typeof (client as { getSlotMaster?: unknown }).getSlotMaster === 'function';
+  return {
+    cluster,
+    evalsha: (sha, keys, args) => client.evalSha(sha, { keys: [...keys], arguments: [...args] }),
+    eval: (script, keys, args) => client.eval(script, { keys: [...keys], arguments: [...args] }),
+  };
+}
+
+/** True for the error a node answers when it does not hold the script (after SCRIPT FLUSH, a restart, a failover). */
+export function isNoScriptError(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOSCRIPT');
+}

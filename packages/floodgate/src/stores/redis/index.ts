@@ -1,0 +1,11 @@
+export {
+  fromIoredis,
+  fromNodeRedis,
+  type IoredisClient,
+  isNoScriptError,
+  type NodeRedisClient,
+  type RedisScriptClient,
+} from './clients.js';
+export { type RedisStore, type RedisStoreOptions, redisStore } from './redis-store.js';
+export { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA } from './script.js';
+export { hashSlot } from './slot.js';

@@ -1,0 +1,88 @@
+/**
+ * Lua port of `evaluatePolicy`, `settleDenied` and `decide` (model/decide.ts): the penalty box, costs
+ * that can never fit, and several policies decided all-or-nothing. A denial consumes nothing; only the
+ * denial memories survive (a logged attempt under `countDenied`, the penalty box of `blockMs`).
+ */
+export const DECIDE_LUA = `
+local EVALUATORS = { meter, token_interval, fixed_window, sliding_window, sliding_log }
+
+local function evaluate_policy(c, s, now, cost, max_delay, out)
+  local evaluate = EVALUATORS[c.kind]
+  local impossible
+  if c.kind == KIND_METER then impossible = meter_charge(cost, c.a) > c.b else impossible = cost > c.limit end
+  if impossible then
+    -- Can never fit: report the key as it stands and change nothing.
+    evaluate(c, s, now, 0, 0, out)
+    out.allowed = false
+    out.reason = EXCEEDS
+    out.retry = INF
+    out.delay = 0
+    out.nxt = nil
+    return
+  end
+  local blocked_until = 0
+  if s then blocked_until = s[1] end
+  if blocked_until > now then
+    evaluate(c, s, now, 0, 0, out)
+    local left = blocked_until - now
+    out.allowed = false
+    out.reason = BLOCKED
+    out.remaining = 0
+    out.retry = left
+    out.reset = max(out.reset, left)
+    out.delay = 0
+    out.nxt = nil
+    return
+  end
+  evaluate(c, s, now, cost, max_delay, out)
+end
+
+local function report_as_allowed(c, s, now, out)
+  evaluate_policy(c, s, now, 0, 0, out)
+  out.allowed = true
+  out.reason = OK
+  out.retry = 0
+  out.delay = 0
+end
+
+local function settle_denied(c, s, now, cost, commit, out)
+  local allowed_here = out.allowed
+  if allowed_here then report_as_allowed(c, s, now, out) end
+  out.nxt = nil
+  if not commit or out.reason == EXCEEDS or out.reason == BLOCKED then return end
+  local nxt = s
+  if c.kind == KIND_SLIDING_LOG and c.c == 1 and cost > 0 then
+    nxt = log_denied_attempt(c, s, now, cost)
+    if allowed_here then report_as_allowed(c, nxt, now, out) else evaluate_policy(c, nxt, now, cost, 0, out) end
+    out.nxt = nxt
+  end
+  if c.block > 0 and out.reason == LIMIT then
+    local blocked = {}
+    if nxt == nil then
+      for i = 1, EMPTY_LENGTH[c.kind] do blocked[i] = 0 end
+    else
+      for i = 1, #nxt do blocked[i] = nxt[i] end
+    end
+    blocked[1] = now + c.block
+    out.nxt = blocked
+    out.remaining = 0
+    out.retry = c.block
+    out.reset = max(out.reset, c.block)
+  end
+end
+
+local function decide(policies, states, n, now, cost, commit, max_delay, outs)
+  local allowed = true
+  for i = 1, n do
+    local out = outs[i]
+    evaluate_policy(policies[i], states[i], now, cost, max_delay, out)
+    if not out.allowed then allowed = false end
+  end
+  if not allowed then
+    for i = 1, n do settle_denied(policies[i], states[i], now, cost, commit, outs[i]) end
+  elseif not commit then
+    for i = 1, n do outs[i].nxt = nil end
+  end
+  return allowed
+end
+`;

@@ -1,0 +1,50 @@
+/**
+ * Lua port of `evaluateMeter` (model/meter.ts): GCRA, the continuous token bucket and the leaky bucket
+ * (meter and queue mode), one TAT per key, everything in whole µs.
+ *
+ * `meter(c, s, now, cost, max_delay, out)`: `c` is the compiled policy (`limit`, `a` = T, `b` = τ,
+ * `c` = 1 for queue mode), `s` the state `{blockedUntil, tat}` or nil, `now` integer µs from the clock
+ * the caller chose (Redis TIME or the request's). Fills `out` like the model's `Evaluation`
+ * (`retry`, `reset`, `delay` in µs; `nxt` = the state to store, nil when nothing changes).
+ */
+export const METER_LUA = `
+local function meter_charge(cost, t)
+  return ceil(cost * t)
+end
+
+local function meter(c, s, now, cost, max_delay, out)
+  local t, tau = c.a, c.b
+  local tat = now
+  if s then tat = s[2] end
+  local base = max(tat, now)
+  local new_tat = base + meter_charge(cost, t)
+  local owed = new_tat - now
+  local owed_before = base - now
+  local queue = c.c == 1
+  local slack = max_delay
+  if queue then slack = 0 end
+  if owed - tau <= slack then
+    out.allowed = true
+    out.reason = OK
+    out.remaining = clamp_remaining((tau - owed) / t, c.limit)
+    out.retry = 0
+    out.reset = owed
+    if queue then
+      out.delay = owed_before
+    elseif owed > tau then
+      out.delay = owed - tau
+    else
+      out.delay = 0
+    end
+    if cost == 0 then out.nxt = nil else out.nxt = { 0, new_tat } end
+  else
+    out.allowed = false
+    out.reason = LIMIT
+    out.remaining = clamp_remaining((tau - owed_before) / t, c.limit)
+    out.retry = owed - tau - slack
+    out.reset = owed_before
+    out.delay = 0
+    out.nxt = nil
+  end
+end
+`;

@@ -1,0 +1,85 @@
+/**
+ * Lua shared by every algorithm: locals, the reason codes, `clampRemaining` and the state codec.
+ *
+ * Numbers: Lua 5.1 numbers are IEEE doubles like JavaScript's, so the same operations in the same order
+ * give the same bits. Two traps are avoided on purpose: `tostring` and `..` print only 14 significant
+ * digits (an epoch µs has 16), so numbers are written with `%.17g`, which round-trips every double; and
+ * `a % b` is `a - floor(a/b)*b` in Lua 5.1, so the model's `%` is ported as `math.fmod`.
+ *
+ * State codec (the model's `State`, index 0 = end of a penalty block, stored as one string per key):
+ * `<tag>[!<blockedUntil> ]<field> <field> …` with the tag '' for the meter, 'i' token bucket interval,
+ * 'f' fixed window, 's' sliding-window counter, 'l' sliding log. A meter key that is not blocked is one
+ * plain integer (its TAT), which Redis keeps as an integer object: as small as a bare `SET key <n>`.
+ * A value that does not parse for the policy's algorithm (the name was reused for another one) reads as
+ * an untouched key, and the next write replaces it.
+ */
+export const PRELUDE_LUA = `
+local floor, ceil, max, fmod = math.floor, math.ceil, math.max, math.fmod
+local tonumber, format, sub, byte, gmatch, concat = tonumber, string.format, string.sub, string.byte, string.gmatch, table.concat
+local INF = math.huge
+local OK, LIMIT, BLOCKED, EXCEEDS = 0, 1, 2, 3
+local KIND_METER, KIND_TOKEN_INTERVAL, KIND_FIXED_WINDOW, KIND_SLIDING_WINDOW, KIND_SLIDING_LOG = 1, 2, 3, 4, 5
+local TAGS = { '', 'i', 'f', 's', 'l' }
+-- Length of a state with no history (model: EMPTY_LENGTH in decide.ts); the sliding log's varies.
+local EMPTY_LENGTH = { 2, 3, 3, 4, 1 }
+
+-- model/types.ts clampRemaining
+local function clamp_remaining(value, limit)
+  local floored = floor(value)
+  if floored < 0 then return 0 end
+  if floored > limit then return floor(limit) end
+  return floored
+end
+
+local function num(x)
+  return format('%.17g', x)
+end
+
+-- Reads a stored value into the model's state layout (Lua index = model index + 1); nil when absent or
+-- written by another algorithm.
+local function decode(kind, value)
+  if not value then return nil end
+  local body = value
+  if kind == KIND_METER then
+    if byte(value, 1) ~= 33 then
+      local tat = tonumber(value)
+      if tat == nil then return nil end
+      return { 0, tat }
+    end
+  else
+    if sub(value, 1, 1) ~= TAGS[kind] then return nil end
+    body = sub(value, 2)
+  end
+  local s, n = {}, 0
+  if byte(body, 1) == 33 then
+    body = sub(body, 2)
+  else
+    n = 1
+    s[1] = 0
+  end
+  for word in gmatch(body, '%S+') do
+    local x = tonumber(word)
+    if x == nil then return nil end
+    n = n + 1
+    s[n] = x
+  end
+  if kind == KIND_SLIDING_LOG then
+    if n % 2 ~= 1 then return nil end
+  elseif n ~= EMPTY_LENGTH[kind] then
+    return nil
+  end
+  return s
+end
+
+local function encode(kind, s)
+  if kind == KIND_METER and s[1] == 0 then return num(s[2]) end
+  local n = #s
+  local parts = {}
+  local first = 2
+  if s[1] ~= 0 then first = 1 end
+  for i = first, n do parts[#parts + 1] = num(s[i]) end
+  local value = concat(parts, ' ')
+  if s[1] ~= 0 then value = '!' .. value end
+  return TAGS[kind] .. value
+end
+`;

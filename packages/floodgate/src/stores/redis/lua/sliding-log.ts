@@ -1,0 +1,98 @@
+/**
+ * Lua port of `evaluateSlidingLog`, `logDeniedAttempt` and their helpers (model/sliding-log.ts): the exact
+ * log of charged events, `(time, cost)` pairs oldest first. State `{blockedUntil, t1, cost1, t2, cost2, …}`:
+ * with Lua's 1-based arrays an entry's time sits at an even index and its cost right after it. Sums run
+ * oldest first, as in the model, so fractional costs round identically.
+ */
+export const SLIDING_LOG_LUA = `
+-- Index of the first live entry's time (entries start at 2).
+local function first_live(s, cutoff)
+  if not s then return 2 end
+  local i, n = 2, #s
+  while i <= n and s[i] <= cutoff do i = i + 2 end
+  return i
+end
+
+-- A new log: live entries, then the event; an event at the same µs as the newest one is merged.
+local function log_append(s, first, now, cost)
+  local nxt = { 0 }
+  local m = 1
+  if s then
+    for i = first, #s do
+      m = m + 1
+      nxt[m] = s[i]
+    end
+  end
+  if m > 1 and nxt[m - 1] == now then
+    nxt[m] = nxt[m] + cost
+  else
+    nxt[m + 1] = now
+    nxt[m + 2] = cost
+  end
+  return nxt
+end
+
+local function sum_wait(s, first, sum, cost, limit, window, now)
+  if sum + cost <= limit or not s then return 0 end
+  local left = sum
+  local n = #s
+  for i = first, n - 1, 2 do
+    left = left - s[i + 1]
+    if left + cost <= limit then return s[i] + window - now end
+  end
+  return s[n - 1] + window - now
+end
+
+local function sliding_log(c, s, now, cost, _, out)
+  local limit, window, min_gap = c.limit, c.a, c.b
+  local first = first_live(s, now - window)
+  local n = 0
+  if s then n = #s end
+  local sum = 0
+  for i = first + 1, n, 2 do sum = sum + s[i] end
+  local last = -1
+  if n >= first then last = s[n - 1] end
+  local gap_wait = 0
+  if min_gap > 0 and cost > 0 and last >= 0 and now - last < min_gap then gap_wait = last + min_gap - now end
+  out.delay = 0
+  if sum + cost <= limit and gap_wait == 0 then
+    out.allowed = true
+    out.reason = OK
+    out.remaining = clamp_remaining(limit - (sum + cost), limit)
+    out.retry = 0
+    if cost > 0 then
+      out.reset = window
+    elseif last >= 0 then
+      out.reset = last + window - now
+    else
+      out.reset = 0
+    end
+    if cost == 0 then out.nxt = nil else out.nxt = log_append(s, first, now, cost) end
+  else
+    out.allowed = false
+    out.reason = LIMIT
+    out.remaining = clamp_remaining(limit - sum, limit)
+    out.retry = max(gap_wait, sum_wait(s, first, sum, cost, limit, window, now))
+    if last >= 0 then out.reset = last + window - now else out.reset = 0 end
+    out.nxt = nil
+  end
+end
+
+-- The state after a denied attempt is logged (countDenied): the attempt is appended, then only the
+-- shortest run of newest events whose costs reach the limit is kept.
+local function log_denied_attempt(c, s, now, cost)
+  local appended = log_append(s, first_live(s, now - c.a), now, cost)
+  local n = #appended
+  local sum = 0
+  -- keep_from is the model's (0-based) index; appended[keep_from + 1] is its entry here.
+  local keep_from = n
+  while keep_from > 1 and sum < c.limit do
+    keep_from = keep_from - 2
+    sum = sum + appended[keep_from + 2]
+  end
+  if keep_from <= 1 then return appended end
+  local kept = { appended[1] }
+  for i = keep_from + 1, n do kept[#kept + 1] = appended[i] end
+  return kept
+end
+`;

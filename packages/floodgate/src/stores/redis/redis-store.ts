@@ -1,0 +1,289 @@
+import { describeValue, FloodgateError, invalid } from '../../errors.js';
+import { encodeKey, storageKey } from '../../keys.js';
+import type { CompiledPolicy } from '../../model/compile.js';
+import type { Evaluation, Reason } from '../../model/types.js';
+import type { Store, StoreRequest, StoreResult } from '../store.js';
+import { isNoScriptError, type RedisScriptClient } from './clients.js';
+import { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA } from './script.js';
+import { hashSlot } from './slot.js';
+
+/** Options of {@link redisStore}. */
+export interface RedisStoreOptions {
+  /** The client, through an adapter: `fromIoredis(client)` or `fromNodeRedis(client)`. */
+  client: RedisScriptClient;
+  /**
+   * Script calls in flight at once per server (per hash slot on a cluster). Calls that arrive while
+   * that many are in flight wait and go together in the next script call. @default 1
+   */
+  maxInFlight?: number;
+  /** Most calls decided in one script call. @default 512 */
+  maxBatchSize?: number;
+}
+
+/** The Redis and Redis Cluster store. */
+export interface RedisStore extends Store {
+  readonly name: 'redis';
+  readonly hasOwnClock: true;
+  /** The client the store was given. */
+  readonly client: RedisScriptClient;
+  /** Stops taking calls and resolves once the calls in flight are answered. The client stays open. */
+  close(): Promise<void>;
+}
+
+/**
+ * A store on Redis or Redis Cluster. Each decision is one atomic Lua script run (all policies of the call
+ * together); calls that arrive while a script call is in flight are decided together in the next one.
+ * Uses Redis `TIME` unless the limiter has a `clock`.
+ *
+ * @example
+ * ```ts
+ * import { Redis } from 'ioredis';
+ * import { createLimiter, gcra } from 'floodgate';
+ * import { fromIoredis, redisStore } from 'floodgate/redis';
+ *
+ * const limiter = createLimiter({
+ *   store: redisStore({ client: fromIoredis(new Redis()) }),
+ *   policies: [gcra({ limit: 100, periodMs: 60_000 })],
+ * });
+ * ```
+ */
+export function redisStore(options: RedisStoreOptions): RedisStore {
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('ERR_INVALID_OPTION', 'redisStore options', options, 'an object');
+  }
+  const client = options.client;
+  if (
+    typeof client !== 'object' ||
+    client === null ||
+    typeof client.evalsha !== 'function' ||
+    typeof client.eval !== 'function' ||
+    typeof client.cluster !== 'boolean'
+  ) {
+    throw new FloodgateError(
+      'ERR_INVALID_OPTION',
+      `client must be wrapped by an adapter: fromIoredis(client) or fromNodeRedis(client), got ${describeValue(client)}`,
+      { option: 'client' },
+    );
+  }
+  const maxInFlight = options.maxInFlight ?? 1;
+  if (!Number.isSafeInteger(maxInFlight) || maxInFlight < 1 || maxInFlight > 1024) {
+    throw invalid('ERR_INVALID_OPTION', 'maxInFlight', options.maxInFlight, 'an integer from 1 to 1024');
+  }
+  const maxBatchSize = options.maxBatchSize ?? 512;
+  if (!Number.isSafeInteger(maxBatchSize) || maxBatchSize < 1 || maxBatchSize > 10_000) {
+    throw invalid('ERR_INVALID_OPTION', 'maxBatchSize', options.maxBatchSize, 'an integer from 1 to 10000');
+  }
+  return new RedisStoreImpl(client, maxInFlight, maxBatchSize);
+}
+
+const OP_CHECK = '0';
+const OP_LIMIT = '1';
+const OP_RESET = '2';
+const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
+
+/** One call waiting for, or riding in, a script call. */
+interface Call {
+  readonly op: string;
+  readonly prefix: string;
+  readonly encoded: string;
+  readonly policies: readonly CompiledPolicy[];
+  readonly cost: number;
+  readonly nowUs: number | undefined;
+  readonly maxDelayUs: number;
+  readonly resolve: (result: StoreResult | undefined) => void;
+  readonly reject: (error: unknown) => void;
+}
+
+/** Calls bound for one server (or one cluster slot): at most `maxInFlight` script calls at a time. */
+interface Lane {
+  inFlight: number;
+  queue: Call[];
+}
+
+/** A compiled policy's six script arguments, computed once per policy. */
+const policyArgs = new WeakMap<CompiledPolicy, readonly string[]>();
+function argsOf(c: CompiledPolicy): readonly string[] {
+  let args = policyArgs.get(c);
+  if (args === undefined) {
+    args = [String(c.kind), String(c.limit), String(c.blockUs), String(c.a), String(c.b), String(c.c)];
+    policyArgs.set(c, args);
+  }
+  return args;
+}
+
+class RedisStoreImpl implements RedisStore {
+  readonly name = 'redis' as const;
+  readonly hasOwnClock = true as const;
+  private readonly lanes = new Map<number, Lane>();
+  private closed = false;
+  private idle: (() => void) | undefined;
+  private pending = 0;
+
+  constructor(
+    readonly client: RedisScriptClient,
+    private readonly maxInFlight: number,
+    private readonly maxBatchSize: number,
+  ) {}
+
+  decide(request: StoreRequest): Promise<StoreResult> {
+    const nowUs = request.nowUs;
+    if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
+      return Promise.reject(
+        invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch'),
+      );
+    }
+    return this.submit(
+      request.commit ? OP_LIMIT : OP_CHECK,
+      request.prefix,
+      request.key,
+      request.policies,
+      request.cost,
+      nowUs,
+      request.maxDelayUs,
+    ) as Promise<StoreResult>;
+  }
+
+  async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
+    if (policies.length === 0) return;
+    await this.submit(OP_RESET, prefix, key, policies, 0, undefined, 0);
+  }
+
+  /** Stops taking calls and resolves once the calls in flight are answered. The client stays open. */
+  close(): Promise<void> {
+    this.closed = true;
+    if (this.pending === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.idle = resolve;
+    });
+  }
+
+  private submit(
+    op: string,
+    prefix: string,
+    key: string,
+    policies: readonly CompiledPolicy[],
+    cost: number,
+    nowUs: number | undefined,
+    maxDelayUs: number,
+  ): Promise<StoreResult | undefined> {
+    if (this.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the redis store is closed'));
+    const encoded = encodeKey(key);
+    const slot = this.client.cluster ? hashSlot(encoded) : 0;
+    let lane = this.lanes.get(slot);
+    if (lane === undefined) {
+      lane = { inFlight: 0, queue: [] };
+      this.lanes.set(slot, lane);
+    }
+    this.pending++;
+    return new Promise((resolve, reject) => {
+      const call: Call = { op, prefix, encoded, policies, cost, nowUs, maxDelayUs, resolve, reject };
+      const current = lane;
+      if (current.inFlight < this.maxInFlight) {
+        // Nothing waits ahead of it: no batching delay at low load.
+        this.send(slot, current, [call]);
+      } else {
+        current.queue.push(call);
+      }
+    });
+  }
+
+  private send(slot: number, lane: Lane, calls: Call[]): void {
+    lane.inFlight++;
+    void this.run(slot, lane, calls);
+  }
+
+  private async run(slot: number, lane: Lane, calls: Call[]): Promise<void> {
+    try {
+      const { keys, args } = scriptArguments(calls);
+      let reply: unknown;
+      try {
+        reply = await this.client.evalsha(DECIDE_SCRIPT_SHA, keys, args);
+      } catch (error) {
+        // The node lost its script cache (SCRIPT FLUSH, restart, failover): EVAL loads it again there.
+        if (!isNoScriptError(error)) throw error;
+        reply = await this.client.eval(DECIDE_SCRIPT, keys, args);
+      }
+      settle(calls, reply);
+    } catch (error) {
+      for (const call of calls) call.reject(error);
+    } finally {
+      lane.inFlight--;
+      this.pending -= calls.length;
+      if (lane.queue.length > 0) {
+        const queue = lane.queue;
+        lane.queue = queue.length > this.maxBatchSize ? queue.splice(this.maxBatchSize) : [];
+        this.send(slot, lane, queue);
+      } else if (lane.inFlight === 0) {
+        this.lanes.delete(slot);
+      }
+      if (this.pending === 0 && this.idle !== undefined) this.idle();
+    }
+  }
+}
+
+/** KEYS and ARGV of one script call (see lua/main.ts for the layout). */
+function scriptArguments(calls: readonly Call[]): { keys: string[]; args: string[] } {
+  const keys: string[] = [];
+  const head: string[] = ['0'];
+  const body: string[] = [];
+  const numbers = new Map<CompiledPolicy, string>();
+  for (const call of calls) {
+    const n = call.policies.length;
+    body.push(
+      call.op,
+      call.nowUs === undefined ? '' : String(call.nowUs),
+      String(call.cost),
+      String(call.maxDelayUs),
+      String(n),
+    );
+    for (const c of call.policies) {
+      keys.push(storageKey(call.prefix, call.encoded, c.name));
+      let number = numbers.get(c);
+      if (number === undefined) {
+        number = String(numbers.size + 1);
+        numbers.set(c, number);
+        head.push(...argsOf(c));
+      }
+      body.push(number);
+    }
+  }
+  head[0] = String(numbers.size);
+  return { keys, args: head.concat(body) };
+}
+
+/** Hands each call its part of the script's reply. */
+function settle(calls: readonly Call[], reply: unknown): void {
+  if (!Array.isArray(reply)) {
+    const error = new FloodgateError(
+      'ERR_STORE_PROTOCOL',
+      `unexpected reply from the decision script: ${describeValue(reply)}`,
+    );
+    for (const call of calls) call.reject(error);
+    return;
+  }
+  let r = 0;
+  for (const call of calls) {
+    if (call.op === OP_RESET) {
+      r++;
+      call.resolve(undefined);
+      continue;
+    }
+    const allowed = reply[r++] === 1;
+    const evaluations: Evaluation[] = [];
+    for (let i = 0; i < call.policies.length; i++) {
+      const reason = REASONS[reply[r] as number] ?? 'limit';
+      const retry = reply[r + 2] as number;
+      evaluations.push({
+        allowed: reason === 'ok',
+        reason,
+        remaining: reply[r + 1] as number,
+        retryAfterUs: retry === -1 ? Number.POSITIVE_INFINITY : retry,
+        resetAfterUs: reply[r + 3] as number,
+        delayUs: reply[r + 4] as number,
+        next: undefined,
+      });
+      r += 5;
+    }
+    call.resolve({ allowed, evaluations });
+  }
+}

@@ -1,0 +1,25 @@
+import { createHash } from 'node:crypto';
+import { DECIDE_LUA } from './lua/decide.js';
+import { FIXED_WINDOW_LUA } from './lua/fixed-window.js';
+import { MAIN_LUA } from './lua/main.js';
+import { METER_LUA } from './lua/meter.js';
+import { PRELUDE_LUA } from './lua/prelude.js';
+import { SLIDING_LOG_LUA } from './lua/sliding-log.js';
+import { SLIDING_WINDOW_LUA } from './lua/sliding-window.js';
+import { TOKEN_INTERVAL_LUA } from './lua/token-interval.js';
+
+/** The whole decision script: every algorithm, the all-or-nothing decision, and the batch entry. */
+export const DECIDE_SCRIPT = [
+  '-- floodgate: rate-limit decisions, a port of the TypeScript model (floodgate/model).',
+  PRELUDE_LUA,
+  METER_LUA,
+  TOKEN_INTERVAL_LUA,
+  FIXED_WINDOW_LUA,
+  SLIDING_WINDOW_LUA,
+  SLIDING_LOG_LUA,
+  DECIDE_LUA,
+  MAIN_LUA,
+].join('\n');
+
+/** SHA-1 of the script, as `EVALSHA` names it. */
+export const DECIDE_SCRIPT_SHA = createHash('sha1').update(DECIDE_SCRIPT).digest('hex');

@@ -1,0 +1,168 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+
+const run = promisify(execFile);
+
+export const REDIS_HOST = '127.0.0.1';
+export const REDIS_PORT = 6379;
+
+/**
+ * True when a server answers. Under CI=true a missing server is a failure, not a skip: the caller
+ * throws; otherwise it warns loudly and the suite is skipped.
+ */
+export async function redisAvailable(port = REDIS_PORT): Promise<boolean> {
+  const probe = new Redis({
+    host: REDIS_HOST,
+    port,
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  probe.on('error', () => {});
+  try {
+    await probe.connect();
+    return (await probe.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    probe.disconnect();
+  }
+}
+
+/** Decides whether a suite that needs `what` runs, fails (CI) or is skipped with a loud message. */
+export function requireServer(available: boolean, what: string): boolean {
+  if (available) return true;
+  if (process.env.CI === 'true')
+    throw new Error(`${what} is not reachable, and CI=true: the Redis tests cannot be skipped`);
+  console.warn(`\n!!! ${what} is not reachable: SKIPPING its Redis tests (they fail under CI=true) !!!\n`);
+  return false;
+}
+
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, REDIS_HOST, () => server.close(() => resolve(true)));
+  });
+}
+
+/** A Redis Cluster of redis-server processes on spare ports in 7000–7099, owned by this test run. */
+export interface TestCluster {
+  readonly ports: readonly number[];
+  /** Runs a command on every node (e.g. SCRIPT FLUSH). */
+  onEveryNode(...args: string[]): Promise<string[]>;
+  stop(): Promise<void>;
+}
+
+async function sparePorts(count: number): Promise<number[]> {
+  // Start at a random spot so parallel runs rarely race; the cluster bus needs port + 10000 as well.
+  const start = 7000 + Math.floor(Math.random() * 100);
+  const ports: number[] = [];
+  for (let i = 0; i < 100 && ports.length < count; i++) {
+    const port = 7000 + ((start - 7000 + i) % 100);
+    if ((await portFree(port)) && (await portFree(port + 10_000))) ports.push(port);
+  }
+  if (ports.length < count) throw new Error(`fewer than ${count} free ports in 7000–7099`);
+  return ports;
+}
+
+async function redisCli(port: number, ...args: string[]): Promise<string> {
+  const { stdout } = await run('redis-cli', ['-h', REDIS_HOST, '-p', String(port), ...args]);
+  return stdout.trim();
+}
+
+async function waitFor(what: string, test: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await test().catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Starts 3 primaries and 3 replicas, waits for `cluster_state:ok` everywhere. Stops them on failure. */
+export async function startCluster(): Promise<TestCluster> {
+  const dir = await mkdtemp(join(tmpdir(), 'floodgate-cluster-'));
+  const children: ChildProcess[] = [];
+  const ports = await sparePorts(6);
+  // A test run that dies still takes its servers down with it.
+  const killAll = () => {
+    for (const child of children) child.kill('SIGKILL');
+  };
+  process.once('exit', killAll);
+  const stop = async () => {
+    process.removeListener('exit', killAll);
+    await Promise.all(
+      children.map(
+        (child) =>
+          new Promise<void>((resolve) => {
+            if (child.exitCode !== null || child.signalCode !== null) return resolve();
+            child.once('exit', () => resolve());
+            child.kill('SIGTERM');
+          }),
+      ),
+    );
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    for (const port of ports) {
+      const child = spawn(
+        'redis-server',
+        [
+          '--port',
+          String(port),
+          '--bind',
+          REDIS_HOST,
+          '--cluster-enabled',
+          'yes',
+          '--cluster-config-file',
+          `nodes-${port}.conf`,
+          '--cluster-node-timeout',
+          '5000',
+          '--dir',
+          dir,
+          '--save',
+          '',
+          '--appendonly',
+          'no',
+          '--daemonize',
+          'no',
+          '--logfile',
+          join(dir, `${port}.log`),
+        ],
+        { stdio: 'ignore' },
+      );
+      children.push(child);
+    }
+    for (const port of ports)
+      await waitFor(`redis-server on ${port}`, async () => (await redisCli(port, 'ping')) === 'PONG', 10_000);
+    await run('redis-cli', [
+      '--cluster',
+      'create',
+      ...ports.map((port) => `${REDIS_HOST}:${port}`),
+      '--cluster-replicas',
+      '1',
+      '--cluster-yes',
+    ]);
+    for (const port of ports) {
+      await waitFor(
+        `cluster_state:ok on ${port}`,
+        async () => (await redisCli(port, 'cluster', 'info')).includes('cluster_state:ok'),
+        30_000,
+      );
+    }
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return {
+    ports,
+    onEveryNode: (...args) => Promise.all(ports.map((port) => redisCli(port, ...args))),
+    stop,
+  };
+}
