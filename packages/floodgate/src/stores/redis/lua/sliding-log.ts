@@ -43,6 +43,12 @@ local function sum_wait(s, first, sum, cost, limit, window, now)
   return s[n - 1] + window - now
 end
 
+-- µs until the newest event stops mattering: it has left the window and the gap after it has passed.
+local function until_untouched(last, hold, now)
+  if last >= 0 and last + hold > now then return last + hold - now end
+  return 0
+end
+
 local function sliding_log(c, s, now, cost, _, out)
   local limit, window, min_gap = c.limit, c.a, c.b
   local first = first_live(s, now - window)
@@ -50,8 +56,10 @@ local function sliding_log(c, s, now, cost, _, out)
   if s then n = #s end
   local sum = 0
   for i = first + 1, n, 2 do sum = sum + s[i] end
+  -- The gap is measured from the newest event even when it has left the window (gap longer than window).
   local last = -1
-  if n >= first then last = s[n - 1] end
+  if n > 1 then last = s[n - 1] end
+  local hold = max(min_gap, window)
   local gap_wait = 0
   if min_gap > 0 and cost > 0 and last >= 0 and now - last < min_gap then gap_wait = last + min_gap - now end
   out.delay = 0
@@ -60,20 +68,14 @@ local function sliding_log(c, s, now, cost, _, out)
     out.reason = OK
     out.remaining = clamp_remaining(limit - (sum + cost), limit)
     out.retry = 0
-    if cost > 0 then
-      out.reset = window
-    elseif last >= 0 then
-      out.reset = last + window - now
-    else
-      out.reset = 0
-    end
+    if cost > 0 then out.reset = hold else out.reset = until_untouched(last, hold, now) end
     if cost == 0 then out.nxt = nil else out.nxt = log_append(s, first, now, cost) end
   else
     out.allowed = false
     out.reason = LIMIT
     out.remaining = clamp_remaining(limit - sum, limit)
     out.retry = max(gap_wait, sum_wait(s, first, sum, cost, limit, window, now))
-    if last >= 0 then out.reset = last + window - now else out.reset = 0 end
+    out.reset = until_untouched(last, hold, now)
     out.nxt = nil
   end
 end
