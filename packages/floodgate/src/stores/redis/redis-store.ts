@@ -18,6 +18,13 @@ export interface RedisStoreOptions {
   maxInFlight?: number;
   /** Most calls decided in one script call. @default 512 */
   maxBatchSize?: number;
+  /**
+   * Extra lifetime, ms, of keys written by a limiter with its own `clock`. Redis expires keys on its own
+   * clock, which the caller's clock may lag (a manual clock in tests, a paused one); a state that outlives
+   * its untouched time decides exactly like an absent one, one that expires early would not. Keys decided
+   * on Redis time (no `clock`) expire exactly when untouched. @default 5000
+   */
+  expiryGraceMs?: number;
 }
 
 /** The Redis and Redis Cluster store. */
@@ -73,7 +80,11 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   if (!Number.isSafeInteger(maxBatchSize) || maxBatchSize < 1 || maxBatchSize > 10_000) {
     throw invalid('ERR_INVALID_OPTION', 'maxBatchSize', options.maxBatchSize, 'an integer from 1 to 10000');
   }
-  return new RedisStoreImpl(client, maxInFlight, maxBatchSize);
+  const expiryGraceMs = options.expiryGraceMs ?? 5000;
+  if (!Number.isSafeInteger(expiryGraceMs) || expiryGraceMs < 0 || expiryGraceMs > 2 ** 40) {
+    throw invalid('ERR_INVALID_OPTION', 'expiryGraceMs', options.expiryGraceMs, 'a whole number of milliseconds ≥ 0');
+  }
+  return new RedisStoreImpl(client, maxInFlight, maxBatchSize, String(expiryGraceMs));
 }
 
 const OP_CHECK = '0';
@@ -123,6 +134,7 @@ class RedisStoreImpl implements RedisStore {
     readonly client: RedisScriptClient,
     private readonly maxInFlight: number,
     private readonly maxBatchSize: number,
+    private readonly grace: string,
   ) {}
 
   decide(request: StoreRequest): Promise<StoreResult> {
@@ -194,7 +206,7 @@ class RedisStoreImpl implements RedisStore {
 
   private async run(slot: number, lane: Lane, calls: Call[]): Promise<void> {
     try {
-      const { keys, args } = scriptArguments(calls);
+      const { keys, args } = scriptArguments(calls, this.grace);
       let reply: unknown;
       try {
         reply = await this.client.evalsha(DECIDE_SCRIPT_SHA, keys, args);
@@ -222,9 +234,9 @@ class RedisStoreImpl implements RedisStore {
 }
 
 /** KEYS and ARGV of one script call (see lua/main.ts for the layout). */
-function scriptArguments(calls: readonly Call[]): { keys: string[]; args: string[] } {
+function scriptArguments(calls: readonly Call[], grace: string): { keys: string[]; args: string[] } {
   const keys: string[] = [];
-  const head: string[] = ['0'];
+  const head: string[] = [grace, '0'];
   const body: string[] = [];
   const numbers = new Map<CompiledPolicy, string>();
   for (const call of calls) {
@@ -247,7 +259,7 @@ function scriptArguments(calls: readonly Call[]): { keys: string[]; args: string
       body.push(number);
     }
   }
-  head[0] = String(numbers.size);
+  head[1] = String(numbers.size);
   return { keys, args: head.concat(body) };
 }
 

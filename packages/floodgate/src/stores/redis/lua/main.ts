@@ -5,8 +5,9 @@
  * KEYS: for each call, the storage keys of its policies in policy order
  *   (`<prefix>:{<encoded key>}:<policy name>`; one call's keys share a hash tag, so one cluster slot).
  * ARGV:
- *   [1]          P, the number of distinct policies in the batch
- *   [2 … 1+6P]   per policy: kind, limit, blockUs, a, b, c (the compiled policy of model/compile.ts)
+ *   [1]          grace, ms added to the expiry of keys written on the caller's clock (see below)
+ *   [2]          P, the number of distinct policies in the batch
+ *   [3 … 2+6P]   per policy: kind, limit, blockUs, a, b, c (the compiled policy of model/compile.ts)
  *   then per call: op (0 check, 1 limit, 2 reset), nowUs ('' = Redis TIME), cost, maxDelayUs,
  *                  n (its number of policies), then n policy numbers (1-based, into the list above)
  * Clock: a call's `nowUs` when given, else Redis `TIME` as integer µs (seconds·10⁶ + µs), read once per
@@ -17,12 +18,16 @@
  *   replies (which truncate) carry them exactly.
  * Writes: each changed state with `SET … PX`, the expiry being the moment the key is untouched again
  *   (`resetAfterUs`, rounded up to whole ms); a reset deletes the keys. No other key is touched.
+ *   Expiry runs on Redis's clock: when a call brings its own clock, which may run slower than Redis's
+ *   (a paused or manual clock), the key gets `grace` ms more, since a state that outlives its untouched
+ *   time decides exactly like an absent one, while one that expires early would hand out a fresh quota.
  */
 export const MAIN_LUA = `
 local argv = ARGV
+local grace = tonumber(argv[1])
 local policies = {}
-local p = tonumber(argv[1])
-local at = 2
+local p = tonumber(argv[2])
+local at = 3
 for i = 1, p do
   policies[i] = {
     kind = tonumber(argv[at]), limit = tonumber(argv[at + 1]), block = tonumber(argv[at + 2]),
@@ -53,7 +58,13 @@ while at <= total do
     reply[r] = 1
   else
     local now
-    if argv[at + 1] == '' then now = redis_now() else now = tonumber(argv[at + 1]) end
+    local extra = 0
+    if argv[at + 1] == '' then
+      now = redis_now()
+    else
+      now = tonumber(argv[at + 1])
+      extra = grace
+    end
     local cost = tonumber(argv[at + 2])
     local max_delay = tonumber(argv[at + 3])
     local commit = op == '1'
@@ -71,6 +82,7 @@ while at <= total do
       if commit and out.nxt ~= nil then
         local ttl = ceil(out.reset / 1000)
         if ttl < 1 then ttl = 1 end
+        ttl = ttl + extra
         redis.call('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PX', ttl)
       end
       local retry = out.retry

@@ -1,0 +1,97 @@
+import { strictEqual } from 'node:assert/strict';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLimiter, encodeKey, fixedWindow, gcra, slidingLog, storageKey } from '../../src/index.js';
+import { DECIDE_SCRIPT_SHA, hashSlot, type RedisStore, redisStore } from '../../src/stores/redis/index.js';
+import { runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
+import { connectCluster, DRIVERS, type DriverClient } from './redis/clients.js';
+import { HOSTILE_KEYS } from './redis/hostile-keys.js';
+import { requireServer, startCluster, type TestCluster } from './redis/servers.js';
+
+// A real cluster (3 primaries, 3 replicas) of redis-server processes on spare ports, started here.
+let cluster: TestCluster | undefined;
+let startError: unknown;
+try {
+  cluster = await startCluster();
+} catch (error) {
+  startError = error;
+}
+const available = requireServer(
+  cluster !== undefined,
+  `a Redis Cluster started from redis-server (${String(startError)})`,
+);
+
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+for (const driver of DRIVERS) {
+  describe.skipIf(!available)(`redis store, cluster, ${driver}`, () => {
+    let connection: DriverClient;
+    let store: RedisStore;
+    beforeAll(async () => {
+      connection = await connectCluster(driver, (cluster as TestCluster).ports);
+      store = redisStore({ client: connection.client });
+    });
+    afterAll(async () => {
+      await store?.close();
+      await connection?.close();
+    });
+
+    it('the adapter reports a cluster client', () => {
+      strictEqual(connection.client.cluster, true);
+    });
+
+    runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8, seed: 100 });
+
+    it('hostile keys under two policies: one slot each, no CROSSSLOT, no collision', async () => {
+      const policies = [
+        fixedWindow({ limit: 1, windowMs: 60_000, name: 'a' }),
+        slidingLog({ limit: 1, windowMs: 60_000, name: 'b' }),
+      ];
+      const prefix = uniquePrefix('hostile');
+      const limiter = createLimiter({ store, policies, prefix });
+      const first = await Promise.all(HOSTILE_KEYS.map((key) => limiter.limit(key)));
+      expect(first.map((d) => d.allowed)).toEqual(HOSTILE_KEYS.map(() => true));
+      const second = await Promise.all(HOSTILE_KEYS.map((key) => limiter.limit(key)));
+      expect(second.map((d) => d.allowed)).toEqual(HOSTILE_KEYS.map(() => false));
+      const slots = new Set(HOSTILE_KEYS.map((key) => hashSlot(encodeKey(key))));
+      expect(slots.size).toBeGreaterThan(3);
+      await Promise.all(HOSTILE_KEYS.map((key) => limiter.reset(key)));
+      expect((await limiter.limit(HOSTILE_KEYS[0] as string)).allowed).toBe(true);
+      await limiter.reset(HOSTILE_KEYS[0] as string);
+    });
+
+    it('survives SCRIPT FLUSH on every node: NOSCRIPT falls back to EVAL on the node that lacks it', async () => {
+      const nodes = cluster as TestCluster;
+      const limiter = createLimiter({
+        store,
+        policies: [gcra({ limit: 5, periodMs: 60_000 })],
+        prefix: uniquePrefix(),
+      });
+      // Enough keys to reach every primary.
+      const keys = Array.from({ length: 64 }, (_, i) => `user-${i}`);
+      await Promise.all(keys.map((key) => limiter.limit(key)));
+      await nodes.onEveryNode('SCRIPT', 'FLUSH');
+      const loadedAfterFlush = await nodes.onEveryNode('SCRIPT', 'EXISTS', DECIDE_SCRIPT_SHA);
+      expect(loadedAfterFlush.every((reply) => reply === '0')).toBe(true);
+      const decisions = await Promise.all(keys.map((key) => limiter.limit(key)));
+      expect(decisions.map((d) => d.remaining)).toEqual(keys.map(() => 3));
+      const loaded = await nodes.onEveryNode('SCRIPT', 'EXISTS', DECIDE_SCRIPT_SHA);
+      // Every primary ran the script again; replicas only receive its effects.
+      expect(loaded.filter((reply) => reply === '1').length).toBeGreaterThanOrEqual(3);
+      await Promise.all(keys.map((key) => limiter.reset(key)));
+    });
+
+    it('a storage key lives in the slot of its hash tag', async () => {
+      const prefix = uniquePrefix();
+      const limiter = createLimiter({ store, policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })], prefix });
+      for (const key of HOSTILE_KEYS) {
+        await limiter.limit(key);
+        const stored = storageKey(prefix, encodeKey(key), 'g');
+        const [slot] = await (cluster as TestCluster).onEveryNode('CLUSTER', 'KEYSLOT', stored);
+        strictEqual(Number(slot), hashSlot(encodeKey(key)));
+        await limiter.reset(key);
+      }
+    });
+  });
+}
