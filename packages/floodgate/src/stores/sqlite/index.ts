@@ -1,0 +1,7 @@
+export {
+  type SqliteDatabase,
+  type SqliteStatement,
+  type SqliteStore,
+  type SqliteStoreOptions,
+  sqliteStore,
+} from './sqlite-store.js';

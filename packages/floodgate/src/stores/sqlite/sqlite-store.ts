@@ -1,0 +1,271 @@
+import { FloodgateError, invalid } from '../../errors.js';
+import type { CompiledPolicy } from '../../model/compile.js';
+import { decide } from '../../model/decide.js';
+import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
+import { expiryOf, quoteIdentifier, stateKeys, validateIdentifier } from '../sql/common.js';
+import type { StoreRequest, StoreResult, SyncStore } from '../store.js';
+
+/** The part of a better-sqlite3 statement the store uses. */
+export interface SqliteStatement {
+  run(...params: unknown[]): unknown;
+  get(...params: unknown[]): unknown;
+}
+
+/** The part of a better-sqlite3 `Database` the store uses (a structural seam: any compatible object works). */
+export interface SqliteDatabase {
+  prepare(sql: string): SqliteStatement;
+  exec(sql: string): unknown;
+  /** True while a transaction is open on this connection; the store then nests in a savepoint. */
+  readonly inTransaction?: boolean;
+}
+
+/** Options of {@link sqliteStore}. */
+export interface SqliteStoreOptions {
+  /** An open better-sqlite3 database (the store never closes it). */
+  database: SqliteDatabase;
+  /** Table holding the state, created by `migrate()`: `[a-z_][a-z0-9_]*`, at most 40 characters. @default 'floodgate_state' */
+  table?: string;
+  /** How long a decision waits for another process's write lock before failing, ms. @default 5000 */
+  busyTimeoutMs?: number;
+}
+
+/** The SQLite store: synchronous, so limiters on it offer `limitSync` as well as `limit`. */
+export interface SqliteStore extends SyncStore {
+  readonly name: 'sqlite';
+  /** The table name. */
+  readonly table: string;
+  /**
+   * Creates the table and its expiry index if missing and turns on WAL mode (several processes read and
+   * write one file concurrently). Idempotent; call it once at startup, before the first decision.
+   */
+  migrate(): void;
+}
+
+interface Statements {
+  select: SqliteStatement;
+  upsert: SqliteStatement;
+  remove: SqliteStatement;
+  prune: SqliteStatement;
+  beginWrite: SqliteStatement;
+  beginRead: SqliteStatement;
+  commit: SqliteStatement;
+  rollback: SqliteStatement;
+  savepoint: SqliteStatement;
+  release: SqliteStatement;
+  rollbackTo: SqliteStatement;
+}
+
+/** Expired rows deleted per committed decision at least; small, so a decision never pays for a sweep. */
+const PRUNE_BATCH = 8;
+
+/**
+ * State in a SQLite file through better-sqlite3. Each decision is one short `BEGIN IMMEDIATE` transaction
+ * that reads the key's rows, runs the TypeScript model itself (so it is exact by construction) and
+ * writes the new states: the write lock makes decisions from several processes on one file strictly
+ * serial, and WAL mode keeps readers unblocked. State survives restarts; expired rows are deleted a few
+ * at a time, through an index on expiry, by the decisions that write.
+ *
+ * SQLite has no clock of its own: the limiter passes the system clock (or the one you give it).
+ *
+ * @example
+ * ```ts
+ * import Database from 'better-sqlite3';
+ * import { createLimiter, gcra } from 'floodgate';
+ * import { sqliteStore } from 'floodgate/sqlite';
+ *
+ * const store = sqliteStore({ database: new Database('limits.db') });
+ * store.migrate();
+ * const limiter = createLimiter({ store, policies: [gcra({ limit: 10, periodMs: 1000 })] });
+ * const decision = limiter.limitSync('client-1');
+ * ```
+ */
+export function sqliteStore(options: SqliteStoreOptions): SqliteStore {
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('ERR_INVALID_OPTION', 'sqliteStore options', options, 'an object');
+  }
+  const database = options.database;
+  if (
+    typeof database !== 'object' ||
+    database === null ||
+    typeof database.prepare !== 'function' ||
+    typeof database.exec !== 'function'
+  ) {
+    throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
+  }
+  const table = validateIdentifier('table', options.table ?? 'floodgate_state');
+  const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
+  if (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
+    throw invalid('ERR_INVALID_OPTION', 'busyTimeoutMs', options.busyTimeoutMs, 'an integer number of ms ≥ 0');
+  }
+  return new SqliteStoreImpl(database, table, busyTimeoutMs);
+}
+
+class SqliteStoreImpl implements SqliteStore {
+  readonly name = 'sqlite' as const;
+  readonly hasOwnClock = false;
+  private statements: Statements | undefined;
+  private readonly quoted: string;
+
+  constructor(
+    private readonly database: SqliteDatabase,
+    readonly table: string,
+    private readonly busyTimeoutMs: number,
+  ) {
+    this.quoted = quoteIdentifier(table);
+  }
+
+  migrate(): void {
+    this.configureConnection();
+    // WAL is a property of the file: once set, every connection to it uses it.
+    this.database.exec('PRAGMA journal_mode = WAL');
+    this.database.exec(
+      `CREATE TABLE IF NOT EXISTS ${this.quoted} (
+        key TEXT PRIMARY KEY NOT NULL,
+        state BLOB NOT NULL,
+        expires_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${this.table}_expires_at`)} ON ${this.quoted} (expires_at);`,
+    );
+  }
+
+  decide(request: StoreRequest): Promise<StoreResult> {
+    try {
+      return Promise.resolve(this.decideSync(request));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  decideSync(request: StoreRequest): StoreResult {
+    const { policies, nowUs } = request;
+    if (nowUs === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
+    }
+    const s = this.ready();
+    const keys = stateKeys(request.prefix, request.key, policies);
+    const evaluations: Evaluation[] = policies.map(() => emptyEvaluation());
+    // A write decision takes the write lock before reading, so no other process decides in between.
+    // A read of one row is consistent by itself; several rows are read in one (deferred) transaction.
+    const transaction = request.commit || keys.length > 1;
+    const nested = transaction && this.database.inTransaction === true;
+    if (transaction) (nested ? s.savepoint : request.commit ? s.beginWrite : s.beginRead).run();
+    try {
+      const states = keys.map((key) => decodeState(s.select.get(key)));
+      const allowed = decide(policies, states, nowUs, request.cost, request, evaluations);
+      if (request.commit) {
+        let written = 0;
+        for (let i = 0; i < keys.length; i++) {
+          const out = evaluations[i] as Evaluation;
+          if (out.next === undefined) continue;
+          s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs));
+          written++;
+        }
+        if (written > 0) s.prune.run(nowUs, Math.max(PRUNE_BATCH, 2 * written));
+      }
+      if (transaction) (nested ? s.release : s.commit).run();
+      return { allowed, evaluations };
+    } catch (error) {
+      if (transaction) this.undo(nested);
+      throw error;
+    }
+  }
+
+  reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
+    try {
+      this.resetSync(prefix, key, policies);
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void {
+    const s = this.ready();
+    const nested = this.database.inTransaction === true;
+    (nested ? s.savepoint : s.beginWrite).run();
+    try {
+      for (const row of stateKeys(prefix, key, policies)) s.remove.run(row);
+      (nested ? s.release : s.commit).run();
+    } catch (error) {
+      this.undo(nested);
+      throw error;
+    }
+  }
+
+  /** Never closes the database: it is the caller's. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  private undo(nested: boolean): void {
+    try {
+      if (nested) {
+        this.statements?.rollbackTo.run();
+        this.statements?.release.run();
+      } else if (this.database.inTransaction !== false) {
+        this.statements?.rollback.run();
+      }
+    } catch {
+      // The transaction is already gone (SQLite rolls back by itself on some errors); nothing to undo.
+    }
+  }
+
+  private configureConnection(): void {
+    // Per connection: wait this long for another process's lock instead of failing at once.
+    this.database.exec(`PRAGMA busy_timeout = ${this.busyTimeoutMs}`);
+  }
+
+  /** Prepares the statements on first use (the table must exist: `migrate()`). */
+  private ready(): Statements {
+    if (this.statements !== undefined) return this.statements;
+    const db = this.database;
+    const t = this.quoted;
+    try {
+      this.configureConnection();
+      this.statements = {
+        select: db.prepare(`SELECT state FROM ${t} WHERE key = ?`),
+        upsert: db.prepare(
+          `INSERT INTO ${t} (key, state, expires_at) VALUES (?, ?, ?)
+           ON CONFLICT (key) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at`,
+        ),
+        remove: db.prepare(`DELETE FROM ${t} WHERE key = ?`),
+        prune: db.prepare(
+          `DELETE FROM ${t} WHERE key IN (SELECT key FROM ${t} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`,
+        ),
+        beginWrite: db.prepare('BEGIN IMMEDIATE'),
+        beginRead: db.prepare('BEGIN DEFERRED'),
+        commit: db.prepare('COMMIT'),
+        rollback: db.prepare('ROLLBACK'),
+        savepoint: db.prepare('SAVEPOINT floodgate'),
+        release: db.prepare('RELEASE floodgate'),
+        rollbackTo: db.prepare('ROLLBACK TO floodgate'),
+      };
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      throw new FloodgateError(
+        'ERR_STORE_UNAVAILABLE',
+        /no such table/i.test(message)
+          ? `the sqlite store's table ${JSON.stringify(this.table)} does not exist: call store.migrate() first`
+          : `the sqlite store could not prepare its statements: ${message}`,
+        { cause: error },
+      );
+    }
+    return this.statements;
+  }
+}
+
+/** A state as a BLOB of little-endian doubles: exact, and cheap to read back. */
+function encodeState(state: State): Buffer {
+  const buffer = Buffer.allocUnsafe(state.length * 8);
+  for (let i = 0; i < state.length; i++) buffer.writeDoubleLE(state[i] as number, i * 8);
+  return buffer;
+}
+
+function decodeState(row: unknown): State | undefined {
+  if (row === undefined || row === null) return undefined;
+  const blob = (row as { state: Uint8Array }).state;
+  const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
+  const state = new Array<number>(blob.byteLength >>> 3);
+  for (let i = 0; i < state.length; i++) state[i] = view.getFloat64(i * 8, true);
+  return state;
+}

@@ -1,0 +1,193 @@
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createLimiter, gcra, isFloodgateError, slidingLog, tokenBucket } from '../../src/index.js';
+import { encodeKey } from '../../src/keys.js';
+import { compilePolicy } from '../../src/model/compile.js';
+import { stateKey } from '../../src/stores/sql/common.js';
+import { sqliteStore } from '../../src/stores/sqlite/index.js';
+import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
+
+const run = promisify(execFile);
+const directory = mkdtempSync(join(tmpdir(), 'floodgate-sqlite-'));
+const worker = fileURLToPath(new URL('./fixtures/sqlite-worker.ts', import.meta.url));
+const openDatabases: Database.Database[] = [];
+
+function open(name = 'state.db'): Database.Database {
+  const database = new Database(join(directory, name));
+  openDatabases.push(database);
+  return database;
+}
+
+function spawnWorker(...args: string[]): Promise<string> {
+  return run(process.execPath, ['--import', 'tsx', worker, ...args], { encoding: 'utf8' }).then((r) => r.stdout);
+}
+
+afterAll(() => {
+  for (const database of openDatabases) database.close();
+  rmSync(directory, { recursive: true, force: true });
+});
+
+describe('sqlite store (file on disk)', () => {
+  const database = open();
+  const store = sqliteStore({ database, table: 'conformance' });
+  store.migrate();
+  runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 24 });
+});
+
+describe('sqlite store', () => {
+  it('migrate() twice is harmless and keeps state; the file is in WAL mode', () => {
+    const database = open('migrate.db');
+    const store = sqliteStore({ database, table: 'twice' });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 2, periodMs: 60_000 })] });
+    limiter.limitSync('k');
+    store.migrate();
+    expect(limiter.limitSync('k').remaining).toBe(0);
+    expect(database.pragma('journal_mode', { simple: true })).toBe('wal');
+  });
+
+  it('refuses a hostile table name with a typed error naming the option', () => {
+    for (const table of ['x; DROP TABLE users', 'a"b', 'Upper', '', 'x'.repeat(41), 'select-1', 42]) {
+      let caught: unknown;
+      try {
+        sqliteStore({ database: open('hostile.db'), table: table as string });
+      } catch (error) {
+        caught = error;
+      }
+      expect(isFloodgateError(caught)).toBe(true);
+      expect(caught).toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'table' });
+    }
+  });
+
+  it('asks for migrate() when the table is missing', async () => {
+    const store = sqliteStore({ database: open('empty.db'), table: 'missing' });
+    const limiter = createLimiter({ store, policies: [gcra({ limit: 1, periodMs: 1000 })] });
+    await expect(limiter.limit('k')).rejects.toMatchObject({ code: 'ERR_STORE_UNAVAILABLE' });
+    await expect(limiter.limit('k')).rejects.toThrow(/migrate\(\)/);
+  });
+
+  it('stores keys holding quotes, semicolons, backslashes, Unicode and SQL as data', () => {
+    const database = open('keys.db');
+    const store = sqliteStore({ database, table: 'keys' });
+    store.migrate();
+    const policy = gcra({ limit: 3, periodMs: 60_000 });
+    const prefix = uniquePrefix('quote');
+    const limiter = createLimiter({
+      store,
+      policies: [policy],
+      prefix,
+      clock: manualClock({ startMs: SCENARIO_START_MS }),
+    });
+    const keys = [
+      "o'brien",
+      'a"b',
+      "'; DROP TABLE keys; --",
+      'back\\slash\\',
+      'semi;colon',
+      'ключ 🔑 鍵',
+      "x' OR '1'='1",
+      '%{}#',
+      'k'.repeat(500),
+    ];
+    keys.forEach((key, i) => {
+      for (let n = 0; n <= i % 3; n++) limiter.limitSync(key);
+    });
+    keys.forEach((key, i) => {
+      expect(limiter.statusSync(key).remaining).toBe(3 - ((i % 3) + 1));
+    });
+    const rows = database.prepare('SELECT key FROM keys ORDER BY key').all() as { key: string }[];
+    const expected = keys.map((key) => stateKey(prefix, encodeKey(key), compilePolicy(policy))).sort();
+    expect(rows.map((r) => r.key).sort()).toEqual(expected);
+    expect(database.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all()).toEqual([{ name: 'keys' }]);
+  });
+
+  it('deletes expired rows as decisions write, through the expiry index', () => {
+    const database = open('prune.db');
+    const store = sqliteStore({ database, table: 'prune' });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [tokenBucket({ capacity: 5, refillAmount: 5, refillIntervalMs: 1000 })],
+    });
+    for (let i = 0; i < 20; i++) limiter.limitSync(`idle-${i}`);
+    const count = () => (database.prepare('SELECT count(*) AS n FROM prune').get() as { n: number }).n;
+    expect(count()).toBe(20);
+    clock.advance(5_000);
+    // Each writing decision deletes up to 8 expired rows: three decisions clear the twenty idle keys.
+    for (let i = 0; i < 3; i++) limiter.limitSync('busy');
+    expect(count()).toBe(1);
+    const plan = database
+      .prepare('EXPLAIN QUERY PLAN SELECT key FROM prune WHERE expires_at <= 0 ORDER BY expires_at LIMIT 8')
+      .all() as { detail: string }[];
+    expect(plan.map((p) => p.detail).join(' ')).toMatch(/USING (COVERING )?INDEX prune_expires_at/);
+  });
+
+  it('joins a transaction the caller has open (savepoint), and rolls back with it', () => {
+    const database = open('nested.db');
+    const store = sqliteStore({ database, table: 'nested' });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 2, periodMs: 60_000 })] });
+    const rolledBack = database.transaction(() => {
+      limiter.limitSync('k');
+      throw new Error('undo');
+    });
+    expect(() => rolledBack()).toThrow('undo');
+    expect(limiter.statusSync('k').remaining).toBe(2);
+    database.transaction(() => limiter.limitSync('k'))();
+    expect(limiter.statusSync('k').remaining).toBe(1);
+  });
+
+  it('keeps state across a restart of the process', async () => {
+    const file = join(directory, 'restart.db');
+    const setup = new Database(file);
+    sqliteStore({ database: setup, table: 'restart' }).migrate();
+    setup.close();
+    const nowUs = String(SCENARIO_START_MS * 1000);
+    expect(await spawnWorker('limit', file, 'restart', 'user-1', '7', nowUs)).toBe('7');
+    const status = JSON.parse(await spawnWorker('status', file, 'restart', 'user-1', nowUs));
+    expect(status.remaining).toBe(93);
+    expect(status.policies.map((p: { remaining: number }) => p.remaining)).toEqual([93, 113]);
+  });
+
+  it('admits exactly the limit when several processes hammer one key', async () => {
+    const file = join(directory, 'concurrent.db');
+    const setup = new Database(file);
+    sqliteStore({ database: setup, table: 'hot' }).migrate();
+    setup.close();
+    const key = uniquePrefix('hot');
+    const admitted = await Promise.all([1, 2, 3, 4].map(() => spawnWorker('limit', file, 'hot', key, '60')));
+    // 240 calls on a key that admits 100 a day (and 120 in its log): exactly 100, whatever the interleaving.
+    expect(admitted.map(Number).reduce((a, b) => a + b, 0)).toBe(100);
+  }, 60_000);
+});
+
+describe('sqlite store options', () => {
+  it('refuses what is not a database, and bad timeouts', () => {
+    expect(() => sqliteStore({ database: {} as never })).toThrow(expect.objectContaining({ option: 'database' }));
+    expect(() => sqliteStore({ database: open('x.db'), busyTimeoutMs: -1 })).toThrow(
+      expect.objectContaining({ option: 'busyTimeoutMs' }),
+    );
+  });
+
+  it('uses the store with a sliding log and the async API', async () => {
+    const store = sqliteStore({ database: open('async.db') });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({ store, clock, policies: [slidingLog({ limit: 2, windowMs: 1000 })] });
+    expect((await limiter.limit('k')).allowed).toBe(true);
+    expect((await limiter.limit('k')).allowed).toBe(true);
+    expect(await limiter.limit('k')).toMatchObject({ allowed: false, retryAfterMs: 1000 });
+    await limiter.reset('k');
+    expect((await limiter.limit('k')).remaining).toBe(1);
+  });
+});
