@@ -45,7 +45,7 @@ for (const driver of DRIVERS) {
 
     it('hostile keys under two policies: one slot each, no CROSSSLOT, no collision', async () => {
       const policies = [
-        fixedWindow({ limit: 1, windowMs: 60_000, name: 'a' }),
+        fixedWindow({ limit: 1, windowMs: 60_000, align: 'first-request', name: 'a' }),
         slidingLog({ limit: 1, windowMs: 60_000, name: 'b' }),
       ];
       const prefix = uniquePrefix('hostile');

@@ -103,7 +103,7 @@ describe.skipIf(!available)('redis store', () => {
         const limiter = createLimiter({
           store,
           policies: [
-            fixedWindow({ limit: 1, windowMs: 60_000, name: 'w' }),
+            fixedWindow({ limit: 1, windowMs: 60_000, align: 'first-request', name: 'w' }),
             slidingLog({ limit: 2, windowMs: 60_000, name: 'l' }),
           ],
           prefix,
@@ -183,7 +183,7 @@ describe.skipIf(!available)('redis store', () => {
       const prefix = uniquePrefix();
       const fixed = createLimiter({
         store,
-        policies: [fixedWindow({ limit: 1, windowMs: 60_000, name: 'x' })],
+        policies: [fixedWindow({ limit: 1, windowMs: 60_000, align: 'first-request', name: 'x' })],
         prefix,
       });
       const meter = createLimiter({ store, policies: [gcra({ limit: 1, periodMs: 60_000, name: 'x' })], prefix });

@@ -1,7 +1,7 @@
 import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import { encodeKey, storageKey } from '../../keys.js';
 import type { CompiledPolicy } from '../../model/compile.js';
-import type { Evaluation, Reason } from '../../model/types.js';
+import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
 import type { Store, StoreRequest, StoreResult } from '../store.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA } from './script.js';
@@ -91,6 +91,11 @@ const OP_CHECK = '0';
 const OP_LIMIT = '1';
 const OP_RESET = '2';
 const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
+/**
+ * The model's scratch room for next states. Evaluations from Redis never carry a next state (the script
+ * stored it), so they share one.
+ */
+const SHARED_BUFFERS = emptyEvaluation().buffers;
 
 /** One call waiting for, or riding in, a script call. */
 interface Call {
@@ -293,6 +298,7 @@ function settle(calls: readonly Call[], reply: unknown): void {
         resetAfterUs: reply[r + 3] as number,
         delayUs: reply[r + 4] as number,
         next: undefined,
+        buffers: SHARED_BUFFERS,
       });
       r += 5;
     }
