@@ -119,7 +119,10 @@ function source(policy: Policy): string {
   const { blockMs, ...rest } = policy;
   const fields = Object.entries({ ...rest, blockMs })
     .filter(([field, value]) => field !== 'algorithm' && field !== 'name' && defaults[field] !== value)
-    .map(([field, value]) => `${field}: ${typeof value === 'string' ? `'${value}'` : formatNumber(value as number)}`);
+    .map(([field, value]) => {
+      const text = typeof value === 'number' ? formatNumber(value) : typeof value === 'string' ? `'${value}'` : value;
+      return `${field}: ${text}`;
+    });
   return `${factory}({ ${fields.join(', ')} })`;
 }
 
