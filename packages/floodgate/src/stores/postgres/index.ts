@@ -1,0 +1,8 @@
+export {
+  fromPg,
+  fromPostgres,
+  type PgQueryable,
+  type PostgresClient,
+  type PostgresJsSql,
+} from './postgres-client.js';
+export { type PostgresStore, type PostgresStoreOptions, postgresStore } from './postgres-store.js';

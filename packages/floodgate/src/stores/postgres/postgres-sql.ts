@@ -1,0 +1,558 @@
+import { quoteIdentifier } from '../sql/common.js';
+
+/** The qualified, quoted names of everything `migrate()` creates for one table. */
+export interface SqlNames {
+  schema: string;
+  table: string;
+  /** `"schema"."table"` */
+  qualified: string;
+  decide: string;
+  policy: string;
+  run: string;
+  settle: string;
+  append: string;
+  logDenied: string;
+}
+
+export function sqlNames(schema: string, table: string): SqlNames {
+  const q = (name: string) => `${quoteIdentifier(schema)}.${quoteIdentifier(name)}`;
+  return {
+    schema,
+    table,
+    qualified: q(table),
+    decide: q(`${table}_decide`),
+    policy: q(`${table}_policy`),
+    run: q(`${table}_run`),
+    settle: q(`${table}_settle`),
+    append: q(`${table}_append`),
+    logDenied: q(`${table}_log_denied`),
+  };
+}
+
+/** The one statement a batch of decisions is: see `decideFunction` for the parameters. */
+export function decideStatement(n: SqlNames): string {
+  return `SELECT ${n.decide}($1::text[], $2::int, $3::float8[], $4::float8[]) AS r`;
+}
+
+/**
+ * The whole schema in one idempotent statement: a DO block run under an advisory lock, so that several
+ * processes migrating at once neither fail nor interleave.
+ */
+export function migrationStatement(n: SqlNames, unlogged: boolean): string {
+  const persistence = unlogged ? 'u' : 'p';
+  const literal = (s: string) => `'${s.replaceAll("'", "''")}'`;
+  return `DO $migrate$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtext('floodgate migrate'));
+  IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ${literal(n.schema)}) THEN
+    CREATE SCHEMA ${quoteIdentifier(n.schema)};
+  END IF;
+  CREATE ${unlogged ? 'UNLOGGED ' : ''}TABLE IF NOT EXISTS ${n.qualified} (
+    key text COLLATE "C" PRIMARY KEY,
+    state float8[],
+    expires_at bigint NOT NULL
+  ) WITH (fillfactor = 80);
+  IF (SELECT c.relpersistence FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+      WHERE s.nspname = ${literal(n.schema)} AND c.relname = ${literal(n.table)}) <> '${persistence}' THEN
+    ALTER TABLE ${n.qualified} SET ${unlogged ? 'UNLOGGED' : 'LOGGED'};
+  END IF;
+  CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${n.table}_expires_at`)} ON ${n.qualified} (expires_at);
+${[appendFunction(n), logDeniedFunction(n), runFunction(n), policyFunction(n), settleFunction(n), decideFunction(n)].join('\n')}
+END
+$migrate$`;
+}
+
+/*
+ * The model, ported to PL/pgSQL. Every function mirrors one in `src/model/` with the same operations in
+ * the same order on float8 (IEEE doubles, like JavaScript numbers), so both compute bit-identical
+ * numbers; the randomized comparison in the conformance suite checks it. Arrays are 1-based here: the
+ * model's `s[i]` is `s[i + 1]`.
+ *
+ * An evaluation travels as one float8[]: [allowed 0/1, reason, remaining, retryAfterUs, resetAfterUs,
+ * delayUs, length of the next state (-1: unchanged), …next state]. Reasons: 0 ok, 1 limit, 2 blocked,
+ * 3 exceeds-capacity.
+ */
+
+/** sliding-log.ts `append`: the live entries from `f` (model index), then the event, merged at the same µs. */
+function appendFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.append}(s float8[], f int, now float8, cost float8)
+  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  DECLARE
+    nx float8[] := ARRAY[0]::float8[] || coalesce(s[f + 1:array_length(s, 1)], '{}'::float8[]);
+    k int := array_length(nx, 1);
+  BEGIN
+    IF k > 1 AND nx[k - 1] = now THEN
+      nx[k] := nx[k] + cost;
+    ELSE
+      nx[k + 1] := now;
+      nx[k + 2] := cost;
+    END IF;
+    RETURN nx;
+  END
+  $fn$;`;
+}
+
+/** sliding-log.ts `logDeniedAttempt`. */
+function logDeniedFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.logDenied}(lim float8, a float8, s float8[], now float8, cost float8)
+  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  DECLARE
+    len int := coalesce(array_length(s, 1), 0);
+    cutoff float8 := now - a;
+    f int := 1;
+    ap float8[];
+    m int;
+    total float8 := 0;
+    keep int;
+  BEGIN
+    WHILE f < len AND s[f + 1] <= cutoff LOOP f := f + 2; END LOOP;
+    ap := ${n.append}(s, f, now, cost);
+    m := array_length(ap, 1);
+    keep := m;
+    WHILE keep > 1 AND total < lim LOOP
+      keep := keep - 2;
+      total := total + ap[keep + 2];
+    END LOOP;
+    IF keep <= 1 THEN RETURN ap; END IF;
+    RETURN ARRAY[ap[1]] || ap[keep + 1:m];
+  END
+  $fn$;`;
+}
+
+/**
+ * One algorithm on one state (`meter.ts`, `token-bucket.ts`, `fixed-window.ts`, `sliding-window.ts`,
+ * `sliding-log.ts`), without the penalty box and impossible costs (those are `policy`).
+ */
+function runFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.run}(
+    kind int, lim float8, a float8, b float8, c float8, s float8[], now float8, cost float8, maxdelay float8)
+  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  DECLARE
+    tat float8; base float8; newtat float8; owed float8; owed_before float8; slack float8; queue boolean;
+    used float8; anchor float8; intervals float8; after float8; start float8; cnt float8; previous float8;
+    elapsed float8; estimate float8; at float8; k int; retry float8; reset float8; rem float8; fl float8;
+    len int; f int; i int; total float8; last float8; hold float8; gapwait float8; lft float8; sw float8;
+    cutoff float8; nx float8[];
+  BEGIN
+    IF kind = 1 THEN
+      -- meter.ts: GCRA, continuous token bucket, leaky bucket (a = T, b = tau, c = 1 queue mode)
+      tat := CASE WHEN s IS NULL THEN now ELSE s[2] END;
+      base := greatest(tat, now);
+      newtat := base + ceil(cost * a);
+      owed := newtat - now;
+      owed_before := base - now;
+      queue := c = 1;
+      slack := CASE WHEN queue THEN 0 ELSE maxdelay END;
+      IF owed - b <= slack THEN
+        fl := floor((b - owed) / a);
+        rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+        IF cost = 0 THEN
+          RETURN ARRAY[1, 0, rem, 0, owed,
+            CASE WHEN queue THEN owed_before WHEN owed > b THEN owed - b ELSE 0 END, -1]::float8[];
+        END IF;
+        RETURN ARRAY[1, 0, rem, 0, owed,
+          CASE WHEN queue THEN owed_before WHEN owed > b THEN owed - b ELSE 0 END, 2, 0, newtat]::float8[];
+      END IF;
+      fl := floor((b - owed_before) / a);
+      rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+      RETURN ARRAY[0, 1, rem, owed - b - slack, owed_before, 0, -1]::float8[];
+    ELSIF kind = 2 THEN
+      -- token-bucket.ts, interval refill (a = refill amount, b = interval)
+      used := 0;
+      anchor := now;
+      IF s IS NOT NULL AND s[2] > 0 THEN
+        used := s[2];
+        anchor := s[3];
+        intervals := floor((now - anchor) / b);
+        IF intervals > 0 THEN
+          used := used - intervals * a;
+          anchor := anchor + intervals * b;
+          IF used <= 0 THEN
+            used := 0;
+            anchor := now;
+          END IF;
+        END IF;
+      END IF;
+      after := used + cost;
+      IF after <= lim THEN
+        fl := floor(lim - after);
+        rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+        reset := CASE WHEN after > 0 THEN anchor + ceil(after / a) * b - now ELSE 0 END;
+        IF cost = 0 THEN RETURN ARRAY[1, 0, rem, 0, reset, 0, -1]::float8[]; END IF;
+        RETURN ARRAY[1, 0, rem, 0, reset, 0, 3, 0, after, anchor]::float8[];
+      END IF;
+      fl := floor(lim - used);
+      rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+      RETURN ARRAY[0, 1, rem, anchor + ceil((after - lim) / a) * b - now,
+        CASE WHEN used > 0 THEN anchor + ceil(used / a) * b - now ELSE 0 END, 0, -1]::float8[];
+    ELSIF kind = 3 THEN
+      -- fixed-window.ts (a = window, c = 1 first-request aligned). Times are whole µs, so the bigint
+      -- remainder is exactly JavaScript's %.
+      cnt := 0;
+      IF c = 0 THEN
+        start := now - (now::bigint % a::bigint)::float8;
+        IF s IS NOT NULL AND s[2] = start THEN cnt := s[3]; END IF;
+      ELSIF s IS NOT NULL AND s[3] > 0 AND now < s[2] + a THEN
+        start := s[2];
+        cnt := s[3];
+      ELSE
+        start := now;
+      END IF;
+      after := cnt + cost;
+      IF after <= lim THEN
+        fl := floor(lim - after);
+        rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+        reset := CASE WHEN after > 0 THEN start + a - now ELSE 0 END;
+        IF cost = 0 THEN RETURN ARRAY[1, 0, rem, 0, reset, 0, -1]::float8[]; END IF;
+        RETURN ARRAY[1, 0, rem, 0, reset, 0, 3, 0, start, after]::float8[];
+      END IF;
+      fl := floor(lim - cnt);
+      rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+      RETURN ARRAY[0, 1, rem, start + a - now, CASE WHEN cnt > 0 THEN start + a - now ELSE 0 END, 0, -1]::float8[];
+    ELSIF kind = 4 THEN
+      -- sliding-window.ts (a = window)
+      start := now - (now::bigint % a::bigint)::float8;
+      cnt := 0;
+      previous := 0;
+      IF s IS NOT NULL THEN
+        IF s[2] = start THEN
+          cnt := s[3];
+          previous := s[4];
+        ELSIF s[2] = start - a THEN
+          previous := s[3];
+        END IF;
+      END IF;
+      elapsed := now - start;
+      estimate := (previous * (a - elapsed)) / a + cnt;
+      IF estimate + cost <= lim THEN
+        after := cnt + cost;
+        fl := floor(lim - (estimate + cost));
+        rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+        reset := CASE WHEN after > 0 THEN start + 2 * a - now WHEN previous > 0 THEN start + a - now ELSE 0 END;
+        IF cost = 0 THEN RETURN ARRAY[1, 0, rem, 0, reset, 0, -1]::float8[]; END IF;
+        RETURN ARRAY[1, 0, rem, 0, reset, 0, 4, 0, start, after, previous]::float8[];
+      END IF;
+      fl := floor(lim - estimate);
+      rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+      -- retryAfter(): later in this window as the previous count fades, or in the next one.
+      retry := NULL;
+      IF cnt + cost <= lim THEN
+        at := ceil(a - ((lim - cnt - cost) * a) / previous);
+        k := 0;
+        WHILE k < 4 AND at < a AND (previous * (a - at)) / a + cnt + cost > lim LOOP
+          at := at + 1;
+          k := k + 1;
+        END LOOP;
+        IF at < a THEN retry := at - elapsed; END IF;
+      END IF;
+      IF retry IS NULL THEN
+        at := CASE WHEN cnt > 0 THEN greatest(0, ceil(a - ((lim - cost) * a) / cnt)) ELSE 0 END;
+        k := 0;
+        WHILE k < 4 AND at < a AND (cnt * (a - at)) / a + 0 + cost > lim LOOP
+          at := at + 1;
+          k := k + 1;
+        END LOOP;
+        retry := a - elapsed + at;
+      END IF;
+      RETURN ARRAY[0, 1, rem, retry,
+        CASE WHEN cnt > 0 THEN start + 2 * a - now WHEN previous > 0 THEN start + a - now ELSE 0 END, 0, -1]::float8[];
+    END IF;
+    -- kind 5, sliding-log.ts (a = window, b = minimum gap, c = 1 count denied)
+    len := coalesce(array_length(s, 1), 0);
+    cutoff := now - a;
+    f := 1;
+    WHILE f < len AND s[f + 1] <= cutoff LOOP f := f + 2; END LOOP;
+    total := 0;
+    i := f + 1;
+    WHILE i < len LOOP
+      total := total + s[i + 1];
+      i := i + 2;
+    END LOOP;
+    last := CASE WHEN len > 1 THEN s[len - 1] ELSE -1 END;
+    hold := greatest(b, a);
+    gapwait := CASE WHEN b > 0 AND cost > 0 AND last >= 0 AND now - last < b THEN last + b - now ELSE 0 END;
+    -- untilUntouched()
+    reset := CASE WHEN last >= 0 AND last + hold > now THEN last + hold - now ELSE 0 END;
+    IF total + cost <= lim AND gapwait = 0 THEN
+      fl := floor(lim - (total + cost));
+      rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+      IF cost = 0 THEN RETURN ARRAY[1, 0, rem, 0, reset, 0, -1]::float8[]; END IF;
+      nx := ${n.append}(s, f, now, cost);
+      RETURN ARRAY[1, 0, rem, 0, hold, 0, array_length(nx, 1)]::float8[] || nx;
+    END IF;
+    fl := floor(lim - total);
+    rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
+    -- sumWait()
+    IF total + cost <= lim OR s IS NULL THEN
+      sw := 0;
+    ELSE
+      lft := total;
+      i := f;
+      WHILE i < len LOOP
+        lft := lft - s[i + 2];
+        IF lft + cost <= lim THEN
+          sw := s[i + 1] + a - now;
+          EXIT;
+        END IF;
+        i := i + 2;
+      END LOOP;
+      IF sw IS NULL THEN sw := s[len - 1] + a - now; END IF;
+    END IF;
+    RETURN ARRAY[0, 1, rem, greatest(gapwait, sw), reset, 0, -1]::float8[];
+  END
+  $fn$;`;
+}
+
+/** decide.ts `evaluatePolicy`: impossible costs, the penalty box, then the algorithm. */
+function policyFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.policy}(
+    kind int, lim float8, a float8, b float8, c float8, s float8[], now float8, cost float8, maxdelay float8)
+  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  DECLARE
+    r float8[];
+    blocked_until float8;
+  BEGIN
+    IF (kind = 1 AND ceil(cost * a) > b) OR (kind <> 1 AND cost > lim) THEN
+      r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
+      RETURN ARRAY[0, 3, r[3], 'Infinity', r[5], 0, -1]::float8[];
+    END IF;
+    blocked_until := CASE WHEN s IS NULL THEN 0 ELSE s[1] END;
+    IF blocked_until > now THEN
+      r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
+      RETURN ARRAY[0, 2, 0, blocked_until - now, greatest(r[5], blocked_until - now), 0, -1]::float8[];
+    END IF;
+    RETURN ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
+  END
+  $fn$;`;
+}
+
+/** decide.ts `settleDenied`: one policy's report when the call as a whole was denied. */
+function settleFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.settle}(
+    kind int, lim float8, blk float8, a float8, b float8, c float8, s float8[], now float8, cost float8,
+    do_commit boolean, e float8[])
+  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  DECLARE
+    allowed_here boolean := e[1] = 1;
+    r float8[];
+    nx float8[] := s;
+    has_next boolean := false;
+  BEGIN
+    IF allowed_here THEN
+      r := ${n.policy}(kind, lim, a, b, c, s, now, 0, 0);
+      e := ARRAY[1, 0, r[3], 0, r[5], 0]::float8[];
+    ELSE
+      e := e[1:6];
+    END IF;
+    IF NOT do_commit OR e[2] = 3 OR e[2] = 2 THEN RETURN e || ARRAY[-1]::float8[]; END IF;
+    IF kind = 5 AND c = 1 AND cost > 0 THEN
+      nx := ${n.logDenied}(lim, a, s, now, cost);
+      IF allowed_here THEN
+        r := ${n.policy}(kind, lim, a, b, c, nx, now, 0, 0);
+        e := ARRAY[1, 0, r[3], 0, r[5], 0]::float8[];
+      ELSE
+        e := (${n.policy}(kind, lim, a, b, c, nx, now, cost, 0))[1:6];
+      END IF;
+      has_next := true;
+    END IF;
+    IF blk > 0 AND e[2] = 1 THEN
+      IF nx IS NULL THEN
+        nx := array_fill(0::float8, ARRAY[CASE kind WHEN 1 THEN 2 WHEN 4 THEN 4 WHEN 5 THEN 1 ELSE 3 END]);
+      END IF;
+      nx[1] := now + blk;
+      e[3] := 0;
+      e[4] := blk;
+      e[5] := greatest(e[5], blk);
+      has_next := true;
+    END IF;
+    IF NOT has_next THEN RETURN e || ARRAY[-1]::float8[]; END IF;
+    RETURN e || ARRAY[array_length(nx, 1)]::float8[] || nx;
+  END
+  $fn$;`;
+}
+
+/**
+ * A batch of calls, decided in arrival order in one transaction: decide.ts `decide` for each, with the
+ * states kept in memory between calls on the same key and written once at the end.
+ *
+ * Parameters:
+ * - `p_keys`: the distinct row keys the batch touches. The first `p_locked` are the ones it may write,
+ *   sorted by the caller; their rows are locked in that order (inserting an empty row first when missing,
+ *   so a new key is locked too). Every transaction locks in the same order, so none deadlock.
+ * - `p_req`: 5 numbers per call: op (0 check, 1 limit, 2 reset), cost, nowUs (NaN: the server's
+ *   `clock_timestamp()`, read once the locks are held), maxDelayUs, number of policies.
+ * - `p_pol`: 7 numbers per policy of each call, in order: key index (1-based, into p_keys), kind, limit,
+ *   blockUs, a, b, c (see compile.ts).
+ *
+ * Returns, as comma-separated text, for each call but resets: allowed (0/1), then 6 numbers per policy:
+ * allowed, reason, remaining, retryAfterUs, resetAfterUs, delayUs.
+ *
+ * Expired rows (at most max(16, 2 × keys written) per batch) are deleted at the end through the expiry
+ * index, skipping rows other transactions hold, so pruning never waits and never scans the table.
+ */
+function decideFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.decide}(p_keys text[], p_locked int, p_req float8[], p_pol float8[])
+  RETURNS text LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+  DECLARE
+    nkeys int := coalesce(array_length(p_keys, 1), 0);
+    nreq int := coalesce(array_length(p_req, 1), 0) / 5;
+    buf float8[] := '{}';
+    top int := 0;
+    off int[] := array_fill(0, ARRAY[greatest(nkeys, 1)]);
+    len int[] := array_fill(-1, ARRAY[greatest(nkeys, 1)]);
+    dirty boolean[] := array_fill(false, ARRAY[greatest(nkeys, 1)]);
+    placeholder boolean[] := array_fill(false, ARRAY[greatest(nkeys, 1)]);
+    expiry float8[] := array_fill(0::float8, ARRAY[greatest(nkeys, 1)]);
+    res float8[] := '{}';
+    nres int := 0;
+    st float8[];
+    s float8[];
+    r float8[];
+    rb float8[];
+    e float8[];
+    ro int[] := '{}';
+    i int; j int; k int; q int; ki int; np int; pj int; op int; base int; kind int;
+    cost float8; now float8; maxdelay float8; server_now float8; prune_now float8; ts timestamp;
+    all_ok boolean; is_commit boolean;
+  BEGIN
+    FOR i IN 1..p_locked LOOP
+      LOOP
+        SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[i] FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO ${n.qualified} (key, state, expires_at) VALUES (p_keys[i], NULL, 0) ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+          placeholder[i] := true;
+          st := NULL;
+          EXIT;
+        END IF;
+      END LOOP;
+      IF st IS NOT NULL THEN
+        off[i] := top;
+        len[i] := array_length(st, 1);
+        FOR q IN 1..len[i] LOOP buf[top + q] := st[q]; END LOOP;
+        top := top + len[i];
+      END IF;
+    END LOOP;
+    FOR i IN p_locked + 1..nkeys LOOP
+      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[i];
+      IF st IS NOT NULL THEN
+        off[i] := top;
+        len[i] := array_length(st, 1);
+        FOR q IN 1..len[i] LOOP buf[top + q] := st[q]; END LOOP;
+        top := top + len[i];
+      END IF;
+    END LOOP;
+
+    pj := 0;
+    FOR j IN 0..nreq - 1 LOOP
+      op := p_req[j * 5 + 1]::int;
+      cost := p_req[j * 5 + 2];
+      now := p_req[j * 5 + 3];
+      maxdelay := p_req[j * 5 + 4];
+      np := p_req[j * 5 + 5]::int;
+      IF now = 'NaN'::float8 THEN
+        IF server_now IS NULL THEN
+          ts := clock_timestamp() AT TIME ZONE 'UTC';
+          server_now := (extract(epoch FROM date_trunc('minute', ts))::bigint * 1000000
+            + extract(microseconds FROM ts)::bigint)::float8;
+        END IF;
+        now := server_now;
+      END IF;
+      is_commit := op = 1;
+      IF op = 2 THEN
+        FOR k IN 0..np - 1 LOOP
+          ki := p_pol[pj + k * 7 + 1]::int;
+          len[ki] := -1;
+          dirty[ki] := true;
+        END LOOP;
+        pj := pj + np * 7;
+        CONTINUE;
+      END IF;
+      IF is_commit AND (prune_now IS NULL OR now < prune_now) THEN prune_now := now; END IF;
+      all_ok := true;
+      rb := '{}';
+      FOR k IN 0..np - 1 LOOP
+        base := pj + k * 7;
+        ki := p_pol[base + 1]::int;
+        s := NULL;
+        IF len[ki] >= 0 THEN
+          s := '{}';
+          FOR q IN 1..len[ki] LOOP s[q] := buf[off[ki] + q]; END LOOP;
+        END IF;
+        r := ${n.policy}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 5], p_pol[base + 6], p_pol[base + 7],
+          s, now, cost, maxdelay);
+        IF r[1] = 0 THEN all_ok := false; END IF;
+        ro[k + 1] := coalesce(array_length(rb, 1), 0);
+        rb := rb || r;
+      END LOOP;
+      IF NOT all_ok THEN
+        -- Nothing was written yet, so each policy settles against the state it was evaluated on.
+        r := rb;
+        rb := '{}';
+        FOR k IN 0..np - 1 LOOP
+          base := pj + k * 7;
+          ki := p_pol[base + 1]::int;
+          s := NULL;
+          IF len[ki] >= 0 THEN
+            s := '{}';
+            FOR q IN 1..len[ki] LOOP s[q] := buf[off[ki] + q]; END LOOP;
+          END IF;
+          q := ro[k + 1];
+          e := r[q + 1:q + 6];
+          ro[k + 1] := coalesce(array_length(rb, 1), 0);
+          rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
+            p_pol[base + 6], p_pol[base + 7], s, now, cost, is_commit, e);
+        END LOOP;
+      END IF;
+      IF is_commit THEN
+        FOR k IN 0..np - 1 LOOP
+          q := ro[k + 1];
+          IF rb[q + 7] >= 0 THEN
+            ki := p_pol[pj + k * 7 + 1]::int;
+            off[ki] := top;
+            len[ki] := rb[q + 7]::int;
+            FOR i IN 1..len[ki] LOOP buf[top + i] := rb[q + 7 + i]; END LOOP;
+            top := top + len[ki];
+            dirty[ki] := true;
+            expiry[ki] := now + rb[q + 5];
+          END IF;
+        END LOOP;
+      END IF;
+      nres := nres + 1;
+      res[nres] := CASE WHEN all_ok THEN 1 ELSE 0 END;
+      FOR k IN 0..np - 1 LOOP
+        q := ro[k + 1];
+        FOR i IN 1..6 LOOP
+          nres := nres + 1;
+          res[nres] := rb[q + i];
+        END LOOP;
+      END LOOP;
+      pj := pj + np * 7;
+    END LOOP;
+
+    FOR i IN 1..p_locked LOOP
+      IF dirty[i] AND len[i] >= 0 THEN
+        st := '{}';
+        FOR q IN 1..len[i] LOOP st[q] := buf[off[i] + q]; END LOOP;
+        -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
+        UPDATE ${n.qualified} t SET state = st, expires_at = (ceil(expiry[i] / 1e6) * 1e6)::bigint
+          WHERE t.key = p_keys[i];
+      ELSIF dirty[i] OR placeholder[i] THEN
+        DELETE FROM ${n.qualified} t WHERE t.key = p_keys[i];
+      END IF;
+    END LOOP;
+    IF prune_now IS NOT NULL THEN
+      DELETE FROM ${n.qualified} t WHERE t.key IN (
+        SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= prune_now
+        ORDER BY x.expires_at LIMIT greatest(16, 2 * p_locked) FOR UPDATE SKIP LOCKED);
+    END IF;
+    RETURN array_to_string(res, ',');
+  END
+  $fn$;`;
+}

@@ -1,0 +1,322 @@
+import { FloodgateError, invalid } from '../../errors.js';
+import type { CompiledPolicy } from '../../model/compile.js';
+import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
+import { stateKeys, validateIdentifier } from '../sql/common.js';
+import type { Store, StoreRequest, StoreResult } from '../store.js';
+import type { PostgresClient } from './postgres-client.js';
+import { decideStatement, migrationStatement, type SqlNames, sqlNames } from './postgres-sql.js';
+
+/** Options of {@link postgresStore}. */
+export interface PostgresStoreOptions {
+  /** The driver, through an adapter: `fromPg(pool)` or `fromPostgres(sql)`. The store never closes it. */
+  client: PostgresClient;
+  /** Schema of the table and functions, created by `migrate()` when missing. @default 'public' */
+  schema?: string;
+  /** Table holding the state: `[a-z_][a-z0-9_]*`, at most 40 characters. @default 'floodgate_state' */
+  table?: string;
+  /**
+   * Create the table UNLOGGED: no write-ahead log, so commits do not wait for the disk; the state is
+   * emptied after a crash of the server (never after a clean restart) and is not replicated. @default false
+   */
+  unlogged?: boolean;
+  /**
+   * Statements in flight at once (keep it at most the pool's size). Calls on one key always share one
+   * lane, so they are decided in the order they were made. @default 4
+   */
+  concurrency?: number;
+  /** Most calls decided by one statement. @default 128 */
+  maxBatch?: number;
+}
+
+/** The PostgreSQL store. */
+export interface PostgresStore extends Store {
+  readonly name: 'postgres';
+  readonly schema: string;
+  readonly table: string;
+  /**
+   * Creates (or updates) the schema, the table, its expiry index and the functions that decide.
+   * Idempotent and safe to run from several processes at once; run it at startup or in your migrations.
+   */
+  migrate(): Promise<void>;
+}
+
+const OP_CHECK = 0;
+const OP_LIMIT = 1;
+const OP_RESET = 2;
+const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
+
+interface Pending {
+  op: 0 | 1 | 2;
+  /** Row keys, one per policy. */
+  keys: string[];
+  policies: readonly CompiledPolicy[];
+  request: StoreRequest | undefined;
+  resolve(result: StoreResult | undefined): void;
+  reject(error: unknown): void;
+}
+
+interface Lane {
+  queue: Pending[];
+  busy: boolean;
+}
+
+/**
+ * State in PostgreSQL, decided by a PL/pgSQL port of the model that `migrate()` installs. A call is one
+ * function call in one statement: its rows are locked, every policy is decided all-or-nothing, new
+ * states are written, and a few expired rows are deleted through the expiry index, in one transaction.
+ *
+ * Calls made while a statement is in flight wait in their lane and then go together in the next
+ * statement: still one atomic decision each, in arrival order per key, but one round trip and one commit
+ * for all of them. A lone call is sent at once.
+ *
+ * The clock is the server's `clock_timestamp()` (so app servers with skewed clocks agree), unless the
+ * limiter has a `clock` option.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg';
+ * import { createLimiter, gcra } from 'floodgate';
+ * import { fromPg, postgresStore } from 'floodgate/postgres';
+ *
+ * const store = postgresStore({ client: fromPg(new pg.Pool({ connectionString: process.env.DATABASE_URL })) });
+ * await store.migrate();
+ * const limiter = createLimiter({ store, policies: [gcra({ limit: 100, periodMs: 60_000 })] });
+ * const decision = await limiter.limit(clientId);
+ * ```
+ */
+export function postgresStore(options: PostgresStoreOptions): PostgresStore {
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('ERR_INVALID_OPTION', 'postgresStore options', options, 'an object');
+  }
+  const client = options.client;
+  if (typeof client !== 'object' || client === null || typeof client.query !== 'function') {
+    throw invalid('ERR_INVALID_OPTION', 'client', client, 'a client from fromPg(pool) or fromPostgres(sql)');
+  }
+  const schema = validateIdentifier('schema', options.schema ?? 'public');
+  const table = validateIdentifier('table', options.table ?? 'floodgate_state');
+  const unlogged = options.unlogged ?? false;
+  if (typeof unlogged !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'unlogged', unlogged, 'a boolean');
+  const concurrency = options.concurrency ?? 4;
+  if (!Number.isSafeInteger(concurrency) || concurrency < 1 || concurrency > 1024) {
+    throw invalid('ERR_INVALID_OPTION', 'concurrency', options.concurrency, 'an integer from 1 to 1024');
+  }
+  const maxBatch = options.maxBatch ?? 128;
+  if (!Number.isSafeInteger(maxBatch) || maxBatch < 1 || maxBatch > 10_000) {
+    throw invalid('ERR_INVALID_OPTION', 'maxBatch', options.maxBatch, 'an integer from 1 to 10000');
+  }
+  return new PostgresStoreImpl(client, sqlNames(schema, table), unlogged, concurrency, maxBatch);
+}
+
+class PostgresStoreImpl implements PostgresStore {
+  readonly name = 'postgres' as const;
+  readonly hasOwnClock = true;
+  readonly schema: string;
+  readonly table: string;
+  private readonly lanes: Lane[];
+  private readonly statement: string;
+  private readonly statementName: string;
+  private closed = false;
+  private idle: (() => void) | undefined;
+
+  constructor(
+    private readonly client: PostgresClient,
+    private readonly names: SqlNames,
+    private readonly unlogged: boolean,
+    concurrency: number,
+    private readonly maxBatch: number,
+  ) {
+    this.schema = names.schema;
+    this.table = names.table;
+    this.lanes = Array.from({ length: concurrency }, () => ({ queue: [], busy: false }));
+    this.statement = decideStatement(names);
+    this.statementName = `floodgate_${names.schema}_${names.table}_decide`;
+  }
+
+  async migrate(): Promise<void> {
+    await this.client.query(migrationStatement(this.names, this.unlogged), []);
+  }
+
+  decide(request: StoreRequest): Promise<StoreResult> {
+    return this.enqueue(
+      request.commit ? OP_LIMIT : OP_CHECK,
+      request.prefix,
+      request.key,
+      request.policies,
+      request,
+    ) as Promise<StoreResult>;
+  }
+
+  async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
+    await this.enqueue(OP_RESET, prefix, key, policies, undefined);
+  }
+
+  /** Waits for the statements in flight and refuses new calls; the client stays open (it is yours). */
+  close(): Promise<void> {
+    this.closed = true;
+    if (this.lanes.every((lane) => !lane.busy)) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.idle = resolve;
+    });
+  }
+
+  private enqueue(
+    op: 0 | 1 | 2,
+    prefix: string,
+    key: string,
+    policies: readonly CompiledPolicy[],
+    request: StoreRequest | undefined,
+  ): Promise<StoreResult | undefined> {
+    if (this.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the postgres store is closed'));
+    const lane = this.lanes[laneOf(prefix, key, this.lanes.length)] as Lane;
+    return new Promise((resolve, reject) => {
+      lane.queue.push({ op, keys: stateKeys(prefix, key, policies), policies, request, resolve, reject });
+      if (!lane.busy) {
+        lane.busy = true;
+        // Calls made in the same tick share the first statement; a lone call waits for nothing else.
+        queueMicrotask(() => this.flush(lane));
+      }
+    });
+  }
+
+  private flush(lane: Lane): void {
+    const batch = lane.queue.length <= this.maxBatch ? lane.queue : lane.queue.slice(0, this.maxBatch);
+    lane.queue = lane.queue.length <= this.maxBatch ? [] : lane.queue.slice(this.maxBatch);
+    let params: string[];
+    try {
+      params = encodeBatch(batch);
+    } catch (error) {
+      for (const item of batch) item.reject(error);
+      this.next(lane);
+      return;
+    }
+    this.client.query(this.statement, params, this.statementName).then(
+      (rows) => {
+        try {
+          settleBatch(batch, rows);
+        } catch (error) {
+          for (const item of batch) item.reject(error);
+        }
+        this.next(lane);
+      },
+      (error: unknown) => {
+        const failure = this.explain(error);
+        for (const item of batch) item.reject(failure);
+        this.next(lane);
+      },
+    );
+  }
+
+  private next(lane: Lane): void {
+    if (lane.queue.length > 0) {
+      this.flush(lane);
+      return;
+    }
+    lane.busy = false;
+    if (this.idle !== undefined && this.lanes.every((l) => !l.busy)) {
+      this.idle();
+      this.idle = undefined;
+    }
+  }
+
+  /** Turns "the table or function is missing" into advice; other failures pass through (the limiter wraps them). */
+  private explain(error: unknown): unknown {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (code === '42883' || code === '42P01' || code === '3F000') {
+      return new FloodgateError(
+        'ERR_STORE_UNAVAILABLE',
+        `the postgres store's table ${this.names.qualified} or its functions are missing: call store.migrate() first`,
+        { cause: error },
+      );
+    }
+    return error;
+  }
+}
+
+/** FNV-1a over prefix and key: calls on one key always use the same lane, which keeps their order. */
+function laneOf(prefix: string, key: string, lanes: number): number {
+  if (lanes === 1) return 0;
+  let h = 0x811c9dc5;
+  for (let i = 0; i < prefix.length; i++) h = Math.imul(h ^ prefix.charCodeAt(i), 0x01000193);
+  h = Math.imul(h ^ 0, 0x01000193);
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  return (h >>> 0) % lanes;
+}
+
+/** The four parameters of the decide function (see postgres-sql.ts), as text. */
+function encodeBatch(batch: readonly Pending[]): string[] {
+  const written = new Set<string>();
+  const read = new Set<string>();
+  for (const item of batch) {
+    for (const key of item.keys) (item.op === OP_CHECK ? read : written).add(key);
+  }
+  // Rows are locked in this order by every transaction, so concurrent statements never deadlock.
+  const keys = [...written].sort();
+  for (const key of read) if (!written.has(key)) keys.push(key);
+  const index = new Map<string, number>();
+  for (let i = 0; i < keys.length; i++) index.set(keys[i] as string, i + 1);
+  const requests: number[] = [];
+  const policies: number[] = [];
+  for (const item of batch) {
+    const r = item.request;
+    requests.push(item.op, r?.cost ?? 0, r?.nowUs ?? Number.NaN, r?.maxDelayUs ?? 0, item.keys.length);
+    item.policies.forEach((c, i) => {
+      policies.push(index.get(item.keys[i] as string) as number, c.kind, c.limit, c.blockUs, c.a, c.b, c.c);
+    });
+  }
+  return [textArray(keys), String(written.size), numberArray(requests), numberArray(policies)];
+}
+
+function settleBatch(batch: readonly Pending[], rows: readonly Record<string, unknown>[]): void {
+  const text = rows[0]?.r;
+  if (typeof text !== 'string') {
+    throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no result from its decide function');
+  }
+  const values = text === '' ? [] : text.split(',');
+  let expected = 0;
+  for (const item of batch) if (item.op !== OP_RESET) expected += 1 + 6 * item.policies.length;
+  if (values.length !== expected) {
+    throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got a result of the wrong length');
+  }
+  let p = 0;
+  const next = () => Number(values[p++]);
+  for (const item of batch) {
+    if (item.op === OP_RESET) {
+      item.resolve(undefined);
+      continue;
+    }
+    const allowed = next() === 1;
+    const evaluations: Evaluation[] = [];
+    for (let i = 0; i < item.policies.length; i++) {
+      const e = emptyEvaluation();
+      e.allowed = next() === 1;
+      e.reason = REASONS[next()] as Reason;
+      e.remaining = next();
+      e.retryAfterUs = next();
+      e.resetAfterUs = next();
+      e.delayUs = next();
+      evaluations.push(e);
+    }
+    item.resolve({ allowed, evaluations });
+  }
+}
+
+/** A PostgreSQL array literal of strings: every element quoted, `"` and `\` escaped. Keys stay data. */
+function textArray(values: readonly string[]): string {
+  let out = '{';
+  for (let i = 0; i < values.length; i++) {
+    if (i > 0) out += ',';
+    out += `"${(values[i] as string).replace(/["\\]/g, '\\$&')}"`;
+  }
+  return `${out}}`;
+}
+
+/** A float8[] literal; JavaScript's shortest round-trip digits parse back to the same double. */
+function numberArray(values: readonly number[]): string {
+  let out = '{';
+  for (let i = 0; i < values.length; i++) {
+    if (i > 0) out += ',';
+    const v = values[i] as number;
+    out += Object.is(v, -0) ? '-0' : String(v);
+  }
+  return `${out}}`;
+}
