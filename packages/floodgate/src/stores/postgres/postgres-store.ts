@@ -38,6 +38,8 @@ export interface PostgresStore extends Store {
    * Idempotent and safe to run from several processes at once; run it at startup or in your migrations.
    */
   migrate(): Promise<void>;
+  /** Waits for the statements in flight and refuses new calls; the client stays open (it is yours). */
+  close(): Promise<void>;
 }
 
 const OP_CHECK = 0;
