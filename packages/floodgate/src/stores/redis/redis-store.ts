@@ -12,8 +12,9 @@ export interface RedisStoreOptions {
   /** The client, through an adapter: `fromIoredis(client)` or `fromNodeRedis(client)`. */
   client: RedisScriptClient;
   /**
-   * Script calls in flight at once per server (per hash slot on a cluster). Calls that arrive while
-   * that many are in flight wait and go together in the next script call. @default 1
+   * Script calls in flight at once per server (per hash slot on a cluster), pipelined on the client's
+   * connection. Calls that arrive while that many are in flight wait and go together in the next script
+   * call; a call that finds fewer in flight goes at once. @default 4
    */
   maxInFlight?: number;
   /** Most calls decided in one script call. @default 512 */
@@ -72,7 +73,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
       { option: 'client' },
     );
   }
-  const maxInFlight = options.maxInFlight ?? 1;
+  const maxInFlight = options.maxInFlight ?? 4;
   if (!Number.isSafeInteger(maxInFlight) || maxInFlight < 1 || maxInFlight > 1024) {
     throw invalid('ERR_INVALID_OPTION', 'maxInFlight', options.maxInFlight, 'an integer from 1 to 1024');
   }
@@ -244,17 +245,36 @@ function scriptArguments(calls: readonly Call[], grace: string): { keys: string[
   const head: string[] = [grace, '0'];
   const body: string[] = [];
   const numbers = new Map<CompiledPolicy, string>();
+  let previous: Call | undefined;
+  let runAt = 0;
+  let run = 0;
   for (const call of calls) {
-    const n = call.policies.length;
+    for (const c of call.policies) keys.push(storageKey(call.prefix, call.encoded, c.name));
+    if (
+      previous !== undefined &&
+      call.op === previous.op &&
+      call.nowUs === previous.nowUs &&
+      call.cost === previous.cost &&
+      call.maxDelayUs === previous.maxDelayUs &&
+      call.policies === previous.policies
+    ) {
+      run++;
+      continue;
+    }
+    // A new run: calls that differ from this one only by their key join it.
+    if (previous !== undefined) body[runAt] = String(run);
+    previous = call;
+    run = 1;
+    runAt = body.length;
     body.push(
+      '',
       call.op,
       call.nowUs === undefined ? '' : String(call.nowUs),
       String(call.cost),
       String(call.maxDelayUs),
-      String(n),
+      String(call.policies.length),
     );
     for (const c of call.policies) {
-      keys.push(storageKey(call.prefix, call.encoded, c.name));
       let number = numbers.get(c);
       if (number === undefined) {
         number = String(numbers.size + 1);
@@ -264,6 +284,7 @@ function scriptArguments(calls: readonly Call[], grace: string): { keys: string[
       body.push(number);
     }
   }
+  body[runAt] = String(run);
   head[1] = String(numbers.size);
   return { keys, args: head.concat(body) };
 }

@@ -8,16 +8,19 @@
  *   [1]          grace, ms added to the expiry of keys written on the caller's clock (see below)
  *   [2]          P, the number of distinct policies in the batch
  *   [3 … 2+6P]   per policy: kind, limit, blockUs, a, b, c (the compiled policy of model/compile.ts)
- *   then per call: op (0 check, 1 limit, 2 reset), nowUs ('' = Redis TIME), cost, maxDelayUs,
- *                  n (its number of policies), then n policy numbers (1-based, into the list above)
+ *   then runs of calls that differ only by key: m (calls in the run), op (0 check, 1 limit, 2 reset),
+ *                  nowUs ('' = Redis TIME), cost, maxDelayUs, n (policies per call), then n policy
+ *                  numbers (1-based, into the list above). Under load most calls of a batch form one run,
+ *                  so a decision costs Redis little more than its keys.
  * Clock: a call's `nowUs` when given, else Redis `TIME` as integer µs (seconds·10⁶ + µs), read once per
  *   script call, so app servers with skewed clocks agree.
  * Returns a flat array of integers; per call: a reset gives `1`; a decision gives `allowed` (1/0), then
  *   per policy `reason` (0 ok, 1 limit, 2 blocked, 3 exceeds-capacity), `remaining`, `retryAfterUs`
  *   (-1 = never), `resetAfterUs`, `delayUs`. Every one of these is a whole number, so Redis's integer
  *   replies (which truncate) carry them exactly.
- * Writes: each changed state with `SET … PX`, the expiry being the moment the key is untouched again
- *   (`resetAfterUs`, rounded up to whole ms); a reset deletes the keys. No other key is touched.
+ * Writes: each changed state with `SET … PXAT`, the expiry being the moment the key is untouched again
+ *   (Redis time + `resetAfterUs`, rounded up to whole ms; PXAT rather than PX, which Redis would rewrite
+ *   into PXAT for its replicas at a cost per write); a reset deletes the keys. No other key is touched.
  *   Expiry runs on Redis's clock: when a call brings its own clock, which may run slower than Redis's
  *   (a paused or manual clock), the key gets `grace` ms more, since a state that outlives its untouched
  *   time decides exactly like an absent one, while one that expires early would hand out a fresh quota.
@@ -50,53 +53,58 @@ local outs, chosen, states = {}, {}, {}
 local k = 0
 local total = #argv
 while at <= total do
-  local op = argv[at]
-  local n = tonumber(argv[at + 4])
+  local m = tonumber(argv[at])
+  local op = argv[at + 1]
+  local n = tonumber(argv[at + 5])
+  for j = 1, n do
+    chosen[j] = policies[tonumber(argv[at + 5 + j])]
+    if outs[j] == nil then outs[j] = {} end
+  end
   if op == '2' then
-    for j = 1, n do redis.call('DEL', KEYS[k + j]) end
-    r = r + 1
-    reply[r] = 1
+    for _ = 1, m do
+      for j = 1, n do redis.call('DEL', KEYS[k + j]) end
+      r = r + 1
+      reply[r] = 1
+      k = k + n
+    end
   else
     local now
     local extra = 0
-    if argv[at + 1] == '' then
+    if argv[at + 2] == '' then
       now = redis_now()
     else
-      now = tonumber(argv[at + 1])
-      extra = grace
+      now = tonumber(argv[at + 2])
+      extra = grace * 1000
     end
-    local cost = tonumber(argv[at + 2])
-    local max_delay = tonumber(argv[at + 3])
+    local cost = tonumber(argv[at + 3])
+    local max_delay = tonumber(argv[at + 4])
     local commit = op == '1'
-    for j = 1, n do
-      local c = policies[tonumber(argv[at + 4 + j])]
-      chosen[j] = c
-      states[j] = decode(c.kind, redis.call('GET', KEYS[k + j]))
-      if outs[j] == nil then outs[j] = {} end
-    end
-    local allowed = decide(chosen, states, n, now, cost, commit, max_delay, outs)
-    r = r + 1
-    if allowed then reply[r] = 1 else reply[r] = 0 end
-    for j = 1, n do
-      local out = outs[j]
-      if commit and out.nxt ~= nil then
-        local ttl = ceil(out.reset / 1000)
-        if ttl < 1 then ttl = 1 end
-        ttl = ttl + extra
-        redis.call('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PX', ttl)
+    for _ = 1, m do
+      for j = 1, n do states[j] = decode(chosen[j].kind, redis.call('GET', KEYS[k + j])) end
+      local allowed = decide(chosen, states, n, now, cost, commit, max_delay, outs)
+      r = r + 1
+      if allowed then reply[r] = 1 else reply[r] = 0 end
+      for j = 1, n do
+        local out = outs[j]
+        if commit and out.nxt ~= nil then
+          local reset = out.reset
+          if reset < 1 then reset = 1 end
+          local expire_at = ceil((redis_now() + reset + extra) / 1000)
+          redis.call('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
+        end
+        local retry = out.retry
+        if retry == INF then retry = -1 end
+        reply[r + 1] = out.reason
+        reply[r + 2] = out.remaining
+        reply[r + 3] = retry
+        reply[r + 4] = out.reset
+        reply[r + 5] = out.delay
+        r = r + 5
       end
-      local retry = out.retry
-      if retry == INF then retry = -1 end
-      reply[r + 1] = out.reason
-      reply[r + 2] = out.remaining
-      reply[r + 3] = retry
-      reply[r + 4] = out.reset
-      reply[r + 5] = out.delay
-      r = r + 5
+      k = k + n
     end
   end
-  k = k + n
-  at = at + 5 + n
+  at = at + 6 + n
 end
 return reply
 `;

@@ -1,0 +1,322 @@
+// Redis: floodgate against the per-call ceiling and against rate-limiter-flexible, in one run.
+//
+//   npm run bench:redis      (builds, starts its own redis-server on a spare port, runs this file)
+//
+// 1. Ceiling: redis-benchmark running EVALSHA of a minimal GCRA script, pipelined (what Redis itself
+//    can do one script call per decision).
+// 2. Throughput from one Node process with 1000 decisions in flight (1000 closed loops over 100k keys):
+//    floodgate's GCRA and rate-limiter-flexible's RateLimiterRedis, on the same ioredis client kind.
+// 3. Sequential latency (one call at a time): p50 / p99 of a raw EVALSHA of the minimal script,
+//    floodgate, rate-limiter-flexible.
+// 4. Memory per key: INFO memory delta over 100k keys, per algorithm, rate-limiter-flexible, and a bare
+//    `SET <floodgate's key> <integer> PX <ttl>` (the floor).
+//
+// Environment: BENCH_MS (duration of one throughput round, default 2000), BENCH_ROUNDS (default 4; the
+// contenders alternate, the best round of each is kept), BENCH_KEYS (keys for the memory figures,
+// default 100000).
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import {
+  createLimiter,
+  encodeKey,
+  fixedWindow,
+  gcra,
+  leakyBucket,
+  type Policy,
+  slidingLog,
+  slidingWindow,
+  storageKey,
+  tokenBucket,
+} from 'floodgate';
+import { fromIoredis, redisStore } from 'floodgate/redis';
+import { Redis } from 'ioredis';
+import { RateLimiterRedis } from 'rate-limiter-flexible';
+
+const run = promisify(execFile);
+const HOST = '127.0.0.1';
+const ROUND_MS = Number(process.env.BENCH_MS ?? 2000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+const MEMORY_KEYS = Number(process.env.BENCH_KEYS ?? 100_000);
+const IN_FLIGHT = 1000;
+const DISTINCT = 100_000;
+const SEQUENTIAL = 5000;
+const LIMIT = 100;
+const PERIOD_MS = 1000;
+
+/** The least a GCRA script can do: read the clock, GET, compare, SET with an expiry. */
+const MINIMAL_GCRA = `
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local new = tat + tonumber(ARGV[1])
+if new - now > tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000))
+return 1
+`;
+const T_US = String((PERIOD_MS * 1000) / LIMIT);
+const TAU_US = String(PERIOD_MS * 1000);
+
+async function freePort(): Promise<number> {
+  for (let port = 7050; port < 7100; port++) {
+    const free = await new Promise<boolean>((resolve) => {
+      const server = createServer();
+      server.once('error', () => resolve(false));
+      server.listen(port, HOST, () => server.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error('no free port in 7050–7099');
+}
+
+async function startServer(): Promise<{ port: number; stop: () => Promise<void> }> {
+  const port = await freePort();
+  const dir = await mkdtemp(join(tmpdir(), 'floodgate-bench-'));
+  const child: ChildProcess = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir],
+    { stdio: 'ignore' },
+  );
+  const kill = () => child.kill('SIGKILL');
+  process.once('exit', kill);
+  for (let i = 0; ; i++) {
+    try {
+      const { stdout } = await run('redis-cli', ['-h', HOST, '-p', String(port), 'ping']);
+      if (stdout.trim() === 'PONG') break;
+    } catch {
+      if (i > 100) throw new Error('redis-server did not start');
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return {
+    port,
+    stop: async () => {
+      process.removeListener('exit', kill);
+      await new Promise<void>((resolve) => {
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      });
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+type Decide = (key: string) => Promise<unknown>;
+
+/** Decisions per second with IN_FLIGHT closed loops, each awaiting its previous call. */
+async function throughput(decide: Decide): Promise<number> {
+  let done = 0;
+  let stop = false;
+  let seed = 1;
+  const loop = async () => {
+    while (!stop) {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      await decide(`user-${seed % DISTINCT}`);
+      done++;
+    }
+  };
+  const loops = Array.from({ length: IN_FLIGHT }, loop);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const start = performance.now();
+  const before = done;
+  await new Promise((resolve) => setTimeout(resolve, ROUND_MS));
+  const rate = ((done - before) * 1000) / (performance.now() - start);
+  stop = true;
+  await Promise.all(loops);
+  return rate;
+}
+
+/** p50 and p99 of one call at a time, µs. */
+async function latency(decide: Decide): Promise<{ p50: number; p99: number }> {
+  for (let i = 0; i < 500; i++) await decide(`warm-${i % 100}`);
+  const samples = new Float64Array(SEQUENTIAL);
+  for (let i = 0; i < SEQUENTIAL; i++) {
+    const key = `seq-${i % DISTINCT}`;
+    const start = process.hrtime.bigint();
+    await decide(key);
+    samples[i] = Number(process.hrtime.bigint() - start) / 1000;
+  }
+  samples.sort();
+  return {
+    p50: samples[Math.floor(SEQUENTIAL * 0.5)] as number,
+    p99: samples[Math.floor(SEQUENTIAL * 0.99)] as number,
+  };
+}
+
+async function usedMemory(redis: Redis): Promise<number> {
+  const info = await redis.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)?.[1]);
+}
+
+/** Bytes per key after `fill` writes MEMORY_KEYS keys into an empty database. */
+async function memoryPerKey(redis: Redis, fill: (i: number) => Promise<unknown>): Promise<number> {
+  await redis.flushall();
+  const before = await usedMemory(redis);
+  for (let i = 0; i < MEMORY_KEYS; i += IN_FLIGHT) {
+    const batch: Promise<unknown>[] = [];
+    for (let j = i; j < Math.min(i + IN_FLIGHT, MEMORY_KEYS); j++) batch.push(fill(j));
+    await Promise.all(batch);
+  }
+  const keys = await redis.dbsize();
+  if (keys !== MEMORY_KEYS) throw new Error(`expected ${MEMORY_KEYS} keys, found ${keys}`);
+  const bytes = ((await usedMemory(redis)) - before) / MEMORY_KEYS;
+  await redis.flushall();
+  return bytes;
+}
+
+function ceilingFromRedisBenchmark(output: string): number {
+  const match = /([\d.]+) requests per second/.exec(output);
+  if (match === null) throw new Error(`unexpected redis-benchmark output: ${output}`);
+  return Number(match[1]);
+}
+
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+
+async function main(): Promise<void> {
+  const server = await startServer();
+  const port = server.port;
+  console.log(
+    `redis-server ${(await run('redis-server', ['--version'])).stdout.trim().split(' ')[2]} on ${HOST}:${port}`,
+  );
+  const redis = new Redis({ host: HOST, port });
+  try {
+    const sha = (await redis.script('LOAD', MINIMAL_GCRA)) as string;
+
+    // 1. The ceiling: pipelined EVALSHA of the minimal script, straight from redis-benchmark.
+    const bench = await run('redis-benchmark', [
+      '-h',
+      HOST,
+      '-p',
+      String(port),
+      '-n',
+      '400000',
+      '-c',
+      '50',
+      '-P',
+      '32',
+      '-r',
+      String(DISTINCT),
+      '-q',
+      'EVALSHA',
+      sha,
+      '1',
+      'ceil:{__rand_int__}',
+      T_US,
+      TAU_US,
+    ]);
+    const ceiling = ceilingFromRedisBenchmark(bench.stdout);
+    await redis.flushall();
+
+    // 2. Throughput, 1000 in flight from this process.
+    const storeClient = new Redis({ host: HOST, port });
+    const store = redisStore({ client: fromIoredis(storeClient) });
+    const floodgate = createLimiter({
+      store,
+      policies: [gcra({ limit: LIMIT, periodMs: PERIOD_MS })],
+      prefix: 'bench',
+    });
+    const floodgateDecide: Decide = (key) => floodgate.limit(key);
+    const rlfClient = new Redis({ host: HOST, port });
+    const rlf = new RateLimiterRedis({ storeClient: rlfClient, points: LIMIT, duration: PERIOD_MS / 1000 });
+    const rlfDecide: Decide = (key) => rlf.consume(key).catch((denied: unknown) => denied);
+    const rawClient = new Redis({ host: HOST, port });
+    const rawDecide: Decide = (key) => rawClient.evalsha(sha, 1, `raw:{${key}}`, T_US, TAU_US);
+
+    let floodgateRate = 0;
+    let rlfRate = 0;
+    const rounds: string[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      // Alternate who goes first: the machine's load drifts.
+      const order = round % 2 === 0 ? ['floodgate', 'rlf'] : ['rlf', 'floodgate'];
+      for (const who of order) {
+        const rate = await throughput(who === 'floodgate' ? floodgateDecide : rlfDecide);
+        if (who === 'floodgate') floodgateRate = Math.max(floodgateRate, rate);
+        else rlfRate = Math.max(rlfRate, rate);
+        rounds.push(`${who} ${fmt(rate)}`);
+      }
+    }
+
+    // 3. Sequential latency.
+    const rawLatency = await latency(rawDecide);
+    const floodgateLatency = await latency(floodgateDecide);
+    const rlfLatency = await latency(rlfDecide);
+
+    console.log('\nthroughput, decisions per second');
+    console.log(`  ceiling: redis-benchmark EVALSHA minimal GCRA, 50 clients, pipeline 32   ${fmt(ceiling)}`);
+    console.log(`  floodgate redisStore GCRA, 1000 in flight, one process                 ${fmt(floodgateRate)}`);
+    console.log(`  rate-limiter-flexible RateLimiterRedis, 1000 in flight, one process     ${fmt(rlfRate)}`);
+    console.log(`  (rounds: ${rounds.join(', ')}; best of each kept)`);
+    console.log(`  floodgate / rate-limiter-flexible: ${(floodgateRate / rlfRate).toFixed(2)}×`);
+    console.log(`  floodgate / per-call EVALSHA ceiling: ${(floodgateRate / ceiling).toFixed(2)}×`);
+    console.log(`  rate-limiter-flexible / ceiling: ${(rlfRate / ceiling).toFixed(2)}×`);
+
+    console.log('\nsequential latency, one call at a time, µs (p50 / p99)');
+    console.log(
+      `  raw EVALSHA, minimal GCRA (ioredis)       ${rawLatency.p50.toFixed(0)} / ${rawLatency.p99.toFixed(0)}`,
+    );
+    console.log(
+      `  floodgate redisStore GCRA                 ${floodgateLatency.p50.toFixed(0)} / ${floodgateLatency.p99.toFixed(0)}`,
+    );
+    console.log(
+      `  rate-limiter-flexible RateLimiterRedis    ${rlfLatency.p50.toFixed(0)} / ${rlfLatency.p99.toFixed(0)}`,
+    );
+    console.log(`  floodgate p50 / raw EVALSHA p50: ${(floodgateLatency.p50 / rawLatency.p50).toFixed(2)}×`);
+
+    // 4. Memory per key.
+    console.log(`\nRedis memory per key, bytes (INFO memory used_memory delta over ${fmt(MEMORY_KEYS)} keys)`);
+    const floor = await memoryPerKey(redis, (i) =>
+      redis.set(
+        storageKey('bench', encodeKey(`user-${i}`), gcraPolicy.name),
+        String(1_893_456_000_000_000 + i),
+        'PX',
+        HOUR_MS,
+      ),
+    );
+    console.log(`  floor: SET <the same key> <integer> PX 3600000                 ${floor.toFixed(1)}`);
+    // Every algorithm under the same policy name, so its keys are exactly the floor's keys.
+    for (const [label, policy] of MEMORY_POLICIES) {
+      const limiter = createLimiter({ store, policies: [policy], prefix: 'bench' });
+      const bytes = await memoryPerKey(redis, (i) => limiter.limit(`user-${i}`));
+      console.log(`  floodgate ${label.padEnd(46)} ${bytes.toFixed(1)}  (${(bytes / floor).toFixed(2)}× floor)`);
+    }
+    const rlfHour = new RateLimiterRedis({ storeClient: rlfClient, points: LIMIT, duration: HOUR_MS / 1000 });
+    const rlfBytes = await memoryPerKey(redis, (i) => rlfHour.consume(`user-${i}`));
+    console.log(
+      `  rate-limiter-flexible RateLimiterRedis (key rlflx:<key>)       ${rlfBytes.toFixed(1)}  (${(rlfBytes / floor).toFixed(2)}× floor)`,
+    );
+
+    await store.close();
+    await Promise.all([storeClient.quit(), rlfClient.quit(), rawClient.quit()]);
+  } finally {
+    redis.disconnect();
+    await server.stop();
+  }
+  process.exit(0);
+}
+
+// Memory is measured on keys that stay alive while they are counted: rates per hour.
+const HOUR_MS = 3_600_000;
+const NAME = 'per-hour';
+const gcraPolicy = gcra({ limit: LIMIT, periodMs: HOUR_MS, name: NAME });
+const MEMORY_POLICIES: [string, Policy][] = [
+  ['gcra', gcraPolicy],
+  [
+    'token bucket, continuous',
+    tokenBucket({ capacity: LIMIT, refillAmount: LIMIT, refillIntervalMs: HOUR_MS, name: NAME }),
+  ],
+  [
+    'token bucket, interval',
+    tokenBucket({ capacity: LIMIT, refillAmount: LIMIT, refillIntervalMs: HOUR_MS, refill: 'interval', name: NAME }),
+  ],
+  ['leaky bucket, meter', leakyBucket({ capacity: LIMIT, leakPerSecond: LIMIT / 3600, name: NAME })],
+  ['leaky bucket, queue', leakyBucket({ capacity: LIMIT, leakPerSecond: LIMIT / 3600, mode: 'queue', name: NAME })],
+  ['fixed window', fixedWindow({ limit: LIMIT, windowMs: HOUR_MS, name: NAME })],
+  ['sliding window', slidingWindow({ limit: LIMIT, windowMs: HOUR_MS, name: NAME })],
+  ['sliding log, one event', slidingLog({ limit: LIMIT, windowMs: HOUR_MS, name: NAME })],
+];
+
+await main();
