@@ -1,12 +1,15 @@
 export { type Clock, systemClock } from './clock.js';
 export { FloodgateError, type FloodgateErrorCode, isFloodgateError } from './errors.js';
 export { encodeKey, HASH_KEYS_LONGER_THAN, MAX_KEY_LENGTH, storageKey } from './keys.js';
+export { BlockedCache, type BlockedCacheOptions } from './limiter/blocked-cache.js';
+export type { BreakerOptions, BreakerState } from './limiter/breaker.js';
 export {
   type CallOptions,
   createLimiter,
   type FailurePolicy,
   type KeyOptions,
   Limiter,
+  type LimiterEvents,
   type LimiterOptions,
 } from './limiter/limiter.js';
 export {

@@ -8,6 +8,8 @@ import { definePolicy, type Policy } from '../model/policy.js';
 import { emptyEvaluation } from '../model/types.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
+import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
+import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
 
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
@@ -33,6 +35,27 @@ export interface LimiterOptions {
    * memory store). Decisions made without the store say `reason: 'degraded'`. @default 'throw'
    */
   failure?: FailurePolicy;
+  /**
+   * Circuit breaker in front of the store: after `failureThreshold` consecutive failures, calls skip the
+   * store for `cooldownMs` (decided by `failure` at once), then one call probes it. `false` turns it off.
+   * @default { failureThreshold: 5, cooldownMs: 1000 }
+   */
+  breaker?: BreakerOptions | false;
+  /**
+   * Answer keys the store denied locally until they may pass again (exact: a denial consumes nothing),
+   * so a hot denied key costs the store nothing. `true` for the defaults. @default false
+   */
+  blockedCache?: BlockedCacheOptions | boolean;
+}
+
+/** What a limiter tells its listeners. */
+export interface LimiterEvents {
+  /** Every decision: from the store, from the blocked-key cache, or made without the store (degraded). */
+  decision: { key: string; cost: number; commit: boolean; decision: Decision; source: 'store' | 'cache' | 'degraded' };
+  /** A store call failed or timed out (the decision then follows the `failure` option). */
+  storeError: { key: string; error: FloodgateError };
+  /** The circuit breaker changed state. */
+  breaker: { state: BreakerState };
 }
 
 /** See {@link LimiterOptions.failure}. */
@@ -84,6 +107,11 @@ export class Limiter {
   private readonly kinds = new Map<string, number>();
   private readonly timeoutMs: number | undefined;
   private readonly failure: FailurePolicy;
+  private readonly localClock: Clock;
+  private readonly breaker: Breaker | undefined;
+  /** The local cache of denied keys, when enabled. */
+  readonly blockedCache: BlockedCache | undefined;
+  private listeners: { [E in keyof LimiterEvents]?: Set<(event: LimiterEvents[E]) => void> } = {};
 
   constructor(options: LimiterOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -110,6 +138,17 @@ export class Limiter {
     }
     this.timeoutMs = options.timeoutMs;
     this.failure = validateFailure(options.failure);
+    this.localClock = clock ?? systemClock;
+    const breaker = options.breaker ?? {};
+    if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {
+      throw invalid('ERR_INVALID_OPTION', 'breaker', breaker, 'breaker options or false');
+    }
+    this.breaker = breaker === false ? undefined : new Breaker(breaker, (state) => this.emit('breaker', { state }));
+    const cache = options.blockedCache ?? false;
+    if (typeof cache !== 'boolean' && (typeof cache !== 'object' || cache === null)) {
+      throw invalid('ERR_INVALID_OPTION', 'blockedCache', cache, 'a boolean or blocked-cache options');
+    }
+    this.blockedCache = cache === false ? undefined : new BlockedCache(cache === true ? {} : cache);
     this.policies = options.policies === undefined ? [] : normalizePolicies(options.policies, 'policies');
     this.compiled = this.register(this.policies);
   }
@@ -141,11 +180,64 @@ export class Limiter {
   async reset(key: string, options?: KeyOptions): Promise<void> {
     const policies = this.policiesFor(options?.policies ?? UNSET);
     validateKey(key);
+    this.blockedCache?.forget(key);
     try {
       await this.store.reset(this.prefix, key, policies);
     } catch (error) {
       throw storeError(this.store, error);
     }
+  }
+
+  /**
+   * Listens to decisions, store errors and breaker changes (for logs and metrics); returns a function
+   * that removes the listener. Listeners run synchronously: keep them cheap. One that throws is reported
+   * as a process warning and never affects a decision.
+   */
+  on<E extends keyof LimiterEvents>(event: E, listener: (event: LimiterEvents[E]) => void): () => void {
+    if (typeof listener !== 'function') throw invalid('ERR_INVALID_OPTION', 'listener', listener, 'a function');
+    if (event !== 'decision' && event !== 'storeError' && event !== 'breaker') {
+      throw invalid('ERR_INVALID_OPTION', 'event', event, "'decision', 'storeError' or 'breaker'");
+    }
+    let set = this.listeners[event] as Set<(event: LimiterEvents[E]) => void> | undefined;
+    if (set === undefined) {
+      set = new Set();
+      (this.listeners as Record<string, unknown>)[event] = set;
+    }
+    set.add(listener);
+    return () => {
+      set.delete(listener);
+    };
+  }
+
+  /** The circuit breaker's state: `closed` (calls reach the store), `open`, or `half-open` (probing). */
+  get breakerState(): BreakerState {
+    return this.breaker?.state ?? 'closed';
+  }
+
+  private emit<E extends keyof LimiterEvents>(event: E, payload: LimiterEvents[E]): void {
+    const set = this.listeners[event];
+    if (set === undefined || set.size === 0) return;
+    for (const listener of set) {
+      try {
+        (listener as (event: LimiterEvents[E]) => void)(payload);
+      } catch (error) {
+        process.emitWarning(
+          `a floodgate '${event}' listener threw: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      }
+    }
+  }
+
+  private decided(request: StoreRequest, decision: Decision, source: LimiterEvents['decision']['source']): Decision {
+    const set = this.listeners.decision;
+    if (set !== undefined && set.size > 0) {
+      this.emit('decision', { key: request.key, cost: request.cost, commit: request.commit, decision, source });
+    }
+    return decision;
+  }
+
+  private localMs(): number {
+    return this.localClock.nowUs() / 1000;
   }
 
   /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
@@ -218,13 +310,24 @@ export class Limiter {
 
   private async run(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
     const request = this.request(key, options, commit);
+    const nowMs = this.localMs();
+    const cached = this.blockedCache?.get(key, request.policies, request.cost, nowMs);
+    if (cached !== undefined) return this.decided(request, cached, 'cache');
+    const skip = this.breaker?.admit(nowMs);
+    if (skip !== undefined) return this.decided(request, await this.degrade(request, options, skip), 'degraded');
     let result: StoreResult;
     try {
       result = await this.callStore(request);
     } catch (error) {
-      return this.degrade(request, options, storeError(this.store, error));
+      const failure = storeError(this.store, error);
+      this.breaker?.failure(this.localMs());
+      this.emit('storeError', { key, error: failure });
+      return this.decided(request, await this.degrade(request, options, failure), 'degraded');
     }
-    return toDecision(request.policies, result.evaluations, result.allowed);
+    this.breaker?.success();
+    const decision = toDecision(request.policies, result.evaluations, result.allowed);
+    this.blockedCache?.remember(key, request.policies, request.cost, decision, nowMs, request.commit);
+    return this.decided(request, decision, 'store');
   }
 
   /** One store call, bounded by `timeoutMs` when set. */
@@ -313,9 +416,14 @@ export class Limiter {
     try {
       result = (this.syncStore as SyncStore).decideSync(request);
     } catch (error) {
-      return this.degrade({ ...request }, options, storeError(this.store, error));
+      const failure = storeError(this.store, error);
+      const copy = { ...request };
+      this.emit('storeError', { key, error: failure });
+      return this.degrade(copy, options, failure).then((decision) => this.decided(copy, decision, 'degraded'));
     }
-    return Promise.resolve(toDecision(request.policies, result.evaluations, result.allowed));
+    return Promise.resolve(
+      this.decided(request, toDecision(request.policies, result.evaluations, result.allowed), 'store'),
+    );
   }
 
   private runSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
@@ -326,10 +434,11 @@ export class Limiter {
       result = store.decideSync(request);
     } catch (error) {
       const failure = storeError(this.store, error);
+      this.emit('storeError', { key, error: failure });
       if (typeof this.failure === 'object') throw failure;
-      return this.degradeLocally(request, failure);
+      return this.decided(request, this.degradeLocally(request, failure), 'degraded');
     }
-    return toDecision(request.policies, result.evaluations, result.allowed);
+    return this.decided(request, toDecision(request.policies, result.evaluations, result.allowed), 'store');
   }
 
   private requireSync(method: string): SyncStore {

@@ -1,0 +1,103 @@
+import { invalid } from '../errors.js';
+import { type CompiledPolicy, KIND_SLIDING_LOG } from '../model/compile.js';
+import type { Decision } from '../model/decision.js';
+
+/** Options of the local cache of denied keys. */
+export interface BlockedCacheOptions {
+  /** Most keys remembered at once; the oldest entry goes first. @default 10_000 */
+  maxKeys?: number;
+}
+
+interface Entry {
+  policies: readonly CompiledPolicy[];
+  /** The cost that was denied; only the same call is answered locally. */
+  cost: number;
+  untilMs: number;
+  decision: Decision;
+}
+
+/**
+ * Remembers keys the store denied, until the moment the store said they could pass again, and answers
+ * them locally meanwhile. Exact: a denial consumes nothing, so nothing but time can make the same (or a
+ * larger) call pass before then. Other processes can only push that moment later, and a `reset` through
+ * this limiter forgets the key. Policies that remember denials (`countDenied`) are never cached, since
+ * every denied attempt must reach the store.
+ */
+export class BlockedCache {
+  private readonly entries = new Map<string, Entry>();
+  readonly maxKeys: number;
+  /** Calls answered locally. */
+  hits = 0;
+
+  constructor(options: BlockedCacheOptions) {
+    this.maxKeys = options.maxKeys ?? 10_000;
+    if (!Number.isSafeInteger(this.maxKeys) || this.maxKeys < 1) {
+      throw invalid('ERR_INVALID_OPTION', 'blockedCache.maxKeys', options.maxKeys, 'a positive integer');
+    }
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** The local answer for a call, or undefined to ask the store. */
+  get(key: string, policies: readonly CompiledPolicy[], cost: number, nowMs: number): Decision | undefined {
+    const entry = this.entries.get(key);
+    if (entry === undefined || entry.policies !== policies || cost !== entry.cost) return undefined;
+    const leftMs = Math.ceil(entry.untilMs - nowMs);
+    if (leftMs <= 0) {
+      this.entries.delete(key);
+      return undefined;
+    }
+    this.hits++;
+    const age = entry.decision.retryAfterMs - leftMs;
+    return {
+      ...entry.decision,
+      retryAfterMs: leftMs,
+      resetAfterMs: Math.max(0, entry.decision.resetAfterMs - age),
+      policies: entry.decision.policies.map((p) => ({
+        ...p,
+        retryAfterMs: p.allowed ? 0 : Math.max(1, Math.min(p.retryAfterMs, leftMs)),
+        resetAfterMs: Math.max(0, p.resetAfterMs - age),
+      })),
+    };
+  }
+
+  /** Records a store decision; only finite denials of policies that do not count denials are kept. */
+  remember(
+    key: string,
+    policies: readonly CompiledPolicy[],
+    cost: number,
+    decision: Decision,
+    nowMs: number,
+    committed: boolean,
+  ): void {
+    if (decision.allowed || decision.reason === 'degraded' || !Number.isFinite(decision.retryAfterMs)) return;
+    if (decision.reason !== 'blocked' && policies.some((c) => c.kind === KIND_SLIDING_LOG && c.c === 1)) return;
+    if (!this.entries.has(key) && this.entries.size >= this.maxKeys) {
+      const oldest = this.entries.keys().next().value as string;
+      this.entries.delete(oldest);
+    }
+    this.entries.delete(key);
+    this.entries.set(key, {
+      policies,
+      cost,
+      untilMs: nowMs + decision.retryAfterMs,
+      decision: committed ? asBlocked(policies, decision) : decision,
+    });
+  }
+
+  forget(key: string): void {
+    this.entries.delete(key);
+  }
+}
+
+/** A committed denial by a policy with `blockMs` started its block: later answers say `blocked`. */
+function asBlocked(policies: readonly CompiledPolicy[], decision: Decision): Decision {
+  if (!policies.some((c) => c.blockUs > 0)) return decision;
+  const parts = decision.policies.map((p, i) =>
+    p.reason === 'limit' && (policies[i] as CompiledPolicy).blockUs > 0 ? { ...p, reason: 'blocked' as const } : p,
+  );
+  const bound = parts.find((p) => p.policy === decision.policy);
+  return { ...decision, policies: parts, ...(bound?.reason === undefined ? {} : { reason: bound.reason }) };
+}

@@ -1,0 +1,86 @@
+import { FloodgateError, invalid } from '../errors.js';
+
+/** Options of the circuit breaker in front of a limiter's store. */
+export interface BreakerOptions {
+  /** Consecutive store failures (errors or timeouts) that open the breaker. @default 5 */
+  failureThreshold?: number;
+  /** How long the breaker stays open before one call probes the store again, in ms. @default 1000 */
+  cooldownMs?: number;
+}
+
+export type BreakerState = 'closed' | 'open' | 'half-open';
+
+/**
+ * Stops calling a failing store for a cool-down, then lets one call probe it: a success closes the
+ * breaker, a failure opens it again. While open, calls are decided by the failure policy at once,
+ * instead of each waiting for a timeout against a dead server.
+ */
+export class Breaker {
+  private failures = 0;
+  private openUntilMs = 0;
+  private probing = false;
+  state: BreakerState = 'closed';
+  readonly failureThreshold: number;
+  readonly cooldownMs: number;
+
+  constructor(
+    options: BreakerOptions,
+    private readonly onChange: (state: BreakerState) => void,
+  ) {
+    this.failureThreshold = options.failureThreshold ?? 5;
+    this.cooldownMs = options.cooldownMs ?? 1000;
+    if (!Number.isSafeInteger(this.failureThreshold) || this.failureThreshold < 1) {
+      throw invalid('ERR_INVALID_OPTION', 'breaker.failureThreshold', options.failureThreshold, 'a positive integer');
+    }
+    if (typeof this.cooldownMs !== 'number' || !Number.isFinite(this.cooldownMs) || this.cooldownMs < 0) {
+      throw invalid(
+        'ERR_INVALID_OPTION',
+        'breaker.cooldownMs',
+        options.cooldownMs,
+        'a finite number of milliseconds ≥ 0',
+      );
+    }
+  }
+
+  /** Whether a call may go to the store now; undefined means yes, an error means answer without it. */
+  admit(nowMs: number): FloodgateError | undefined {
+    if (this.state === 'closed') return undefined;
+    if (this.state === 'open' && nowMs >= this.openUntilMs) {
+      this.set('half-open');
+    }
+    if (this.state === 'half-open' && !this.probing) {
+      this.probing = true;
+      return undefined;
+    }
+    return new FloodgateError(
+      'ERR_STORE_UNAVAILABLE',
+      `the store is failing: calls skip it for ${Math.max(0, Math.ceil(this.openUntilMs - nowMs))} ms more (circuit breaker open)`,
+    );
+  }
+
+  success(): void {
+    this.failures = 0;
+    this.probing = false;
+    if (this.state !== 'closed') this.set('closed');
+  }
+
+  failure(nowMs: number): void {
+    this.failures++;
+    const wasProbe = this.probing;
+    this.probing = false;
+    if (wasProbe || this.failures >= this.failureThreshold) {
+      this.openUntilMs = nowMs + this.cooldownMs;
+      if (this.state !== 'open') this.set('open');
+    }
+  }
+
+  /** ms until the breaker lets a probe through (0 when closed). */
+  retryAfterMs(nowMs: number): number {
+    return this.state === 'open' ? Math.max(0, Math.ceil(this.openUntilMs - nowMs)) : 0;
+  }
+
+  private set(state: BreakerState): void {
+    this.state = state;
+    this.onChange(state);
+  }
+}

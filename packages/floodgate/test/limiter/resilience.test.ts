@@ -1,0 +1,214 @@
+import { describe, expect, it } from 'vitest';
+import {
+  createLimiter,
+  gcra,
+  type LimiterEvents,
+  memoryStore,
+  type Store,
+  type StoreRequest,
+  slidingLog,
+} from '../../src/index.js';
+import { manualClock } from '../../src/testing/index.js';
+
+/**
+ * A store that delegates to a real memory store and can be switched off, to drive the limiter's failure
+ * handling (the stores themselves are tested against their real servers elsewhere).
+ */
+function switchableStore() {
+  const inner = memoryStore();
+  let up = true;
+  let calls = 0;
+  const store: Store & { up: boolean; readonly calls: number } = {
+    name: 'switchable',
+    hasOwnClock: false,
+    get up() {
+      return up;
+    },
+    set up(value: boolean) {
+      up = value;
+    },
+    get calls() {
+      return calls;
+    },
+    decide(request: StoreRequest) {
+      calls++;
+      return up ? inner.decide(request) : Promise.reject(new Error('ECONNREFUSED'));
+    },
+    reset: (prefix, key, policies) => inner.reset(prefix, key, policies),
+  };
+  return store;
+}
+
+describe('circuit breaker', () => {
+  it('opens after consecutive failures, skips the store for the cool-down, then probes it back', async () => {
+    const clock = manualClock();
+    const store = switchableStore();
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [gcra({ limit: 100, periodMs: 1000 })],
+      failure: 'open',
+      breaker: { failureThreshold: 3, cooldownMs: 500 },
+    });
+    const states: string[] = [];
+    limiter.on('breaker', (e) => states.push(e.state));
+    store.up = false;
+    for (let i = 0; i < 3; i++) expect((await limiter.limit('k')).reason).toBe('degraded');
+    expect(limiter.breakerState).toBe('open');
+    const callsWhenOpened = store.calls;
+    for (let i = 0; i < 10; i++) expect(await limiter.limit('k')).toMatchObject({ allowed: true, reason: 'degraded' });
+    expect(store.calls).toBe(callsWhenOpened);
+    clock.advance(500);
+    // The probe fails: open again for another cool-down.
+    await limiter.limit('k');
+    expect(store.calls).toBe(callsWhenOpened + 1);
+    expect(limiter.breakerState).toBe('open');
+    store.up = true;
+    clock.advance(500);
+    const probe = await limiter.limit('k');
+    expect(probe.reason).toBeUndefined();
+    expect(limiter.breakerState).toBe('closed');
+    expect(states).toEqual(['open', 'half-open', 'open', 'half-open', 'closed']);
+  });
+
+  it("with failure 'throw' it fails fast while open", async () => {
+    const clock = manualClock();
+    const store = switchableStore();
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [gcra({ limit: 1, periodMs: 1 })],
+      breaker: { failureThreshold: 1 },
+    });
+    store.up = false;
+    await expect(limiter.limit('k')).rejects.toMatchObject({ code: 'ERR_STORE_UNAVAILABLE' });
+    await expect(limiter.limit('k')).rejects.toThrow(/circuit breaker open/);
+    expect(store.calls).toBe(1);
+  });
+
+  it('can be turned off, and refuses bad options', async () => {
+    const store = switchableStore();
+    const limiter = createLimiter({
+      store,
+      policies: [gcra({ limit: 1, periodMs: 1 })],
+      failure: 'open',
+      breaker: false,
+    });
+    store.up = false;
+    for (let i = 0; i < 10; i++) await limiter.limit('k');
+    expect(store.calls).toBe(10);
+    expect(() => createLimiter({ breaker: { failureThreshold: 0 } })).toThrow(/breaker.failureThreshold/);
+    expect(() => createLimiter({ breaker: { cooldownMs: -1 } })).toThrow(/breaker.cooldownMs/);
+    expect(() => createLimiter({ breaker: 'yes' as never })).toThrow(/breaker/);
+  });
+});
+
+describe('blocked-key cache', () => {
+  it('answers a denied key locally until it may pass, with the wait counting down', async () => {
+    const clock = manualClock();
+    const store = switchableStore();
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 2, periodMs: 1000 })], blockedCache: true });
+    await limiter.limit('hot');
+    await limiter.limit('hot');
+    const denied = await limiter.limit('hot');
+    expect(denied).toMatchObject({ allowed: false, retryAfterMs: 500 });
+    const calls = store.calls;
+    clock.advance(200);
+    const local = await limiter.limit('hot');
+    expect(local).toMatchObject({ allowed: false, reason: 'limit', retryAfterMs: 300, resetAfterMs: 800 });
+    expect(await limiter.check('hot')).toMatchObject({ allowed: false, retryAfterMs: 300 });
+    expect(store.calls).toBe(calls);
+    expect(limiter.blockedCache?.hits).toBe(2);
+    // Another cost, another key: the store decides.
+    await limiter.limit('hot', { cost: 0 });
+    await limiter.limit('other');
+    expect(store.calls).toBe(calls + 2);
+    clock.advance(300);
+    expect((await limiter.limit('hot')).allowed).toBe(true);
+    expect(store.calls).toBe(calls + 3);
+  });
+
+  it('gives the same decisions as asking the store every time', async () => {
+    const clockA = manualClock();
+    const clockB = manualClock();
+    const policies = [gcra({ limit: 5, periodMs: 1000, blockMs: 700 })];
+    const cached = createLimiter({ store: switchableStore(), clock: clockA, policies, blockedCache: { maxKeys: 2 } });
+    const plain = createLimiter({ store: switchableStore(), clock: clockB, policies });
+    for (let i = 0; i < 400; i++) {
+      const step = (i * 37) % 101;
+      clockA.advance(step);
+      clockB.advance(step);
+      const key = `k${i % 3}`;
+      const [a, b] = [await cached.limit(key), await plain.limit(key)];
+      expect([a.allowed, a.reason, a.retryAfterMs]).toEqual([b.allowed, b.reason, b.retryAfterMs]);
+    }
+    expect(cached.blockedCache?.hits).toBeGreaterThan(0);
+    expect(cached.blockedCache?.size).toBeLessThanOrEqual(2);
+  });
+
+  it('never caches policies that count denied attempts, and forgets a key on reset', async () => {
+    const clock = manualClock();
+    const store = switchableStore();
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [slidingLog({ limit: 1, windowMs: 1000, countDenied: true })],
+      blockedCache: true,
+    });
+    await limiter.limit('k');
+    await limiter.limit('k');
+    await limiter.limit('k');
+    expect(store.calls).toBe(3);
+    const other = createLimiter({ store, clock, policies: [gcra({ limit: 1, periodMs: 1000 })], blockedCache: true });
+    await other.limit('x');
+    await other.limit('x');
+    await other.reset('x');
+    expect((await other.limit('x')).allowed).toBe(true);
+  });
+});
+
+describe('events', () => {
+  it('reports decisions with their source, store errors, and survives a throwing listener', async () => {
+    const clock = manualClock();
+    const store = switchableStore();
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [gcra({ limit: 1, periodMs: 1000 })],
+      failure: 'closed',
+      blockedCache: true,
+    });
+    const seen: LimiterEvents['decision'][] = [];
+    const errors: string[] = [];
+    const off = limiter.on('decision', (e) => seen.push(e));
+    limiter.on('storeError', (e) => errors.push(e.error.code));
+    limiter.on('decision', () => {
+      throw new Error('listener bug');
+    });
+    await limiter.limit('k');
+    await limiter.limit('k');
+    await limiter.limit('k');
+    store.up = false;
+    await limiter.check('j');
+    expect(seen.map((e) => [e.key, e.source, e.decision.allowed, e.commit])).toEqual([
+      ['k', 'store', true, true],
+      ['k', 'store', false, true],
+      ['k', 'cache', false, true],
+      ['j', 'degraded', false, false],
+    ]);
+    expect(errors).toEqual(['ERR_STORE_UNAVAILABLE']);
+    off();
+    await limiter.limit('k');
+    expect(seen).toHaveLength(4);
+    expect(() => limiter.on('nope' as 'decision', () => {})).toThrow(/event/);
+  });
+
+  it('fires on the synchronous path too', () => {
+    const limiter = createLimiter({ clock: manualClock(), policies: [gcra({ limit: 1, periodMs: 1000 })] });
+    const sources: string[] = [];
+    limiter.on('decision', (e) => sources.push(`${e.source}:${e.decision.allowed}`));
+    limiter.limitSync('k');
+    limiter.limitSync('k');
+    expect(sources).toEqual(['store:true', 'store:false']);
+  });
+});
