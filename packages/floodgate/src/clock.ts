@@ -15,6 +15,9 @@ export interface Clock {
 const perf = performance;
 const origin = perf.timeOrigin;
 
+/** Longest delay a Node timer takes; longer ones fire after 1 ms instead (with a warning). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Wall-clock time with microsecond resolution (monotonic within the process). */
 export const systemClock: Clock = {
   nowUs: () => Math.round((origin + perf.now()) * 1000),
@@ -24,14 +27,28 @@ export const systemClock: Clock = {
         reject(abortError(signal));
         return;
       }
+      let timer: ReturnType<typeof setTimeout> | undefined;
       const onAbort = () => {
         clearTimeout(timer);
         reject(abortError(signal as AbortSignal));
       };
-      const timer = setTimeout(() => {
-        signal?.removeEventListener('abort', onAbort);
-        resolve();
-      }, ms);
+      // Long (or infinite) sleeps are chained timers, each within what a timer can hold.
+      const deadline = performance.now() + ms;
+      const arm = (left: number) => {
+        timer = setTimeout(
+          () => {
+            const rest = deadline - performance.now();
+            if (rest > 0 && left > MAX_TIMER_MS) {
+              arm(rest);
+              return;
+            }
+            signal?.removeEventListener('abort', onAbort);
+            resolve();
+          },
+          Math.min(Math.max(left, 0), MAX_TIMER_MS),
+        );
+      };
+      arm(ms);
       signal?.addEventListener('abort', onAbort, { once: true });
     }),
 };

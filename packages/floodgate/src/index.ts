@@ -3,6 +3,7 @@ export { FloodgateError, type FloodgateErrorCode, isFloodgateError } from './err
 export { encodeKey, HASH_KEYS_LONGER_THAN, MAX_KEY_LENGTH, storageKey } from './keys.js';
 export { BlockedCache, type BlockedCacheOptions } from './limiter/blocked-cache.js';
 export type { BreakerOptions, BreakerState } from './limiter/breaker.js';
+export type { AcquireOptions } from './limiter/acquire.js';
 export {
   type CallOptions,
   createLimiter,

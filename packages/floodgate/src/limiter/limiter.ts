@@ -10,6 +10,7 @@ import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
+import { type AcquireOptions, acquire } from './acquire.js';
 
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
@@ -161,6 +162,20 @@ export class Limiter {
   /** Decides a call as `limit` would, changing nothing. */
   check(key: string, options?: CallOptions): Promise<Decision> {
     return this.syncStore === undefined ? this.run(key, options, false) : this.settle(key, options, false);
+  }
+
+  /**
+   * Waits until the call is admitted, sleeping as long as the store's `retryAfterMs` says, first come
+   * first served per key in this process. Rejects with `ERR_TIMEOUT` or `ERR_ABORTED`, having consumed
+   * nothing; a cost that can never fit rejects at once with `ERR_INVALID_COST`.
+   *
+   * @example
+   * ```ts
+   * await limiter.acquire('paid-api', { cost: tokens, timeoutMs: 30_000 });
+   * ```
+   */
+  acquire(key: string, options?: AcquireOptions): Promise<Decision> {
+    return acquire(this, this.clock ?? systemClock, key, options);
   }
 
   /** Reports every policy's state for the key (a cost-0 check); changes nothing. */

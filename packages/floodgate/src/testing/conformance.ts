@@ -14,6 +14,7 @@ import type { Store } from '../stores/store.js';
 import { type ManualClock, manualClock } from './manual-clock.js';
 import { modelStore } from './model-store.js';
 import { type Expectation, type Scenario, scenarios } from './scenarios.js';
+import { runWaitScenario, waitScenarios } from './waiting.js';
 
 /** The test functions of your runner (Vitest, Jest, node:test): the suite brings its own assertions. */
 export interface SuiteApi {
@@ -146,6 +147,12 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
         );
       }),
     );
+  });
+
+  api.describe('waiting: acquire tables', () => {
+    for (const scenario of waitScenarios) {
+      api.it(scenario.name, () => withStore((store) => runWaitScenario(store, scenario, uniquePrefix('wait'))));
+    }
   });
 
   api.describe('randomized comparison with the reference model', () => {

@@ -12,3 +12,4 @@ export {
 export { type ManualClock, manualClock } from './manual-clock.js';
 export { modelStore } from './model-store.js';
 export { type Expectation, type Scenario, type Step, scenarios } from './scenarios.js';
+export { runWaitScenario, type WaitScenario, type WaitStep, waitScenarios } from './waiting.js';

@@ -19,6 +19,8 @@ export interface ManualClock extends Clock {
   set(ms: number): void;
   /** How many sleepers are waiting. */
   readonly pending: number;
+  /** When the earliest sleeper wakes, µs; Infinity when none does. */
+  readonly nextWakeUs: number;
 }
 
 /**
@@ -77,6 +79,11 @@ export function manualClock(options: { startMs?: number } = {}): ManualClock {
     set: (ms) => moveTo(Math.round(ms * 1000)),
     get pending() {
       return sleepers.length;
+    },
+    get nextWakeUs() {
+      let next = Number.POSITIVE_INFINITY;
+      for (const sleeper of sleepers) if (sleeper.at < next) next = sleeper.at;
+      return next;
     },
     sleep(ms, signal) {
       return new Promise<void>((resolve, reject) => {

@@ -1,0 +1,6 @@
+export {
+  type SmoothAcquireOptions,
+  SmoothLimiter,
+  type SmoothLimiterOptions,
+  smoothLimiter,
+} from './smooth-limiter.js';
