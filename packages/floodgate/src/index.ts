@@ -13,6 +13,7 @@ export {
   type LimiterEvents,
   type LimiterOptions,
 } from './limiter/limiter.js';
+export { type Throttled, type ThrottleOptions, throttle } from './limiter/throttle.js';
 export {
   type Algorithm,
   type Decision,
