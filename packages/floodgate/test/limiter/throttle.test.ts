@@ -37,7 +37,7 @@ describe('throttle', () => {
     const clock = manualClock({ startMs: 0 });
     const limiter = createLimiter({ clock, policies: leakyBucket({ capacity: 10, leakPerSecond: 10 }) });
     const sent: number[] = [];
-    const send = throttle(async (tenant: string, bytes: number) => sent.push(bytes), {
+    const send = throttle(async (_tenant: string, bytes: number) => sent.push(bytes), {
       limiter,
       key: (tenant) => `tenant:${tenant}`,
       cost: (_tenant, bytes) => bytes,
