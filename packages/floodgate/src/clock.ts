@@ -32,12 +32,13 @@ export const systemClock: Clock = {
         clearTimeout(timer);
         reject(abortError(signal as AbortSignal));
       };
-      // Long (or infinite) sleeps are chained timers, each within what a timer can hold.
-      const deadline = performance.now() + ms;
+      // Long (or infinite) sleeps are chained timers, each within what a timer can hold. (The global
+      // `performance` is read here, off the hot path, so fake timers in tests control it too.)
+      const deadline = perf.now() + ms;
       const arm = (left: number) => {
         timer = setTimeout(
           () => {
-            const rest = deadline - performance.now();
+            const rest = deadline - perf.now();
             if (rest > 0 && left > MAX_TIMER_MS) {
               arm(rest);
               return;
