@@ -34,11 +34,11 @@ export const systemClock: Clock = {
       };
       // Long (or infinite) sleeps are chained timers, each within what a timer can hold. (The global
       // `performance` is read here, off the hot path, so fake timers in tests control it too.)
-      const deadline = perf.now() + ms;
+      const deadline = performance.now() + ms;
       const arm = (left: number) => {
         timer = setTimeout(
           () => {
-            const rest = deadline - perf.now();
+            const rest = deadline - performance.now();
             if (rest > 0 && left > MAX_TIMER_MS) {
               arm(rest);
               return;
