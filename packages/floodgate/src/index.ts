@@ -32,6 +32,7 @@ export {
   type Policy,
   type PolicyDecision,
   type PolicyInput,
+  type Reservation,
   type SlidingLogOptions,
   type SlidingLogPolicy,
   type SlidingWindowOptions,
@@ -43,4 +44,11 @@ export {
   tokenBucket,
 } from './model/index.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
-export { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from './stores/store.js';
+export {
+  type CancelRequest,
+  isSyncStore,
+  type Store,
+  type StoreRequest,
+  type StoreResult,
+  type SyncStore,
+} from './stores/store.js';

@@ -5,12 +5,14 @@ import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { decide } from '../model/decide.js';
 import { type Decision, toDecision } from '../model/decision.js';
 import { definePolicy, type Policy } from '../model/policy.js';
+import type { Reservation } from '../model/reservation.js';
 import { emptyEvaluation } from '../model/types.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
 import { type AcquireOptions, acquire } from './acquire.js';
+import { cancelOnStore, decisionOf, requireReservable } from './reservation.js';
 
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
@@ -178,6 +180,20 @@ export class Limiter {
     return acquire(this, this.clock ?? systemClock, key, options);
   }
 
+  /**
+   * Cancels a reservation (a decision admitted with `delayMs`) that has not come due, giving back what
+   * its policies can: everything while no later call was booked behind it. Resolves to true when the
+   * whole cost came back under every policy. Pass the policies the call was made with.
+   */
+  async cancel(key: string, reservation: Decision | Reservation, options?: KeyOptions): Promise<boolean> {
+    const policies = this.policiesFor(options?.policies ?? UNSET);
+    try {
+      return await cancelOnStore(this.store, this.prefix, this.clock, key, reservation, policies);
+    } catch (error) {
+      throw storeError(this.store, error);
+    }
+  }
+
   /** Reports every policy's state for the key (a cost-0 check); changes nothing. */
   status(key: string, options?: KeyOptions): Promise<Decision> {
     try {
@@ -298,6 +314,7 @@ export class Limiter {
         { option: 'policies' },
       );
     }
+    if (maxDelayUs > 0) requireReservable(policies);
     const nowUs = this.clock?.nowUs();
     if (this.syncStore !== undefined) {
       // A synchronous store is done with the request before the call returns: reuse one object.
@@ -340,7 +357,7 @@ export class Limiter {
       return this.decided(request, await this.degrade(request, options, failure), 'degraded');
     }
     this.breaker?.success();
-    const decision = toDecision(request.policies, result.evaluations, result.allowed);
+    const decision = decisionOf(request, result);
     this.blockedCache?.remember(key, request.policies, request.cost, decision, nowMs, request.commit);
     return this.decided(request, decision, 'store');
   }
@@ -437,7 +454,7 @@ export class Limiter {
       return this.degrade(copy, options, failure).then((decision) => this.decided(copy, decision, 'degraded'));
     }
     return Promise.resolve(
-      this.decided(request, toDecision(request.policies, result.evaluations, result.allowed), 'store'),
+      this.decided(request, decisionOf(request, result), 'store'),
     );
   }
 
@@ -453,7 +470,7 @@ export class Limiter {
       if (typeof this.failure === 'object') throw failure;
       return this.decided(request, this.degradeLocally(request, failure), 'degraded');
     }
-    return this.decided(request, toDecision(request.policies, result.evaluations, result.allowed), 'store');
+    return this.decided(request, decisionOf(request, result), 'store');
   }
 
   private requireSync(method: string): SyncStore {

@@ -1,4 +1,5 @@
 import type { CompiledPolicy } from './compile.js';
+import type { Reservation } from './reservation.js';
 import type { Evaluation } from './types.js';
 
 /** Why a call was denied, or made without the store. */
@@ -40,6 +41,8 @@ export interface Decision {
   reason?: DecisionReason;
   /** One entry per policy, in the order the policies were given. */
   policies: PolicyDecision[];
+  /** Admitted with a delay: what `limiter.cancel` needs to give the booked capacity back. */
+  reservation?: Reservation;
 }
 
 /** Whole milliseconds, rounded up, from µs; Infinity stays Infinity. */

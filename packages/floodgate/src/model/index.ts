@@ -45,4 +45,5 @@ export {
   type TokenBucketPolicy,
   tokenBucket,
 } from './policy.js';
+export { cancelReservation, isReservable, type Reservation } from './reservation.js';
 export { type Evaluation, emptyEvaluation, type Reason, type State } from './types.js';

@@ -1,4 +1,5 @@
 import type { CompiledPolicy } from '../model/compile.js';
+import type { Reservation } from '../model/reservation.js';
 import type { Evaluation } from '../model/types.js';
 
 /** What a limiter asks of a store: one decision on one user key under one or more policies. */
@@ -22,6 +23,22 @@ export interface StoreRequest {
 export interface StoreResult {
   readonly allowed: boolean;
   readonly evaluations: Evaluation[];
+  /**
+   * The time the store decided at, µs, when it used its own clock (the request had no `nowUs`): a
+   * reservation's TATs are `nowUs + resetAfterUs`, on that clock.
+   */
+  readonly nowUs?: number;
+}
+
+/** What a limiter asks of a store to cancel a reservation (see `cancelReservation` in the model). */
+export interface CancelRequest {
+  readonly prefix: string;
+  readonly key: string;
+  /** The policies the reservation was made under, in the same order. */
+  readonly policies: readonly CompiledPolicy[];
+  readonly reservation: Reservation;
+  /** The caller's clock, µs; `undefined` asks the store to use its own clock. */
+  readonly nowUs: number | undefined;
 }
 
 /**
@@ -37,6 +54,11 @@ export interface Store {
   decide(request: StoreRequest): Promise<StoreResult>;
   /** Forgets the state of `key` under the given policies. */
   reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void>;
+  /**
+   * Cancels a reservation atomically, giving back what the model's `cancelReservation` gives back;
+   * resolves to true when every policy gave the whole cost back. Stores without it cannot cancel.
+   */
+  cancel?(request: CancelRequest): Promise<boolean>;
   /** Releases what the store holds (never the user's client). */
   close?(): Promise<void>;
 }
@@ -45,6 +67,8 @@ export interface Store {
 export interface SyncStore extends Store {
   decideSync(request: StoreRequest): StoreResult;
   resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void;
+  /** `cancel` without a promise. */
+  cancelSync?(request: CancelRequest): boolean;
 }
 
 export function isSyncStore(store: Store): store is SyncStore {

@@ -1,5 +1,6 @@
 import { deepStrictEqual, strictEqual } from 'node:assert/strict';
 import { createLimiter } from '../limiter/limiter.js';
+import { compilePolicy } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
 import {
   fixedWindow,
@@ -10,6 +11,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from '../model/policy.js';
+import { isReservable } from '../model/reservation.js';
 import type { Store } from '../stores/store.js';
 import { type ManualClock, manualClock } from './manual-clock.js';
 import { modelStore } from './model-store.js';
@@ -174,6 +176,7 @@ export async function runScenario(store: Store, scenario: Scenario): Promise<voi
   const clock = manualClock({ startMs: SCENARIO_START_MS });
   const limiter = createLimiter({ store, policies: scenario.policies, clock, prefix: uniquePrefix() });
   let index = 0;
+  const decisions: (Decision | undefined)[] = [];
   for (const step of scenario.steps) {
     const atUs = SCENARIO_START_MS * 1000 + Math.round(step.at * 1000);
     if (atUs < clock.nowUs()) throw new Error(`${scenario.name}: steps must not go back in time (at ${step.at} ms)`);
@@ -201,7 +204,15 @@ export async function runScenario(store: Store, scenario: Scenario): Promise<voi
         case 'reset':
           await limiter.reset(key);
           break;
+        case 'cancel': {
+          const booked = decisions[(step.cancels ?? 0) - 1];
+          if (booked === undefined) throw new Error(`${where}: step ${step.cancels} made no decision to cancel`);
+          const cancelled = await limiter.cancel(key, booked);
+          if (step.expect?.cancelled !== undefined) deepStrictEqual(cancelled, step.expect.cancelled, where);
+          break;
+        }
       }
+      decisions[index - 1] = decision;
       const expected = step.expectEach?.[i] ?? step.expect;
       if (decision !== undefined && expected !== undefined) assertMatches(decision, expected, where);
     }
@@ -279,20 +290,34 @@ export async function compareWithModel(store: Store, options: { seed: number; op
   const keys = ['a', 'b', 'key:{c}', 'ключ'];
   const costs = [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100];
   const operations = options.operations ?? 400;
+  // Reservations (maxDelayMs) only where every policy can book ahead; queue mode books on its own.
+  const reservable = policies.every((p) => isReservable(compilePolicy(p)));
+  const booked: { key: string; decision: Decision }[] = [];
   const log: string[] = [];
   for (let i = 0; i < operations; i++) {
     const step = random();
     if (step < 0.35) clock.advanceUs(1 + Math.floor(random() * 3));
     else if (step < 0.7) clock.advance(Math.floor(random() * 120));
     else if (step < 0.8) clock.advance(Math.floor(random() * 1500));
-    const key = pick(keys);
+    let key = pick(keys);
     const cost = pick(costs);
     const r = random();
-    const op = r < 0.7 ? 'limit' : r < 0.82 ? 'check' : r < 0.95 ? 'status' : 'reset';
-    const callOptions = random() < 0.15 ? { cost, maxDelayMs: Math.floor(random() * 600) } : { cost };
-    log.push(`${clock.nowUs()} ${op} ${JSON.stringify(key)} ${JSON.stringify(callOptions)}`);
+    const op = r < 0.64 ? 'limit' : r < 0.7 ? 'cancel' : r < 0.82 ? 'check' : r < 0.95 ? 'status' : 'reset';
+    const callOptions = random() < (reservable ? 0.3 : 0) ? { cost, maxDelayMs: Math.floor(random() * 600) } : { cost };
     const where = () =>
       `seed ${options.seed}, policies ${policies.map((p) => p.name).join(' + ')}, operation ${i}:\n${log.slice(-12).join('\n')}`;
+    if (op === 'cancel') {
+      if (booked.length === 0) continue;
+      // Mostly the latest booking (which can give back), sometimes an older one (which may not).
+      const chosen = random() < 0.6 ? (booked.at(-1) as (typeof booked)[0]) : pick(booked);
+      key = chosen.key;
+      log.push(`${clock.nowUs()} cancel ${JSON.stringify(key)} ${JSON.stringify(chosen.decision.reservation)}`);
+      const got = await subject.cancel(key, chosen.decision);
+      const want = await reference.cancel(key, chosen.decision);
+      deepStrictEqual(got, want, where());
+      continue;
+    }
+    log.push(`${clock.nowUs()} ${op} ${JSON.stringify(key)} ${JSON.stringify(callOptions)}`);
     if (op === 'reset') {
       await subject.reset(key);
       await reference.reset(key);
@@ -305,5 +330,9 @@ export async function compareWithModel(store: Store, options: { seed: number; op
           ? [await subject.check(key, callOptions), await reference.check(key, callOptions)]
           : [await subject.status(key), await reference.status(key)];
     deepStrictEqual(got, want, where());
+    if (want.reservation !== undefined) {
+      booked.push({ key, decision: want });
+      if (booked.length > 8) booked.shift();
+    }
   }
 }

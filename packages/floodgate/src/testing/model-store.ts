@@ -2,8 +2,9 @@ import { FloodgateError } from '../errors.js';
 import { encodeKey, storageKey } from '../keys.js';
 import type { CompiledPolicy } from '../model/compile.js';
 import { decide } from '../model/decide.js';
+import { cancelReservation } from '../model/reservation.js';
 import { emptyEvaluation, type State } from '../model/types.js';
-import type { Store, StoreRequest, StoreResult } from '../stores/store.js';
+import type { CancelRequest, Store, StoreRequest, StoreResult } from '../stores/store.js';
 
 /**
  * The reference store: the model and a plain Map, nothing else (no bounds, no expiry). Every real store
@@ -30,6 +31,25 @@ export function modelStore(): Store & { readonly states: ReadonlyMap<string, Sta
         });
       }
       return Promise.resolve({ allowed, evaluations });
+    },
+    cancel(request: CancelRequest): Promise<boolean> {
+      if (request.nowUs === undefined) {
+        return Promise.reject(new FloodgateError('ERR_INVALID_OPTION', 'the model store needs the caller’s clock'));
+      }
+      const key = encodeKey(request.key);
+      const ids = request.policies.map((c) => storageKey(request.prefix, key, `${c.name}:${c.kind}`));
+      const outs = request.policies.map(() => emptyEvaluation());
+      const all = cancelReservation(
+        request.policies,
+        ids.map((id) => states.get(id)),
+        request.nowUs,
+        request.reservation,
+        outs,
+      );
+      outs.forEach((out, i) => {
+        if (out.next !== undefined) states.set(ids[i] as string, [...out.next]);
+      });
+      return Promise.resolve(all);
     },
     reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
       const encoded = encodeKey(key);

@@ -17,12 +17,16 @@ export type Expectation = Partial<
   delayMs?: number | null;
   /** Name of the binding policy. */
   policy?: string;
+  /** `cancel` steps: whether the whole cost came back under every policy. */
+  cancelled?: boolean;
 };
 
 /** One call at an explicit time (ms after the scenario's start, which is aligned to the hour). */
 export interface Step {
   at: number;
-  op?: 'limit' | 'check' | 'status' | 'reset';
+  op?: 'limit' | 'check' | 'status' | 'reset' | 'cancel';
+  /** `cancel` steps: the (1-based) step whose reservation to cancel. */
+  cancels?: number;
   key?: string;
   cost?: number;
   maxDelayMs?: number;
@@ -293,6 +297,53 @@ export const scenarios: Scenario[] = [
       { at: 0, maxDelayMs: 250, expect: deny(50) },
       { at: 0, expect: deny(300) },
       { at: 300, expect: { allowed: true, delayMs: null } },
+    ],
+  },
+  {
+    name: 'cancelling a reservation gives its slot back while nothing was booked behind it',
+    policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
+    steps: [
+      { at: 0, maxDelayMs: 1000, expect: { allowed: true, delayMs: null } },
+      { at: 0, maxDelayMs: 1000, expect: { allowed: true, delayMs: 100 } },
+      { at: 0, maxDelayMs: 1000, expect: { allowed: true, delayMs: 200, resetAfterMs: 300 } },
+      // Step 3 was booked behind step 2: giving step 2's slot back would let a caller run beside step 3.
+      { at: 50, op: 'cancel', cancels: 2, expect: { cancelled: false } },
+      { at: 50, op: 'status', expect: { remaining: 0, resetAfterMs: 250 } },
+      { at: 50, op: 'cancel', cancels: 3, expect: { cancelled: true } },
+      { at: 50, op: 'status', expect: { remaining: 0, resetAfterMs: 150 } },
+      // In reverse order everything comes back.
+      { at: 50, op: 'cancel', cancels: 2, expect: { cancelled: true } },
+      { at: 50, op: 'status', expect: { remaining: 0, resetAfterMs: 50 } },
+      { at: 50, op: 'cancel', cancels: 2, expect: { cancelled: false } },
+      { at: 50, maxDelayMs: 1000, expect: { allowed: true, delayMs: 50, resetAfterMs: 150 } },
+      // Admitted at once: nothing was booked ahead, nothing to give back.
+      { at: 50, op: 'cancel', cancels: 1, expect: { cancelled: false } },
+    ],
+  },
+  {
+    name: 'cancelling a reservation that has come due gives nothing back',
+    policies: [tokenBucket({ capacity: 1, refillAmount: 10, refillIntervalMs: 1000 })],
+    steps: [
+      { at: 0, expect: { allowed: true } },
+      { at: 0, maxDelayMs: 500, expect: { allowed: true, delayMs: 100 } },
+      { at: 99.999, op: 'cancel', cancels: 2, expect: { cancelled: true } },
+      { at: 99.999, maxDelayMs: 500, expect: { allowed: true, delayMs: 1 } },
+      { at: 100, op: 'cancel', cancels: 4, expect: { cancelled: false } },
+      { at: 100, op: 'status', expect: { remaining: 0, resetAfterMs: 100 } },
+    ],
+  },
+  {
+    name: 'cancelling a queued call of a leaky bucket in queue mode frees its place in the queue',
+    policies: [leakyBucket({ capacity: 3, leakPerSecond: 1, mode: 'queue' })],
+    steps: [
+      { at: 0, repeat: 3, expectEach: [null, 1000, 2000].map((delayMs) => ({ allowed: true, delayMs })) },
+      { at: 0, expect: deny(1000) },
+      { at: 500, op: 'cancel', cancels: 3, expect: { cancelled: true } },
+      { at: 500, expect: { allowed: true, delayMs: 1500 } },
+      { at: 500, op: 'cancel', cancels: 2, expect: { cancelled: false } },
+      { at: 1000, op: 'cancel', cancels: 6, expect: { cancelled: true } },
+      { at: 1000, op: 'cancel', cancels: 2, expect: { cancelled: false } },
+      { at: 1000, expect: { allowed: true, delayMs: 1000 } },
     ],
   },
   {

@@ -1,8 +1,9 @@
 import { FloodgateError, invalid } from '../../errors.js';
 import { type CompiledPolicy, KIND_SLIDING_LOG } from '../../model/compile.js';
 import { decide, evaluatePolicy, settleDenied } from '../../model/decide.js';
+import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import type { StoreRequest, StoreResult, SyncStore } from '../store.js';
+import type { CancelRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -297,6 +298,34 @@ class MemoryStoreImpl implements MemoryStore {
   close(): Promise<void> {
     this.clear();
     return Promise.resolve();
+  }
+
+  cancel(request: CancelRequest): Promise<boolean> {
+    try {
+      return Promise.resolve(this.cancelSync(request));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  cancelSync(request: CancelRequest): boolean {
+    const { policies, nowUs, key, prefix } = request;
+    if (nowUs === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
+    }
+    // read() reuses one array per table: copy each state before reading the next.
+    const states = policies.map((c) => {
+      const state = this.table(prefix, c).read(key);
+      return state === undefined ? undefined : [...state];
+    });
+    const outs = policies.map(() => emptyEvaluation());
+    const all = cancelReservation(policies, states, nowUs, request.reservation, outs);
+    outs.forEach((out, i) => {
+      if (out.next !== undefined) {
+        this.store(this.table(prefix, policies[i] as CompiledPolicy), key, out.next, nowUs + out.resetAfterUs, nowUs);
+      }
+    });
+    return all;
   }
 
   private lastPolicy: CompiledPolicy | undefined;

@@ -2,7 +2,7 @@ import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import { encodeKey, storageKey } from '../../keys.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
-import type { Store, StoreRequest, StoreResult } from '../store.js';
+import type { CancelRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA } from './script.js';
 import { hashSlot } from './slot.js';
@@ -91,6 +91,7 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
 const OP_CHECK = '0';
 const OP_LIMIT = '1';
 const OP_RESET = '2';
+const OP_CANCEL = '3';
 const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
 /**
  * The model's scratch room for next states. Evaluations from Redis never carry a next state (the script
@@ -107,7 +108,9 @@ interface Call {
   readonly cost: number;
   readonly nowUs: number | undefined;
   readonly maxDelayUs: number;
-  readonly resolve: (result: StoreResult | undefined) => void;
+  /** A cancel's reservation TATs, one per policy. */
+  readonly tatUs: readonly number[] | undefined;
+  readonly resolve: (result: StoreResult | boolean | undefined) => void;
   readonly reject: (error: unknown) => void;
 }
 
@@ -161,6 +164,26 @@ class RedisStoreImpl implements RedisStore {
     ) as Promise<StoreResult>;
   }
 
+  cancel(request: CancelRequest): Promise<boolean> {
+    const nowUs = request.nowUs;
+    if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
+      return Promise.reject(
+        invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch'),
+      );
+    }
+    const { reservation } = request;
+    return this.submit(
+      OP_CANCEL,
+      request.prefix,
+      request.key,
+      request.policies,
+      reservation.cost,
+      nowUs,
+      0,
+      reservation.tatUs,
+    ) as Promise<boolean>;
+  }
+
   async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
     if (policies.length === 0) return;
     await this.submit(OP_RESET, prefix, key, policies, 0, undefined, 0);
@@ -183,7 +206,8 @@ class RedisStoreImpl implements RedisStore {
     cost: number,
     nowUs: number | undefined,
     maxDelayUs: number,
-  ): Promise<StoreResult | undefined> {
+    tatUs?: readonly number[],
+  ): Promise<StoreResult | boolean | undefined> {
     if (this.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the redis store is closed'));
     const encoded = encodeKey(key);
     const slot = this.client.cluster ? hashSlot(encoded) : 0;
@@ -194,7 +218,7 @@ class RedisStoreImpl implements RedisStore {
     }
     this.pending++;
     return new Promise((resolve, reject) => {
-      const call: Call = { op, prefix, encoded, policies, cost, nowUs, maxDelayUs, resolve, reject };
+      const call: Call = { op, prefix, encoded, policies, cost, nowUs, maxDelayUs, tatUs, resolve, reject };
       const current = lane;
       if (current.inFlight < this.maxInFlight) {
         // Nothing waits ahead of it: no batching delay at low load.
@@ -252,6 +276,7 @@ function scriptArguments(calls: readonly Call[], grace: string): { keys: string[
     for (const c of call.policies) keys.push(storageKey(call.prefix, call.encoded, c.name));
     if (
       previous !== undefined &&
+      call.op !== OP_CANCEL &&
       call.op === previous.op &&
       call.nowUs === previous.nowUs &&
       call.cost === previous.cost &&
@@ -283,6 +308,7 @@ function scriptArguments(calls: readonly Call[], grace: string): { keys: string[
       }
       body.push(number);
     }
+    if (call.tatUs !== undefined) for (const tat of call.tatUs) body.push(String(tat));
   }
   body[runAt] = String(run);
   head[1] = String(numbers.size);
@@ -306,7 +332,12 @@ function settle(calls: readonly Call[], reply: unknown): void {
       call.resolve(undefined);
       continue;
     }
+    if (call.op === OP_CANCEL) {
+      call.resolve(reply[r++] === 1);
+      continue;
+    }
     const allowed = reply[r++] === 1;
+    const nowUs = reply[r++] as number;
     const evaluations: Evaluation[] = [];
     for (let i = 0; i < call.policies.length; i++) {
       const reason = REASONS[reply[r] as number] ?? 'limit';
@@ -323,6 +354,6 @@ function settle(calls: readonly Call[], reply: unknown): void {
       });
       r += 5;
     }
-    call.resolve({ allowed, evaluations });
+    call.resolve({ allowed, evaluations, nowUs });
   }
 }

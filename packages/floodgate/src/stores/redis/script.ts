@@ -4,6 +4,7 @@ import { FIXED_WINDOW_LUA } from './lua/fixed-window.js';
 import { MAIN_LUA } from './lua/main.js';
 import { METER_LUA } from './lua/meter.js';
 import { PRELUDE_LUA } from './lua/prelude.js';
+import { RESERVATION_LUA } from './lua/reservation.js';
 import { SLIDING_LOG_LUA } from './lua/sliding-log.js';
 import { SLIDING_WINDOW_LUA } from './lua/sliding-window.js';
 import { TOKEN_INTERVAL_LUA } from './lua/token-interval.js';
@@ -18,6 +19,7 @@ export const DECIDE_SCRIPT = [
   SLIDING_WINDOW_LUA,
   SLIDING_LOG_LUA,
   DECIDE_LUA,
+  RESERVATION_LUA,
   MAIN_LUA,
 ].join('\n');
 

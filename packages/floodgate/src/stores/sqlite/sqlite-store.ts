@@ -1,9 +1,10 @@
 import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
+import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
 import { expiryOf, quoteIdentifier, stateKeys, validateIdentifier } from '../sql/common.js';
-import type { StoreRequest, StoreResult, SyncStore } from '../store.js';
+import type { CancelRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 
 /** The part of a better-sqlite3 statement the store uses. */
 export interface SqliteStatement {
@@ -166,6 +167,40 @@ class SqliteStoreImpl implements SqliteStore {
       return { allowed, evaluations };
     } catch (error) {
       if (transaction) this.undo(nested);
+      throw error;
+    }
+  }
+
+  cancel(request: CancelRequest): Promise<boolean> {
+    try {
+      return Promise.resolve(this.cancelSync(request));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Gives back what the model's `cancelReservation` gives back, in one write transaction. */
+  cancelSync(request: CancelRequest): boolean {
+    const { policies, nowUs } = request;
+    if (nowUs === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
+    }
+    const s = this.ready();
+    const keys = stateKeys(request.prefix, request.key, policies);
+    const outs: Evaluation[] = policies.map(() => emptyEvaluation());
+    const nested = this.database.inTransaction === true;
+    (nested ? s.savepoint : s.beginWrite).run();
+    try {
+      const states = keys.map((key) => decodeState(s.select.get(key)));
+      const all = cancelReservation(policies, states, nowUs, request.reservation, outs);
+      for (let i = 0; i < keys.length; i++) {
+        const out = outs[i] as Evaluation;
+        if (out.next !== undefined) s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs));
+      }
+      (nested ? s.release : s.commit).run();
+      return all;
+    } catch (error) {
+      this.undo(nested);
       throw error;
     }
   }

@@ -8,13 +8,15 @@
  *   [1]          grace, ms added to the expiry of keys written on the caller's clock (see below)
  *   [2]          P, the number of distinct policies in the batch
  *   [3 … 2+6P]   per policy: kind, limit, blockUs, a, b, c (the compiled policy of model/compile.ts)
- *   then runs of calls that differ only by key: m (calls in the run), op (0 check, 1 limit, 2 reset),
- *                  nowUs ('' = Redis TIME), cost, maxDelayUs, n (policies per call), then n policy
- *                  numbers (1-based, into the list above). Under load most calls of a batch form one run,
- *                  so a decision costs Redis little more than its keys.
+ *   then runs of calls that differ only by key: m (calls in the run), op (0 check, 1 limit, 2 reset,
+ *                  3 cancel), nowUs ('' = Redis TIME), cost, maxDelayUs, n (policies per call), then n
+ *                  policy numbers (1-based, into the list above). Under load most calls of a batch form
+ *                  one run, so a decision costs Redis little more than its keys. A cancel is a run of one
+ *                  call and carries n more numbers: the reservation's TATs (model/reservation.ts).
  * Clock: a call's `nowUs` when given, else Redis `TIME` as integer µs (seconds·10⁶ + µs), read once per
  *   script call, so app servers with skewed clocks agree.
- * Returns a flat array of integers; per call: a reset gives `1`; a decision gives `allowed` (1/0), then
+ * Returns a flat array of integers; per call: a reset gives `1`; a cancel gives 1 when every policy gave
+ *   the whole cost back, else 0; a decision gives `allowed` (1/0), the µs it was decided at, then
  *   per policy `reason` (0 ok, 1 limit, 2 blocked, 3 exceeds-capacity), `remaining`, `retryAfterUs`
  *   (-1 = never), `resetAfterUs`, `delayUs`. Every one of these is a whole number, so Redis's integer
  *   replies (which truncate) carry them exactly.
@@ -67,6 +69,30 @@ while at <= total do
       reply[r] = 1
       k = k + n
     end
+  elseif op == '3' then
+    local now, extra = redis_now(), 0
+    if argv[at + 2] ~= '' then
+      now, extra = tonumber(argv[at + 2]), grace * 1000
+    end
+    local tats = {}
+    for j = 1, n do
+      tats[j] = tonumber(argv[at + 5 + n + j])
+      states[j] = decode(chosen[j].kind, redis.call('GET', KEYS[k + j]))
+    end
+    local all = cancel_reservation(chosen, states, n, now, tonumber(argv[at + 3]), tats, outs)
+    for j = 1, n do
+      local out = outs[j]
+      if out.nxt ~= nil then
+        local reset = out.reset
+        if reset < 1 then reset = 1 end
+        local expire_at = ceil((redis_now() + reset + extra) / 1000)
+        redis.call('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
+      end
+    end
+    r = r + 1
+    if all then reply[r] = 1 else reply[r] = 0 end
+    k = k + n
+    at = at + n
   else
     local now
     local extra = 0
@@ -84,6 +110,8 @@ while at <= total do
       local allowed = decide(chosen, states, n, now, cost, commit, max_delay, outs)
       r = r + 1
       if allowed then reply[r] = 1 else reply[r] = 0 end
+      r = r + 1
+      reply[r] = now
       for j = 1, n do
         local out = outs[j]
         if commit and out.nxt ~= nil then
