@@ -12,6 +12,7 @@ export interface SqlNames {
   settle: string;
   append: string;
   logDenied: string;
+  cancel: string;
 }
 
 export function sqlNames(schema: string, table: string): SqlNames {
@@ -26,12 +27,18 @@ export function sqlNames(schema: string, table: string): SqlNames {
     settle: q(`${table}_settle`),
     append: q(`${table}_append`),
     logDenied: q(`${table}_log_denied`),
+    cancel: q(`${table}_cancel`),
   };
 }
 
 /** The one statement a batch of decisions is: see `decideFunction` for the parameters. */
 export function decideStatement(n: SqlNames): string {
   return `SELECT ${n.decide}($1::text[], $2::int, $3::float8[], $4::float8[]) AS r`;
+}
+
+/** Cancelling a reservation: see `cancelFunction` for the parameters. */
+export function cancelStatement(n: SqlNames): string {
+  return `SELECT ${n.cancel}($1::text[], $2::float8, $3::float8, $4::float8[]) AS r`;
 }
 
 /**
@@ -57,7 +64,15 @@ BEGIN
     ALTER TABLE ${n.qualified} SET ${unlogged ? 'UNLOGGED' : 'LOGGED'};
   END IF;
   CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${n.table}_expires_at`)} ON ${n.qualified} (expires_at);
-${[appendFunction(n), logDeniedFunction(n), runFunction(n), policyFunction(n), settleFunction(n), decideFunction(n)].join('\n')}
+${[
+  appendFunction(n),
+  logDeniedFunction(n),
+  runFunction(n),
+  policyFunction(n),
+  settleFunction(n),
+  decideFunction(n),
+  cancelFunction(n),
+].join('\n')}
 END
 $migrate$`;
 }
@@ -389,8 +404,8 @@ function settleFunction(n: SqlNames): string {
  * - `p_pol`: 7 numbers per policy of each call, in order: key index (1-based, into p_keys), kind, limit,
  *   blockUs, a, b, c (see compile.ts).
  *
- * Returns, as comma-separated text, for each call but resets: allowed (0/1), then 6 numbers per policy:
- * allowed, reason, remaining, retryAfterUs, resetAfterUs, delayUs.
+ * Returns, as comma-separated text, for each call but resets: allowed (0/1), the µs it was decided at,
+ * then 6 numbers per policy: allowed, reason, remaining, retryAfterUs, resetAfterUs, delayUs.
  *
  * Expired rows (at most max(16, 2 × keys written) per batch) are deleted at the end through the expiry
  * index, skipping rows other transactions hold, so pruning never waits and never scans the table.
@@ -526,6 +541,8 @@ function decideFunction(n: SqlNames): string {
       END IF;
       nres := nres + 1;
       res[nres] := CASE WHEN all_ok THEN 1 ELSE 0 END;
+      nres := nres + 1;
+      res[nres] := now;
       FOR k IN 0..np - 1 LOOP
         q := ro[k + 1];
         FOR i IN 1..6 LOOP
@@ -553,6 +570,67 @@ function decideFunction(n: SqlNames): string {
         ORDER BY x.expires_at LIMIT greatest(16, 2 * p_locked) FOR UPDATE SKIP LOCKED);
     END IF;
     RETURN array_to_string(res, ',');
+  END
+  $fn$;`;
+}
+
+/**
+ * reservation.ts `cancelReservation`, in one transaction: gives a booked call's charge back under each
+ * meter policy while the call is not yet due and is still the last one booked on it (its TAT is the one
+ * the reservation set); other algorithms keep it counted.
+ *
+ * Parameters: `p_keys` the call's row keys in policy order; `p_now` µs (NaN: the server's
+ * `clock_timestamp()`); `p_cost` the call's cost; `p_pol` 5 numbers per policy: kind, a, b, c (see
+ * compile.ts) and the reservation's TAT. Rows are locked in key order, as the decide function locks
+ * them, so the two never deadlock. Returns true when every policy gave the whole cost back.
+ */
+function cancelFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.cancel}(p_keys text[], p_now float8, p_cost float8, p_pol float8[])
+  RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+  DECLARE
+    np int := coalesce(array_length(p_keys, 1), 0);
+    now float8 := p_now;
+    due float8 := '-Infinity';
+    all_ok boolean := true;
+    ts timestamp;
+    st float8[];
+    k int; base int;
+    at float8; tat float8; back float8; reset float8;
+  BEGIN
+    PERFORM 1 FROM ${n.qualified} t WHERE t.key = ANY(p_keys) ORDER BY t.key FOR UPDATE;
+    IF now = 'NaN'::float8 THEN
+      ts := clock_timestamp() AT TIME ZONE 'UTC';
+      now := (extract(epoch FROM date_trunc('minute', ts))::bigint * 1000000
+        + extract(microseconds FROM ts)::bigint)::float8;
+    END IF;
+    FOR k IN 0..np - 1 LOOP
+      base := k * 5;
+      IF p_pol[base + 1] = 1 THEN
+        IF p_pol[base + 4] = 1 THEN
+          at := p_pol[base + 5] - ceil(p_cost * p_pol[base + 2]);
+        ELSE
+          at := p_pol[base + 5] - p_pol[base + 3];
+        END IF;
+        IF at > due THEN due := at; END IF;
+      END IF;
+    END LOOP;
+    FOR k IN 0..np - 1 LOOP
+      base := k * 5;
+      tat := p_pol[base + 5];
+      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[k + 1];
+      IF p_pol[base + 1] <> 1 OR now >= due OR st IS NULL OR st[2] <> tat THEN
+        all_ok := false;
+      ELSE
+        back := tat - ceil(p_cost * p_pol[base + 2]);
+        reset := greatest(0, back - now, st[1] - now);
+        -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
+        UPDATE ${n.qualified} t SET state = ARRAY[st[1], back]::float8[],
+          expires_at = (ceil((now + reset) / 1e6) * 1e6)::bigint
+          WHERE t.key = p_keys[k + 1];
+      END IF;
+    END LOOP;
+    RETURN all_ok;
   END
   $fn$;`;
 }

@@ -2,9 +2,9 @@ import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
-import type { Store, StoreRequest, StoreResult } from '../store.js';
+import type { CancelRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import type { PostgresClient } from './postgres-client.js';
-import { decideStatement, migrationStatement, type SqlNames, sqlNames } from './postgres-sql.js';
+import { cancelStatement, decideStatement, migrationStatement, type SqlNames, sqlNames } from './postgres-sql.js';
 
 /** Options of {@link postgresStore}. */
 export interface PostgresStoreOptions {
@@ -148,6 +148,36 @@ class PostgresStoreImpl implements PostgresStore {
     ) as Promise<StoreResult>;
   }
 
+  /** One statement of its own (cancels are rare): see `cancelFunction` in postgres-sql.ts. */
+  async cancel(request: CancelRequest): Promise<boolean> {
+    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the postgres store is closed');
+    const { reservation } = request;
+    const pol: number[] = [];
+    request.policies.forEach((c, i) => {
+      pol.push(c.kind, c.a, c.b, c.c, reservation.tatUs[i] as number);
+    });
+    let rows: readonly Record<string, unknown>[];
+    try {
+      rows = await this.client.query(
+        cancelStatement(this.names),
+        [
+          textArray(stateKeys(request.prefix, request.key, request.policies)),
+          String(request.nowUs ?? Number.NaN),
+          String(reservation.cost),
+          numberArray(pol),
+        ],
+        `${this.statementName.slice(0, -'decide'.length)}cancel`,
+      );
+    } catch (error) {
+      throw this.explain(error);
+    }
+    const r = rows[0]?.r;
+    if (typeof r !== 'boolean') {
+      throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no result from its cancel function');
+    }
+    return r;
+  }
+
   async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
     await this.enqueue(OP_RESET, prefix, key, policies, undefined);
   }
@@ -275,7 +305,7 @@ function settleBatch(batch: readonly Pending[], rows: readonly Record<string, un
   }
   const values = text === '' ? [] : text.split(',');
   let expected = 0;
-  for (const item of batch) if (item.op !== OP_RESET) expected += 1 + 6 * item.policies.length;
+  for (const item of batch) if (item.op !== OP_RESET) expected += 2 + 6 * item.policies.length;
   if (values.length !== expected) {
     throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got a result of the wrong length');
   }
@@ -287,6 +317,7 @@ function settleBatch(batch: readonly Pending[], rows: readonly Record<string, un
       continue;
     }
     const allowed = next() === 1;
+    const nowUs = next();
     const evaluations: Evaluation[] = [];
     for (let i = 0; i < item.policies.length; i++) {
       const e = emptyEvaluation();
@@ -298,7 +329,7 @@ function settleBatch(batch: readonly Pending[], rows: readonly Record<string, un
       e.delayUs = next();
       evaluations.push(e);
     }
-    item.resolve({ allowed, evaluations });
+    item.resolve({ allowed, evaluations, nowUs });
   }
 }
 
