@@ -1,9 +1,9 @@
 export { type Clock, systemClock } from './clock.js';
 export { FloodgateError, type FloodgateErrorCode, isFloodgateError } from './errors.js';
 export { encodeKey, HASH_KEYS_LONGER_THAN, MAX_KEY_LENGTH, storageKey } from './keys.js';
+export type { AcquireOptions } from './limiter/acquire.js';
 export { BlockedCache, type BlockedCacheOptions } from './limiter/blocked-cache.js';
 export type { BreakerOptions, BreakerState } from './limiter/breaker.js';
-export type { AcquireOptions } from './limiter/acquire.js';
 export {
   type CallOptions,
   createLimiter,

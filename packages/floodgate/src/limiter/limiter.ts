@@ -9,9 +9,9 @@ import type { Reservation } from '../model/reservation.js';
 import { emptyEvaluation } from '../model/types.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
+import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
-import { type AcquireOptions, acquire } from './acquire.js';
 import { cancelOnStore, decisionOf, requireReservable } from './reservation.js';
 
 /** Options of {@link createLimiter}. */
@@ -453,9 +453,7 @@ export class Limiter {
       this.emit('storeError', { key, error: failure });
       return this.degrade(copy, options, failure).then((decision) => this.decided(copy, decision, 'degraded'));
     }
-    return Promise.resolve(
-      this.decided(request, decisionOf(request, result), 'store'),
-    );
+    return Promise.resolve(this.decided(request, decisionOf(request, result), 'store'));
   }
 
   private runSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
