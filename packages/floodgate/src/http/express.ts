@@ -1,0 +1,54 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Limiter } from '../limiter/limiter.js';
+import { createHttpRateLimiter, type RateLimitOptions } from './core.js';
+import { incomingMessageAccess, sendDenial, setOutcomeHeaders } from './node-access.js';
+
+/** An Express middleware (Express 4 and 5); `Req` is Express's `Request` or your extension of it. */
+export interface ExpressRateLimit<Req extends IncomingMessage = IncomingMessage> {
+  (request: Req, response: ServerResponse, next: (error?: unknown) => void): void;
+  /** The limiter deciding. */
+  readonly limiter: Limiter;
+}
+
+/**
+ * Rate limiting for Express 4 and 5. Admitted requests get the rate-limit headers and go on; denied ones
+ * get 429 (or 503 when the store is down and the failure policy is `'closed'`) with a problem body.
+ * Errors (a throwing `key` hook, a limiter that throws) go to Express's error handling through `next`.
+ *
+ * @example
+ * ```ts
+ * import express from 'express';
+ * import { gcra } from 'floodgate';
+ * import { rateLimit } from 'floodgate/express';
+ *
+ * const app = express();
+ * app.use(rateLimit({ policies: gcra({ limit: 100, periodMs: 60_000 }) }));
+ * app.post('/login', rateLimit({ policies: gcra({ limit: 5, periodMs: 60_000, name: 'login' }) }), login);
+ * ```
+ */
+export function rateLimit<Req extends IncomingMessage = IncomingMessage>(
+  options: RateLimitOptions<Req>,
+): ExpressRateLimit<Req> {
+  const decide = createHttpRateLimiter<Req>(options, incomingMessageAccess);
+  const middleware = function floodgateRateLimit(
+    request: Req,
+    response: ServerResponse,
+    next: (error?: unknown) => void,
+  ): void {
+    decide(request).then(
+      (outcome) => {
+        if (outcome === undefined) return next();
+        if (!outcome.allowed) return sendDenial(response, outcome);
+        setOutcomeHeaders(response, outcome);
+        next();
+      },
+      (error: unknown) => next(error),
+    );
+  } as ExpressRateLimit<Req>;
+  Object.defineProperty(middleware, 'limiter', { value: decide.limiter, enumerable: true });
+  return middleware;
+}
+
+export type { TrustProxy } from './client-address.js';
+export type { RateLimitOptions } from './core.js';
+export type { HeaderFormat } from './headers.js';

@@ -1,0 +1,85 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Limiter } from '../limiter/limiter.js';
+import { createHttpRateLimiter, type RateLimitOptions } from './core.js';
+import { incomingMessageAccess, sendDenial, sendInternalError, setOutcomeHeaders } from './node-access.js';
+
+/** Options of the node:http {@link rateLimit}; hooks receive the `IncomingMessage`. */
+export type NodeRateLimitOptions = RateLimitOptions<IncomingMessage>;
+
+/** Options of {@link NodeRateLimit.wrap}. */
+export interface WrapOptions<Req extends IncomingMessage, Res extends ServerResponse> {
+  /**
+   * Called when deciding fails (a throwing `key` or `cost` hook, a limiter whose failure policy is
+   * `'throw'`) or the handler throws. @default answers 500 (or ends the response if it was under way)
+   * and emits the error as a process warning
+   */
+  onError?: (error: unknown, request: Req, response: Res) => void;
+}
+
+/** The node:http middleware: a guard to call first thing in a handler, and a handler wrapper. */
+export interface NodeRateLimit {
+  /**
+   * Decides the request, sets the rate-limit headers, and resolves `true` when the handler may go on.
+   * On `false` the denial (429 or 503, problem body) is already sent. Rejects on programming errors.
+   */
+  (request: IncomingMessage, response: ServerResponse): Promise<boolean>;
+  /** Wraps a request handler so it runs only for admitted requests; its errors go to `onError` too. */
+  wrap<Req extends IncomingMessage, Res extends ServerResponse>(
+    handler: (request: Req, response: Res) => unknown,
+    options?: WrapOptions<Req, Res>,
+  ): (request: Req, response: Res) => void;
+  /** The limiter deciding. */
+  readonly limiter: Limiter;
+}
+
+function reportError(error: unknown, _request: IncomingMessage, response: ServerResponse): void {
+  sendInternalError(response);
+  process.emitWarning(error instanceof Error ? error : new Error(String(error)), 'FloodgateWarning');
+}
+
+/**
+ * Rate limiting for a plain node:http server.
+ *
+ * @example
+ * ```ts
+ * import { createServer } from 'node:http';
+ * import { gcra } from 'floodgate';
+ * import { rateLimit } from 'floodgate/node';
+ *
+ * const limit = rateLimit({ policies: gcra({ limit: 100, periodMs: 60_000 }) });
+ * createServer(limit.wrap((req, res) => res.end('ok'))).listen(3000);
+ * // or, inside a handler: if (!(await limit(req, res))) return;
+ * ```
+ */
+export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
+  const decide = createHttpRateLimiter(options, incomingMessageAccess);
+  const guard = async function floodgateGuard(request: IncomingMessage, response: ServerResponse): Promise<boolean> {
+    const outcome = await decide(request);
+    if (outcome === undefined) return true;
+    if (!outcome.allowed) {
+      sendDenial(response, outcome);
+      return false;
+    }
+    setOutcomeHeaders(response, outcome);
+    return true;
+  } as NodeRateLimit;
+  guard.wrap = <Req extends IncomingMessage, Res extends ServerResponse>(
+    handler: (request: Req, response: Res) => unknown,
+    wrapOptions?: WrapOptions<Req, Res>,
+  ) => {
+    const onError = wrapOptions?.onError ?? reportError;
+    const run = async (request: Req, response: Res): Promise<void> => {
+      if (await guard(request, response)) await handler(request, response);
+    };
+    // A request listener returns nothing: failures go to `onError`, never to an unhandled rejection.
+    return function floodgateHandler(request: Req, response: Res): void {
+      run(request, response).catch((error: unknown) => onError(error, request, response));
+    };
+  };
+  Object.defineProperty(guard, 'limiter', { value: decide.limiter, enumerable: true });
+  return guard;
+}
+
+export type { TrustProxy } from './client-address.js';
+export type { RateLimitOptions } from './core.js';
+export type { HeaderFormat } from './headers.js';
