@@ -1,7 +1,13 @@
 import { strictEqual } from 'node:assert/strict';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLimiter, encodeKey, fixedWindow, gcra, slidingLog, storageKey } from '../../src/index.js';
-import { DECIDE_SCRIPT_SHA, hashSlot, type RedisStore, redisStore } from '../../src/stores/redis/index.js';
+import {
+  DECIDE_SCRIPT_SHA,
+  hashSlot,
+  METER_SCRIPT_SHA,
+  type RedisStore,
+  redisStore,
+} from '../../src/stores/redis/index.js';
 import { runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
 import { connectCluster, DRIVERS, type DriverClient } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
@@ -63,23 +69,34 @@ for (const driver of DRIVERS) {
 
     it('survives SCRIPT FLUSH on every node: NOSCRIPT falls back to EVAL on the node that lacks it', async () => {
       const nodes = cluster as TestCluster;
-      const limiter = createLimiter({
+      const prefix = uniquePrefix();
+      // One meter policy takes the single-call script; two policies take the full one.
+      const single = createLimiter({ store, policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })], prefix });
+      const double = createLimiter({
         store,
-        policies: [gcra({ limit: 5, periodMs: 60_000 })],
-        prefix: uniquePrefix(),
+        policies: [
+          gcra({ limit: 5, periodMs: 60_000, name: 'g' }),
+          slidingLog({ limit: 5, windowMs: 60_000, name: 'l' }),
+        ],
+        prefix,
       });
       // Enough keys to reach every primary.
       const keys = Array.from({ length: 64 }, (_, i) => `user-${i}`);
-      await Promise.all(keys.map((key) => limiter.limit(key)));
+      await Promise.all(keys.map((key) => single.limit(key)));
       await nodes.onEveryNode('SCRIPT', 'FLUSH');
-      const loadedAfterFlush = await nodes.onEveryNode('SCRIPT', 'EXISTS', DECIDE_SCRIPT_SHA);
-      expect(loadedAfterFlush.every((reply) => reply === '0')).toBe(true);
-      const decisions = await Promise.all(keys.map((key) => limiter.limit(key)));
+      for (const sha of [DECIDE_SCRIPT_SHA, METER_SCRIPT_SHA]) {
+        expect(await nodes.onEveryNode('SCRIPT', 'EXISTS', sha)).toEqual(nodes.ports.map(() => '0'));
+      }
+      const decisions = await Promise.all(keys.map((key) => single.limit(key)));
       expect(decisions.map((d) => d.remaining)).toEqual(keys.map(() => 3));
-      const loaded = await nodes.onEveryNode('SCRIPT', 'EXISTS', DECIDE_SCRIPT_SHA);
-      // Every primary ran the script again; replicas only receive its effects.
-      expect(loaded.filter((reply) => reply === '1').length).toBeGreaterThanOrEqual(3);
-      await Promise.all(keys.map((key) => limiter.reset(key)));
+      const both = await Promise.all(keys.map((key) => double.limit(key)));
+      expect(both.map((d) => d.remaining)).toEqual(keys.map(() => 2));
+      for (const sha of [DECIDE_SCRIPT_SHA, METER_SCRIPT_SHA]) {
+        // Every primary ran the script again; replicas only receive its effects.
+        const loaded = await nodes.onEveryNode('SCRIPT', 'EXISTS', sha);
+        expect(loaded.filter((reply) => reply === '1').length).toBeGreaterThanOrEqual(3);
+      }
+      await Promise.all(keys.map((key) => double.reset(key)));
     });
 
     it('a storage key lives in the slot of its hash tag', async () => {

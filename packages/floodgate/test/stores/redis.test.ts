@@ -139,6 +139,20 @@ describe.skipIf(!available)('redis store', () => {
     });
   }
 
+  describe('single node, ioredis, every call through the full script (no single-call fast path)', () => {
+    let connection: DriverClient;
+    let store: RedisStore;
+    beforeAll(async () => {
+      connection = await connectSingle('ioredis');
+      store = redisStore({ client: connection.client, fastPath: false });
+    });
+    afterAll(async () => {
+      await store?.close();
+      await connection?.close();
+    });
+    runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8, seed: 500 });
+  });
+
   describe('storage', () => {
     let connection: DriverClient;
     let store: RedisStore;

@@ -7,5 +7,5 @@ export {
   type RedisScriptClient,
 } from './clients.js';
 export { type RedisStore, type RedisStoreOptions, redisStore } from './redis-store.js';
-export { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA } from './script.js';
+export { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, METER_SCRIPT, METER_SCRIPT_SHA } from './script.js';
 export { hashSlot } from './slot.js';

@@ -3,6 +3,7 @@ import { DECIDE_LUA } from './lua/decide.js';
 import { FIXED_WINDOW_LUA } from './lua/fixed-window.js';
 import { MAIN_LUA } from './lua/main.js';
 import { METER_LUA } from './lua/meter.js';
+import { METER_FAST_SCRIPT } from './lua/meter-fast.js';
 import { PRELUDE_LUA } from './lua/prelude.js';
 import { RESERVATION_LUA } from './lua/reservation.js';
 import { SLIDING_LOG_LUA } from './lua/sliding-log.js';
@@ -25,3 +26,9 @@ export const DECIDE_SCRIPT = [
 
 /** SHA-1 of the script, as `EVALSHA` names it. */
 export const DECIDE_SCRIPT_SHA = createHash('sha1').update(DECIDE_SCRIPT).digest('hex');
+
+/** The single-call script for one meter policy (see lua/meter-fast.ts). */
+export const METER_SCRIPT = METER_FAST_SCRIPT;
+
+/** SHA-1 of {@link METER_SCRIPT}. */
+export const METER_SCRIPT_SHA = createHash('sha1').update(METER_SCRIPT).digest('hex');

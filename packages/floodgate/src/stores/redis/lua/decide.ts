@@ -4,10 +4,26 @@
  * denial memories survive (a logged attempt under `countDenied`, the penalty box of `blockMs`).
  */
 export const DECIDE_LUA = `
-local EVALUATORS = { meter, token_interval, fixed_window, sliding_window, sliding_log }
+local function evaluate(c, s, now, cost, max_delay, out)
+  local kind = c.kind
+  if kind == KIND_METER then return meter(c, s, now, cost, max_delay, out) end
+  if kind == KIND_TOKEN_INTERVAL then
+    if not token_interval then load_token_interval() end
+    return token_interval(c, s, now, cost, max_delay, out)
+  end
+  if kind == KIND_FIXED_WINDOW then
+    if not fixed_window then load_fixed_window() end
+    return fixed_window(c, s, now, cost, max_delay, out)
+  end
+  if kind == KIND_SLIDING_WINDOW then
+    if not sliding_window then load_sliding_window() end
+    return sliding_window(c, s, now, cost, max_delay, out)
+  end
+  if not sliding_log then load_sliding_log() end
+  return sliding_log(c, s, now, cost, max_delay, out)
+end
 
 local function evaluate_policy(c, s, now, cost, max_delay, out)
-  local evaluate = EVALUATORS[c.kind]
   local impossible
   if c.kind == KIND_METER then impossible = meter_charge(cost, c.a) > c.b else impossible = cost > c.limit end
   if impossible then
@@ -17,7 +33,7 @@ local function evaluate_policy(c, s, now, cost, max_delay, out)
     out.reason = EXCEEDS
     out.retry = INF
     out.delay = 0
-    out.nxt = nil
+    out.nxt = false
     return
   end
   local blocked_until = 0
@@ -31,7 +47,7 @@ local function evaluate_policy(c, s, now, cost, max_delay, out)
     out.retry = left
     out.reset = max(out.reset, left)
     out.delay = 0
-    out.nxt = nil
+    out.nxt = false
     return
   end
   evaluate(c, s, now, cost, max_delay, out)
@@ -48,7 +64,7 @@ end
 local function settle_denied(c, s, now, cost, commit, out)
   local allowed_here = out.allowed
   if allowed_here then report_as_allowed(c, s, now, out) end
-  out.nxt = nil
+  out.nxt = false
   if not commit or out.reason == EXCEEDS or out.reason == BLOCKED then return end
   local nxt = s
   if c.kind == KIND_SLIDING_LOG and c.c == 1 and cost > 0 then
@@ -59,7 +75,7 @@ local function settle_denied(c, s, now, cost, commit, out)
   if c.block > 0 and out.reason == LIMIT then
     local blocked = {}
     if nxt == nil then
-      for i = 1, EMPTY_LENGTH[c.kind] do blocked[i] = 0 end
+      for i = 1, empty_length(c.kind) do blocked[i] = 0 end
     else
       for i = 1, #nxt do blocked[i] = nxt[i] end
     end
@@ -81,7 +97,7 @@ local function decide(policies, states, n, now, cost, commit, max_delay, outs)
   if not allowed then
     for i = 1, n do settle_denied(policies[i], states[i], now, cost, commit, outs[i]) end
   elseif not commit then
-    for i = 1, n do outs[i].nxt = nil end
+    for i = 1, n do outs[i].nxt = false end
   end
   return allowed
 end

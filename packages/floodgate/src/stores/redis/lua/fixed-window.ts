@@ -4,35 +4,37 @@
  * `{blockedUntil, windowStart, count}`. The model's `now % window` is `fmod` (exact), not Lua's `%`.
  */
 export const FIXED_WINDOW_LUA = `
-local function fixed_window(c, s, now, cost, _, out)
-  local limit, window = c.limit, c.a
-  local start
-  local count = 0
-  if c.c == 0 then
-    start = now - fmod(now, window)
-    if s and s[2] == start then count = s[3] end
-  elseif s and s[3] > 0 and now < s[2] + window then
-    start = s[2]
-    count = s[3]
-  else
-    start = now
-  end
-  local after = count + cost
-  out.delay = 0
-  if after <= limit then
-    out.allowed = true
-    out.reason = OK
-    out.remaining = clamp_remaining(limit - after, limit)
-    out.retry = 0
-    if after > 0 then out.reset = start + window - now else out.reset = 0 end
-    if cost == 0 then out.nxt = nil else out.nxt = { 0, start, after } end
-  else
-    out.allowed = false
-    out.reason = LIMIT
-    out.remaining = clamp_remaining(limit - count, limit)
-    out.retry = start + window - now
-    if count > 0 then out.reset = start + window - now else out.reset = 0 end
-    out.nxt = nil
+local function load_fixed_window()
+  fixed_window = function(c, s, now, cost, _, out)
+    local limit, window = c.limit, c.a
+    local start
+    local count = 0
+    if c.c == 0 then
+      start = now - fmod(now, window)
+      if s and s[2] == start then count = s[3] end
+    elseif s and s[3] > 0 and now < s[2] + window then
+      start = s[2]
+      count = s[3]
+    else
+      start = now
+    end
+    local after = count + cost
+    out.delay = 0
+    if after <= limit then
+      out.allowed = true
+      out.reason = OK
+      out.remaining = clamp_remaining(limit - after, limit)
+      out.retry = 0
+      if after > 0 then out.reset = start + window - now else out.reset = 0 end
+      if cost == 0 then out.nxt = false else out.nxt = { 0, start, after } end
+    else
+      out.allowed = false
+      out.reason = LIMIT
+      out.remaining = clamp_remaining(limit - count, limit)
+      out.retry = start + window - now
+      if count > 0 then out.reset = start + window - now else out.reset = 0 end
+      out.nxt = false
+    end
   end
 end
 `;

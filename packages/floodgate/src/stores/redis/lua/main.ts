@@ -60,7 +60,9 @@ while at <= total do
   local n = tonumber(argv[at + 5])
   for j = 1, n do
     chosen[j] = policies[tonumber(argv[at + 5 + j])]
-    if outs[j] == nil then outs[j] = {} end
+    if outs[j] == nil then
+      outs[j] = { allowed = true, reason = OK, remaining = 0, retry = 0, reset = 0, delay = 0, nxt = false }
+    end
   end
   if op == '2' then
     for _ = 1, m do
@@ -114,7 +116,7 @@ while at <= total do
       reply[r] = now
       for j = 1, n do
         local out = outs[j]
-        if commit and out.nxt ~= nil then
+        if commit and out.nxt then
           local reset = out.reset
           if reset < 1 then reset = 1 end
           local expire_at = ceil((redis_now() + reset + extra) / 1000)

@@ -5,7 +5,7 @@
  * `meter(c, s, now, cost, max_delay, out)`: `c` is the compiled policy (`limit`, `a` = T, `b` = τ,
  * `c` = 1 for queue mode), `s` the state `{blockedUntil, tat}` or nil, `now` integer µs from the clock
  * the caller chose (Redis TIME or the request's). Fills `out` like the model's `Evaluation`
- * (`retry`, `reset`, `delay` in µs; `nxt` = the state to store, nil when nothing changes).
+ * (`retry`, `reset`, `delay` in µs; `nxt` = the state to store, false when nothing changes).
  */
 export const METER_LUA = `
 local function meter_charge(cost, t)
@@ -36,7 +36,7 @@ local function meter(c, s, now, cost, max_delay, out)
     else
       out.delay = 0
     end
-    if cost == 0 then out.nxt = nil else out.nxt = { 0, new_tat } end
+    if cost == 0 then out.nxt = false else out.nxt = { 0, new_tat } end
   else
     out.allowed = false
     out.reason = LIMIT
@@ -44,7 +44,7 @@ local function meter(c, s, now, cost, max_delay, out)
     out.retry = owed - tau - slack
     out.reset = owed_before
     out.delay = 0
-    out.nxt = nil
+    out.nxt = false
   end
 end
 `;

@@ -6,6 +6,9 @@
  * digits (an epoch µs has 16), so numbers are written with `%.17g`, which round-trips every double; and
  * `a % b` is `a - floor(a/b)*b` in Lua 5.1, so the model's `%` is ported as `math.fmod`.
  *
+ * Cost: Redis runs the whole script chunk on every call, so it avoids table constructors and defines the
+ * less common algorithms lazily.
+ *
  * State codec (the model's `State`, index 0 = end of a penalty block, stored as one string per key):
  * `<tag>[!<blockedUntil> ]<field> <field> …` with the tag '' for the meter, 'i' token bucket interval,
  * 'f' fixed window, 's' sliding-window counter, 'l' sliding log. A meter key that is not blocked is one
@@ -19,9 +22,17 @@ local tonumber, format, sub, byte, gmatch, concat = tonumber, string.format, str
 local INF = math.huge
 local OK, LIMIT, BLOCKED, EXCEEDS = 0, 1, 2, 3
 local KIND_METER, KIND_TOKEN_INTERVAL, KIND_FIXED_WINDOW, KIND_SLIDING_WINDOW, KIND_SLIDING_LOG = 1, 2, 3, 4, 5
-local TAGS = { '', 'i', 'f', 's', 'l' }
+-- The state tag of each kind is its character in TAGS (the meter has none).
+local TAGS = '-ifsl'
+-- The algorithms other than the meter are defined on first use: Redis runs this whole chunk on every
+-- call, and each function defined is an allocation, so a call pays only for what it uses.
+local token_interval, fixed_window, sliding_window, sliding_log, log_denied_attempt
+
 -- Length of a state with no history (model: EMPTY_LENGTH in decide.ts); the sliding log's varies.
-local EMPTY_LENGTH = { 2, 3, 3, 4, 1 }
+local function empty_length(kind)
+  if kind == KIND_METER then return 2 elseif kind == KIND_SLIDING_WINDOW then return 4 elseif kind == KIND_SLIDING_LOG then return 1 end
+  return 3
+end
 
 -- model/types.ts clampRemaining
 local function clamp_remaining(value, limit)
@@ -50,7 +61,7 @@ local function decode(kind, value)
       return { 0, tat }
     end
   else
-    if sub(value, 1, 1) ~= TAGS[kind] then return nil end
+    if byte(value, 1) ~= byte(TAGS, kind) then return nil end
     body = sub(value, 2)
   end
   local s, n = {}, 0
@@ -68,7 +79,7 @@ local function decode(kind, value)
   end
   if kind == KIND_SLIDING_LOG then
     if n % 2 ~= 1 then return nil end
-  elseif n ~= EMPTY_LENGTH[kind] then
+  elseif n ~= empty_length(kind) then
     return nil
   end
   return s
@@ -85,6 +96,7 @@ local function encode(kind, s)
   for i = first, n do parts[#parts + 1] = num(s[i]) end
   local value = concat(parts, ' ')
   if s[1] ~= 0 then value = '!' .. value end
-  return TAGS[kind] .. value
+  if kind == KIND_METER then return value end
+  return sub(TAGS, kind, kind) .. value
 end
 `;

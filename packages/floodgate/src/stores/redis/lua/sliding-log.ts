@@ -5,96 +5,98 @@
  * oldest first, as in the model, so fractional costs round identically.
  */
 export const SLIDING_LOG_LUA = `
--- Index of the first live entry's time (entries start at 2).
-local function first_live(s, cutoff)
-  if not s then return 2 end
-  local i, n = 2, #s
-  while i <= n and s[i] <= cutoff do i = i + 2 end
-  return i
-end
+local function load_sliding_log()
+  -- Index of the first live entry's time (entries start at 2).
+  local function first_live(s, cutoff)
+    if not s then return 2 end
+    local i, n = 2, #s
+    while i <= n and s[i] <= cutoff do i = i + 2 end
+    return i
+  end
 
--- A new log: live entries, then the event; an event at the same µs as the newest one is merged.
-local function log_append(s, first, now, cost)
-  local nxt = { 0 }
-  local m = 1
-  if s then
-    for i = first, #s do
-      m = m + 1
-      nxt[m] = s[i]
+  -- A new log: live entries, then the event; an event at the same µs as the newest one is merged.
+  local function log_append(s, first, now, cost)
+    local nxt = { 0 }
+    local m = 1
+    if s then
+      for i = first, #s do
+        m = m + 1
+        nxt[m] = s[i]
+      end
+    end
+    if m > 1 and nxt[m - 1] == now then
+      nxt[m] = nxt[m] + cost
+    else
+      nxt[m + 1] = now
+      nxt[m + 2] = cost
+    end
+    return nxt
+  end
+
+  local function sum_wait(s, first, sum, cost, limit, window, now)
+    if sum + cost <= limit or not s then return 0 end
+    local left = sum
+    local n = #s
+    for i = first, n - 1, 2 do
+      left = left - s[i + 1]
+      if left + cost <= limit then return s[i] + window - now end
+    end
+    return s[n - 1] + window - now
+  end
+
+  -- µs until the newest event stops mattering: it has left the window and the gap after it has passed.
+  local function until_untouched(last, hold, now)
+    if last >= 0 and last + hold > now then return last + hold - now end
+    return 0
+  end
+
+  sliding_log = function(c, s, now, cost, _, out)
+    local limit, window, min_gap = c.limit, c.a, c.b
+    local first = first_live(s, now - window)
+    local n = 0
+    if s then n = #s end
+    local sum = 0
+    for i = first + 1, n, 2 do sum = sum + s[i] end
+    -- The gap is measured from the newest event even when it has left the window (gap longer than window).
+    local last = -1
+    if n > 1 then last = s[n - 1] end
+    local hold = max(min_gap, window)
+    local gap_wait = 0
+    if min_gap > 0 and cost > 0 and last >= 0 and now - last < min_gap then gap_wait = last + min_gap - now end
+    out.delay = 0
+    if sum + cost <= limit and gap_wait == 0 then
+      out.allowed = true
+      out.reason = OK
+      out.remaining = clamp_remaining(limit - (sum + cost), limit)
+      out.retry = 0
+      if cost > 0 then out.reset = hold else out.reset = until_untouched(last, hold, now) end
+      if cost == 0 then out.nxt = false else out.nxt = log_append(s, first, now, cost) end
+    else
+      out.allowed = false
+      out.reason = LIMIT
+      out.remaining = clamp_remaining(limit - sum, limit)
+      out.retry = max(gap_wait, sum_wait(s, first, sum, cost, limit, window, now))
+      out.reset = until_untouched(last, hold, now)
+      out.nxt = false
     end
   end
-  if m > 1 and nxt[m - 1] == now then
-    nxt[m] = nxt[m] + cost
-  else
-    nxt[m + 1] = now
-    nxt[m + 2] = cost
-  end
-  return nxt
-end
 
-local function sum_wait(s, first, sum, cost, limit, window, now)
-  if sum + cost <= limit or not s then return 0 end
-  local left = sum
-  local n = #s
-  for i = first, n - 1, 2 do
-    left = left - s[i + 1]
-    if left + cost <= limit then return s[i] + window - now end
+  -- The state after a denied attempt is logged (countDenied): the attempt is appended, then only the
+  -- shortest run of newest events whose costs reach the limit is kept.
+  log_denied_attempt = function(c, s, now, cost)
+    local appended = log_append(s, first_live(s, now - c.a), now, cost)
+    local n = #appended
+    local sum = 0
+    -- keep_from is the model's (0-based) index; appended[keep_from + 1] is its entry here.
+    local keep_from = n
+    while keep_from > 1 and sum < c.limit do
+      keep_from = keep_from - 2
+      sum = sum + appended[keep_from + 2]
+    end
+    if keep_from <= 1 then return appended end
+    local kept = { appended[1] }
+    for i = keep_from + 1, n do kept[#kept + 1] = appended[i] end
+    return kept
   end
-  return s[n - 1] + window - now
-end
-
--- µs until the newest event stops mattering: it has left the window and the gap after it has passed.
-local function until_untouched(last, hold, now)
-  if last >= 0 and last + hold > now then return last + hold - now end
-  return 0
-end
-
-local function sliding_log(c, s, now, cost, _, out)
-  local limit, window, min_gap = c.limit, c.a, c.b
-  local first = first_live(s, now - window)
-  local n = 0
-  if s then n = #s end
-  local sum = 0
-  for i = first + 1, n, 2 do sum = sum + s[i] end
-  -- The gap is measured from the newest event even when it has left the window (gap longer than window).
-  local last = -1
-  if n > 1 then last = s[n - 1] end
-  local hold = max(min_gap, window)
-  local gap_wait = 0
-  if min_gap > 0 and cost > 0 and last >= 0 and now - last < min_gap then gap_wait = last + min_gap - now end
-  out.delay = 0
-  if sum + cost <= limit and gap_wait == 0 then
-    out.allowed = true
-    out.reason = OK
-    out.remaining = clamp_remaining(limit - (sum + cost), limit)
-    out.retry = 0
-    if cost > 0 then out.reset = hold else out.reset = until_untouched(last, hold, now) end
-    if cost == 0 then out.nxt = nil else out.nxt = log_append(s, first, now, cost) end
-  else
-    out.allowed = false
-    out.reason = LIMIT
-    out.remaining = clamp_remaining(limit - sum, limit)
-    out.retry = max(gap_wait, sum_wait(s, first, sum, cost, limit, window, now))
-    out.reset = until_untouched(last, hold, now)
-    out.nxt = nil
-  end
-end
-
--- The state after a denied attempt is logged (countDenied): the attempt is appended, then only the
--- shortest run of newest events whose costs reach the limit is kept.
-local function log_denied_attempt(c, s, now, cost)
-  local appended = log_append(s, first_live(s, now - c.a), now, cost)
-  local n = #appended
-  local sum = 0
-  -- keep_from is the model's (0-based) index; appended[keep_from + 1] is its entry here.
-  local keep_from = n
-  while keep_from > 1 and sum < c.limit do
-    keep_from = keep_from - 2
-    sum = sum + appended[keep_from + 2]
-  end
-  if keep_from <= 1 then return appended end
-  local kept = { appended[1] }
-  for i = keep_from + 1, n do kept[#kept + 1] = appended[i] end
-  return kept
 end
 `;

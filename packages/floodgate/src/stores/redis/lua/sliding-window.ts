@@ -5,62 +5,64 @@
  * in exactly the model's order of operations so both give the same bits.
  */
 export const SLIDING_WINDOW_LUA = `
-local function estimate_at(previous, count, window, elapsed)
-  return (previous * (window - elapsed)) / window + count
-end
+local function load_sliding_window()
+  local function estimate_at(previous, count, window, elapsed)
+    return (previous * (window - elapsed)) / window + count
+  end
 
-local function sliding_retry(previous, count, window, elapsed, limit, cost)
-  if count + cost <= limit then
-    local at = ceil(window - ((limit - count - cost) * window) / previous)
+  local function sliding_retry(previous, count, window, elapsed, limit, cost)
+    if count + cost <= limit then
+      local at = ceil(window - ((limit - count - cost) * window) / previous)
+      local k = 0
+      while k < 4 and at < window and estimate_at(previous, count, window, at) + cost > limit do
+        at = at + 1
+        k = k + 1
+      end
+      if at < window then return at - elapsed end
+    end
+    local at = 0
+    if count > 0 then at = max(0, ceil(window - ((limit - cost) * window) / count)) end
     local k = 0
-    while k < 4 and at < window and estimate_at(previous, count, window, at) + cost > limit do
+    while k < 4 and at < window and estimate_at(count, 0, window, at) + cost > limit do
       at = at + 1
       k = k + 1
     end
-    if at < window then return at - elapsed end
+    return window - elapsed + at
   end
-  local at = 0
-  if count > 0 then at = max(0, ceil(window - ((limit - cost) * window) / count)) end
-  local k = 0
-  while k < 4 and at < window and estimate_at(count, 0, window, at) + cost > limit do
-    at = at + 1
-    k = k + 1
-  end
-  return window - elapsed + at
-end
 
-local function sliding_window(c, s, now, cost, _, out)
-  local limit, window = c.limit, c.a
-  local start = now - fmod(now, window)
-  local count, previous = 0, 0
-  if s then
-    if s[2] == start then
-      count = s[3]
-      previous = s[4]
-    elseif s[2] == start - window then
-      previous = s[3]
+  sliding_window = function(c, s, now, cost, _, out)
+    local limit, window = c.limit, c.a
+    local start = now - fmod(now, window)
+    local count, previous = 0, 0
+    if s then
+      if s[2] == start then
+        count = s[3]
+        previous = s[4]
+      elseif s[2] == start - window then
+        previous = s[3]
+      end
     end
-  end
-  local elapsed = now - start
-  local estimate = estimate_at(previous, count, window, elapsed)
-  out.delay = 0
-  local reset = 0
-  if count > 0 then reset = start + 2 * window - now elseif previous > 0 then reset = start + window - now end
-  if estimate + cost <= limit then
-    local after = count + cost
-    out.allowed = true
-    out.reason = OK
-    out.remaining = clamp_remaining(limit - (estimate + cost), limit)
-    out.retry = 0
-    if after > 0 then out.reset = start + 2 * window - now else out.reset = reset end
-    if cost == 0 then out.nxt = nil else out.nxt = { 0, start, after, previous } end
-  else
-    out.allowed = false
-    out.reason = LIMIT
-    out.remaining = clamp_remaining(limit - estimate, limit)
-    out.retry = sliding_retry(previous, count, window, elapsed, limit, cost)
-    out.reset = reset
-    out.nxt = nil
+    local elapsed = now - start
+    local estimate = estimate_at(previous, count, window, elapsed)
+    out.delay = 0
+    local reset = 0
+    if count > 0 then reset = start + 2 * window - now elseif previous > 0 then reset = start + window - now end
+    if estimate + cost <= limit then
+      local after = count + cost
+      out.allowed = true
+      out.reason = OK
+      out.remaining = clamp_remaining(limit - (estimate + cost), limit)
+      out.retry = 0
+      if after > 0 then out.reset = start + 2 * window - now else out.reset = reset end
+      if cost == 0 then out.nxt = false else out.nxt = { 0, start, after, previous } end
+    else
+      out.allowed = false
+      out.reason = LIMIT
+      out.remaining = clamp_remaining(limit - estimate, limit)
+      out.retry = sliding_retry(previous, count, window, elapsed, limit, cost)
+      out.reset = reset
+      out.nxt = false
+    end
   end
 end
 `;
