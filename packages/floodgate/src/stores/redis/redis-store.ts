@@ -279,7 +279,9 @@ class RedisStoreImpl implements RedisStore {
 /** KEYS and ARGV of the single-meter script (lua/meter-fast.ts), or undefined when the call is another kind. */
 function meterArguments(call: Call, grace: string): { keys: string[]; args: string[] } | undefined {
   const c = call.policies[0] as CompiledPolicy;
-  if (call.policies.length !== 1 || c.kind !== KIND_METER || call.op === OP_RESET) return undefined;
+  if (call.policies.length !== 1 || c.kind !== KIND_METER || (call.op !== OP_LIMIT && call.op !== OP_CHECK)) {
+    return undefined;
+  }
   const p = argsOf(c);
   return {
     keys: [storageKey(call.prefix, call.encoded, c.name)],

@@ -84,7 +84,7 @@ while at <= total do
     local all = cancel_reservation(chosen, states, n, now, tonumber(argv[at + 3]), tats, outs)
     for j = 1, n do
       local out = outs[j]
-      if out.nxt ~= nil then
+      if out.nxt then
         local reset = out.reset
         if reset < 1 then reset = 1 end
         local expire_at = ceil((redis_now() + reset + extra) / 1000)

@@ -10,7 +10,8 @@
  * ARGV     [1] nowUs ('' = Redis TIME), [2] grace ms (as in lua/main.ts), [3] op (0 check, 1 limit),
  *          [4] cost, [5] maxDelayUs, [6] limit, [7] blockUs, [8] T (a), [9] τ (b), [10] 1 = queue mode (c)
  * Clock    the call's nowUs when given, else Redis TIME (integer µs); expiry is always on Redis's clock.
- * Returns  { allowed (1/0), reason, remaining, retryAfterUs (-1 = never), resetAfterUs, delayUs }
+ * Returns  { allowed (1/0), nowUs decided at, reason, remaining, retryAfterUs (-1 = never), resetAfterUs,
+ *          delayUs }: the full script's reply for one call
  * Writes   the new TAT as a plain integer (`SET … PXAT` at the untouched time, rounded up), or, once
  *          denied under `blockMs`, `!<blockedUntil> <tat>`; the state layout of lua/prelude.ts.
  */
@@ -70,12 +71,12 @@ local reset
 local reply
 if charge > tau then
   -- exceeds-capacity: the key as it stands (a cost-0 evaluation), nothing changes.
-  reply = { 0, 3, clamp((tau - owed_before) / t), -1, owed_before, 0 }
+  reply = { 0, now, 3, clamp((tau - owed_before) / t), -1, owed_before, 0 }
 elseif blocked > now then
   local left = blocked - now
   reset = owed_before
   if left > reset then reset = left end
-  reply = { 0, 2, 0, left, reset, 0 }
+  reply = { 0, now, 2, 0, left, reset, 0 }
 else
   local new_tat = base + charge
   local owed = new_tat - now
@@ -85,20 +86,20 @@ else
     local delay = 0
     if queue then delay = owed_before elseif owed > tau then delay = owed - tau end
     reset = owed
-    reply = { 1, 0, clamp((tau - owed) / t), 0, owed, delay }
+    reply = { 1, now, 0, clamp((tau - owed) / t), 0, owed, delay }
     if commit and cost ~= 0 then next_value = new_tat end
   else
     reset = owed_before
-    reply = { 0, 1, clamp((tau - owed_before) / t), owed - tau - slack, owed_before, 0 }
+    reply = { 0, now, 1, clamp((tau - owed_before) / t), owed - tau - slack, owed_before, 0 }
     if commit and block > 0 then
       -- settleDenied: the penalty box keeps the state as it stood, blocked until now + blockMs.
       local kept = 0
       if has_state then kept = tat end
       next_value = '!' .. string.format('%d', now + block) .. ' ' .. string.format('%d', kept)
       if block > reset then reset = block end
-      reply[3] = 0
-      reply[4] = block
-      reply[5] = reset
+      reply[4] = 0
+      reply[5] = block
+      reply[6] = reset
     end
   end
 end

@@ -5,7 +5,7 @@
  *
  * `cancel_reservation(cs, states, n, now, cost, tats, outs)`: `cs` the compiled policies, `states` their
  * states (or nil), `tats` the TATs the reservation set, `now` integer µs. Fills `outs[j].nxt` (the state
- * to store, nil to leave it) and `outs[j].reset` (µs until untouched, for the expiry). Returns true when
+ * to store, false to leave it) and `outs[j].reset` (µs until untouched, for the expiry). Returns true when
  * every policy gave the whole cost back.
  */
 export const RESERVATION_LUA = `
@@ -23,7 +23,7 @@ local function cancel_reservation(cs, states, n, now, cost, tats, outs)
   local all = true
   for j = 1, n do
     local c, s, out = cs[j], states[j], outs[j]
-    out.nxt = nil
+    out.nxt = false
     out.reset = 0
     local tat = tats[j]
     if c.kind ~= KIND_METER or now >= due or s == nil or s[2] ~= tat then
