@@ -1,5 +1,6 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
+import type { BreakerOptions } from '../limiter/breaker.js';
 import { createLimiter, type FailurePolicy, Limiter, normalizePolicies } from '../limiter/limiter.js';
 import type { Decision, Policy } from '../model/index.js';
 import { isSyncStore, type Store } from '../stores/store.js';
@@ -41,6 +42,8 @@ export interface RateLimitOptions<Req> {
    * @default 'open'
    */
   failure?: FailurePolicy;
+  /** Circuit breaker of the limiter built here; see the limiter's `breaker` option. */
+  breaker?: BreakerOptions | false;
   /** Time source of the limiter built here, of the legacy reset epoch and of queue delays. @default systemClock */
   clock?: Clock;
   /**
@@ -106,7 +109,7 @@ export interface HttpRateLimiter<Req> {
 const ADDRESS_KEYS_CACHED = 10_000;
 
 /** Options that shape a limiter: a middleware derived with any of them gets a limiter of its own. */
-const LIMITER_OPTIONS = ['limiter', 'store', 'prefix', 'timeoutMs', 'failure'] as const;
+const LIMITER_OPTIONS = ['limiter', 'store', 'prefix', 'timeoutMs', 'failure', 'breaker'] as const;
 
 const isThenable = <T>(value: MaybePromise<T>): value is Promise<T> =>
   typeof (value as { then?: unknown } | null)?.then === 'function';
@@ -160,6 +163,7 @@ function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: readonly Po
     ...(options.clock === undefined ? {} : { clock: options.clock }),
     ...(timeoutMs === undefined ? {} : { timeoutMs }),
     failure: options.failure ?? 'open',
+    ...(options.breaker === undefined ? {} : { breaker: options.breaker }),
   });
 }
 
