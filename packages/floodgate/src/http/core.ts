@@ -167,6 +167,12 @@ function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: readonly Po
   });
 }
 
+/** Exposes the deciding limiter on a middleware function, read-only (for `reset`, events, metrics). */
+export function withLimiter<F extends object>(middleware: F, limiter: Limiter): F & { readonly limiter: Limiter } {
+  Object.defineProperty(middleware, 'limiter', { value: limiter, enumerable: true });
+  return middleware as F & { readonly limiter: Limiter };
+}
+
 /**
  * Builds the framework-neutral middleware every adapter wraps: it computes the decision first and turns
  * it into a status, headers and a body second, so each adapter only copies them onto its response.
@@ -318,7 +324,7 @@ export function createHttpRateLimiter<Req>(
   };
 
   const middleware = decide as HttpRateLimiter<Req>;
-  Object.defineProperty(middleware, 'limiter', { value: limiter, enumerable: true });
+  withLimiter(middleware, limiter);
   Object.defineProperty(middleware, 'derive', {
     value: (overrides: RateLimitOptions<Req>): HttpRateLimiter<Req> => {
       const merged: RateLimitOptions<Req> = { ...options, ...overrides };

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type RateLimitOptions } from './core.js';
+import { createHttpRateLimiter, type RateLimitOptions, withLimiter } from './core.js';
 import { incomingMessageAccess, sendDenial, setOutcomeHeaders } from './node-access.js';
 
 /** An Express middleware (Express 4 and 5); `Req` is Express's `Request` or your extension of it. */
@@ -45,7 +45,7 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage>(
       (error: unknown) => next(error),
     );
   } as ExpressRateLimit<Req>;
-  Object.defineProperty(middleware, 'limiter', { value: decide.limiter, enumerable: true });
+  withLimiter(middleware, decide.limiter);
   return middleware;
 }
 

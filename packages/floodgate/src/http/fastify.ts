@@ -1,7 +1,7 @@
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import { invalid } from '../errors.js';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type HttpRateLimiter, type RateLimitOptions } from './core.js';
+import { createHttpRateLimiter, type HttpRateLimiter, type RateLimitOptions, withLimiter } from './core.js';
 
 /** The request lifecycle hook the limit runs in. Use `'preHandler'` when `cost` reads the parsed body. */
 export type FastifyRateLimitHook = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler';
@@ -101,7 +101,7 @@ export function rateLimit(options: FastifyRateLimitOptions): FastifyRateLimit {
     done();
   } as FastifyRateLimit;
   Object.assign(plugin, { [Symbol.for('skip-override')]: true, [Symbol.for('fastify.display-name')]: 'floodgate' });
-  Object.defineProperty(plugin, 'limiter', { value: base.limiter, enumerable: true });
+  withLimiter(plugin, base.limiter);
   return plugin;
 }
 

@@ -1,6 +1,6 @@
 import type { Context, MiddlewareHandler } from 'hono';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type RateLimitOptions, type RequestAccess } from './core.js';
+import { createHttpRateLimiter, type RateLimitOptions, type RequestAccess, withLimiter } from './core.js';
 
 /** What the runtimes Hono runs on pass as `c.env`, as far as the peer address goes. */
 interface RuntimeEnv {
@@ -63,7 +63,7 @@ export function rateLimit(options: RateLimitOptions<Context>): HonoRateLimit {
     for (let i = 0; i < headers.length; i += 2) c.header(headers[i] as string, headers[i + 1] as string);
     return undefined;
   };
-  Object.defineProperty(middleware, 'limiter', { value: decide.limiter, enumerable: true });
+  withLimiter(middleware, decide.limiter);
   return middleware as HonoRateLimit;
 }
 

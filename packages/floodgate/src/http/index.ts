@@ -9,6 +9,7 @@ export {
   type RateLimitOptions,
   type RateLimitOutcome,
   type RequestAccess,
+  withLimiter,
 } from './core.js';
 export {
   deniedProblem,

@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type RateLimitOptions, type RequestAccess } from './core.js';
+import { createHttpRateLimiter, type RateLimitOptions, type RequestAccess, withLimiter } from './core.js';
 import { incomingMessageAccess } from './node-access.js';
 
 /** The part of a Koa context the middleware uses (Koa 2 and 3). */
@@ -54,7 +54,7 @@ export function rateLimit<Ctx extends KoaContextLike = KoaContextLike>(
     }
     await next();
   } as KoaRateLimit<Ctx>;
-  Object.defineProperty(middleware, 'limiter', { value: decide.limiter, enumerable: true });
+  withLimiter(middleware, decide.limiter);
   return middleware;
 }
 

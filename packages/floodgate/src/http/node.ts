@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type RateLimitOptions } from './core.js';
+import { createHttpRateLimiter, type RateLimitOptions, withLimiter } from './core.js';
 import { incomingMessageAccess, sendDenial, sendInternalError, setOutcomeHeaders } from './node-access.js';
 
 /** Options of the node:http {@link rateLimit}; hooks receive the `IncomingMessage`. */
@@ -76,7 +76,7 @@ export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
       run(request, response).catch((error: unknown) => onError(error, request, response));
     };
   };
-  Object.defineProperty(guard, 'limiter', { value: decide.limiter, enumerable: true });
+  withLimiter(guard, decide.limiter);
   return guard;
 }
 
