@@ -23,6 +23,8 @@ export interface WaitStep {
   timeoutMs?: number;
   /** Aborts this acquire at that time (ms after the start). */
   abortAt?: number;
+  /** `acquire` books its slot ahead (`reserve: true`). */
+  reserve?: boolean;
   /** `acquire`: when it resolves (admitted) or rejects (with the code), ms after the start. */
   expect?: { admittedAt: number } | { error: string; at: number };
 }
@@ -153,6 +155,53 @@ export const waitScenarios: WaitScenario[] = [
     ],
     steps: [0, 0, 0, 60_000].map((admittedAt) => ({ at: 0, expect: { admittedAt } })),
   },
+  {
+    name: 'acquire with reserve books each slot in one store call and wakes when it comes',
+    policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
+    steps: [
+      ...[0, 100, 200].map((admittedAt) => ({ at: 0, reserve: true, expect: { admittedAt } })),
+      { at: 250, reserve: true, expect: { admittedAt: 300 } },
+    ],
+  },
+  {
+    name: 'acquire with reserve: a slot beyond the timeout fails at once and books nothing',
+    policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
+    steps: [
+      { at: 0, reserve: true, expect: { admittedAt: 0 } },
+      { at: 0, reserve: true, expect: { admittedAt: 100 } },
+      { at: 0, reserve: true, timeoutMs: 150, expect: { error: 'ERR_TIMEOUT', at: 0 } },
+      { at: 0, reserve: true, timeoutMs: 200, expect: { admittedAt: 200 } },
+    ],
+  },
+  {
+    name: 'acquire with reserve: an abort cancels the booking, and its slot goes to the next caller',
+    policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
+    steps: [
+      { at: 0, reserve: true, expect: { admittedAt: 0 } },
+      { at: 0, reserve: true, abortAt: 50, expect: { error: 'ERR_ABORTED', at: 50 } },
+      { at: 60, reserve: true, expect: { admittedAt: 100 } },
+    ],
+  },
+  {
+    name: 'acquire with reserve: an abort with a later booking behind it cannot give its slot back',
+    policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
+    steps: [
+      { at: 0, reserve: true, expect: { admittedAt: 0 } },
+      { at: 0, reserve: true, abortAt: 50, expect: { error: 'ERR_ABORTED', at: 50 } },
+      { at: 0, reserve: true, expect: { admittedAt: 200 } },
+      { at: 60, reserve: true, expect: { admittedAt: 300 } },
+    ],
+  },
+  {
+    name: 'acquire on a leaky bucket in queue mode waits out its place in the queue, or gives it back',
+    policies: [leakyBucket({ capacity: 3, leakPerSecond: 10, mode: 'queue' })],
+    steps: [
+      ...[0, 100, 200].map((admittedAt) => ({ at: 0, expect: { admittedAt } })),
+      // Admitted at 100 with 200 ms to wait, past its deadline at 250: cancelled, and the place is free.
+      { at: 0, timeoutMs: 250, expect: { error: 'ERR_TIMEOUT', at: 100 } },
+      { at: 101, expect: { admittedAt: 300 } },
+    ],
+  },
 ];
 
 interface Running {
@@ -232,6 +281,7 @@ async function start(
     .acquire(key, {
       cost,
       ...(step.timeoutMs === undefined ? {} : { timeoutMs: step.timeoutMs }),
+      ...(step.reserve === undefined ? {} : { reserve: step.reserve }),
       ...(run.abort === undefined ? {} : { signal: run.abort.signal }),
     })
     .then(

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createLimiter, gcra, memoryStore, type Store, type StoreRequest } from '../../src/index.js';
+import { createLimiter, fixedWindow, gcra, memoryStore, type Store, type StoreRequest } from '../../src/index.js';
 import { manualClock } from '../../src/testing/index.js';
 
 /** The memory store, counting the decisions asked of it. */
@@ -96,5 +96,35 @@ describe('limiter.acquire', () => {
     await flush();
     clock.advance(1000);
     expect((await second).policy).toBe('free');
+  });
+});
+
+describe('limiter.acquire with reserve', () => {
+  it('makes one store call per admitted call, however long it waits', async () => {
+    const store = countingStore();
+    const clock = manualClock();
+    const limiter = createLimiter({ store, clock, policies: gcra({ limit: 1, periodMs: 1000, burst: 1 }) });
+    const done: number[] = [];
+    const calls = [0, 1, 2, 3].map(() => limiter.acquire('k', { reserve: true }).then(() => done.push(clock.nowMs())));
+    await flush();
+    expect(store.calls.map((c) => c.maxDelayUs > 0)).toEqual([true, true, true, true]);
+    for (let i = 0; i < 3; i++) {
+      clock.advance(1000);
+      await flush();
+    }
+    await Promise.all(calls);
+    const start = done[0] as number;
+    expect(done.map((t) => t - start)).toEqual([0, 1000, 2000, 3000]);
+    expect(store.calls).toHaveLength(4);
+  });
+
+  it('is refused for policies that cannot book ahead', async () => {
+    const limiter = createLimiter({ clock: manualClock(), policies: fixedWindow({ limit: 1, windowMs: 1000 }) });
+    await expect(limiter.acquire('k', { reserve: true })).rejects.toMatchObject({
+      code: 'ERR_INVALID_OPTION',
+      option: 'maxDelayMs',
+    });
+    await expect(limiter.acquire('k', { reserve: 'yes' as never })).rejects.toMatchObject({ option: 'reserve' });
+    expect((await limiter.acquire('k')).allowed).toBe(true);
   });
 });
