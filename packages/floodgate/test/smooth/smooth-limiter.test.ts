@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import type { Clock } from '../../src/clock.js';
 import { isFloodgateError } from '../../src/errors.js';
 import { type SmoothLimiterOptions, smoothLimiter } from '../../src/smooth/index.js';
-import { type ManualClock, manualClock } from '../../src/testing/index.js';
+import { type ManualClock, manualClock, seededRandom } from '../../src/testing/index.js';
 
 /**
  * Guava's FakeStopwatch on top of a manual clock: the limiter's sleeps move time at once and are
@@ -351,7 +351,7 @@ describe('smooth limiter: Guava RateLimiterTest, event by event', () => {
   it('we never get a burst of more than one second of work, even across rate changes', async () => {
     const w = stopwatch();
     const limiter = bursty(w, 1);
-    const random = mulberry(7);
+    const random = seededRandom(7);
     for (const rate of [1000, 1, 10, 1_000_000, 10, 1]) {
       w.manual.advance(rate * 1000);
       limiter.setRate(rate);
@@ -363,7 +363,7 @@ describe('smooth limiter: Guava RateLimiterTest, event by event', () => {
   });
 
   it('time to warm up is honoured even with weights', async () => {
-    const random = mulberry(11);
+    const random = seededRandom(11);
     for (let trial = 0; trial < 20; trial++) {
       for (const coldFactor of [2, 3, 10]) {
         for (const qps of [4, 2, 1, 0.5, 0.1]) {
@@ -597,15 +597,4 @@ async function measureTotalTimeUs(
   }
   await limiter.acquire(1);
   return w.nowUs() - start;
-}
-
-function mulberry(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }

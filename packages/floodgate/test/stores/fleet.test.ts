@@ -9,8 +9,8 @@ import { type Connection, connect, requirePostgres, uniqueSchema } from './sql/p
 const worker = fileURLToPath(new URL('./fixtures/fleet-worker.ts', import.meta.url));
 const PROCESSES = 4;
 const CALLS = 40;
-/** The emission interval: one call every 5 ms, burst 1. */
-const PERIOD_MS = 5;
+/** The emission interval: one call every 25 ms, burst 1 (one process's calls alone book a second ahead). */
+const PERIOD_MS = 25;
 
 interface Booked {
   allowed: boolean;
@@ -20,7 +20,7 @@ interface Booked {
 
 /**
  * Several processes book reservations on one key at once. Every call is admitted (the slots are an hour
- * deep), all but the first one on the key with a delay, and the moments they may proceed (TAT − τ,
+ * deep), nearly all with a delay, and the moments they may proceed (TAT − τ,
  * τ = T with burst 1) are spaced by the emission interval, never closer.
  */
 async function fleet(kind: 'redis' | 'postgres', driver: string, namespace: string): Promise<void> {
@@ -62,9 +62,10 @@ function check(booked: Booked[]): void {
   expect(booked).toHaveLength(PROCESSES * CALLS);
   expect(booked.every((b) => b.allowed)).toBe(true);
   const tats = booked.filter((b) => b.tatUs !== null).map((b) => b.tatUs as number);
-  // Only a call admitted at once carries no reservation: at most the first one on the key.
-  expect(tats.length).toBeGreaterThanOrEqual(PROCESSES * CALLS - 1);
-  expect(booked.filter((b) => b.delayMs > 0).length).toBeGreaterThanOrEqual(PROCESSES * CALLS - 1);
+  // Only a call admitted at once carries no reservation: the first one on the key, and at most one per
+  // process whose 'go' came (on a loaded machine) after the others' bookings had all come due.
+  expect(tats.length).toBeGreaterThanOrEqual(PROCESSES * CALLS - PROCESSES);
+  expect(booked.filter((b) => b.delayMs > 0)).toHaveLength(tats.length);
   const sorted = [...tats].sort((a, b) => a - b);
   const gaps = sorted.slice(1).map((t, i) => t - (sorted[i] as number));
   expect(Math.min(...gaps)).toBeGreaterThanOrEqual(PERIOD_MS * 1000);
