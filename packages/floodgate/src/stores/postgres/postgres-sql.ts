@@ -13,6 +13,8 @@ export interface SqlNames {
   append: string;
   logDenied: string;
   cancel: string;
+  /** A composite `(s float8[])`: an array of these holds states of different lengths. */
+  stateType: string;
 }
 
 export function sqlNames(schema: string, table: string): SqlNames {
@@ -28,6 +30,7 @@ export function sqlNames(schema: string, table: string): SqlNames {
     append: q(`${table}_append`),
     logDenied: q(`${table}_log_denied`),
     cancel: q(`${table}_cancel`),
+    stateType: q(`${table}_state`),
   };
 }
 
@@ -62,6 +65,10 @@ BEGIN
   IF (SELECT c.relpersistence FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
       WHERE s.nspname = ${literal(n.schema)} AND c.relname = ${literal(n.table)}) <> '${persistence}' THEN
     ALTER TABLE ${n.qualified} SET ${unlogged ? 'UNLOGGED' : 'LOGGED'};
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_type y JOIN pg_namespace s ON s.oid = y.typnamespace
+      WHERE s.nspname = ${literal(n.schema)} AND y.typname = ${literal(`${n.table}_state`)}) THEN
+    CREATE TYPE ${n.stateType} AS (s float8[]);
   END IF;
   CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${n.table}_expires_at`)} ON ${n.qualified} (expires_at);
 ${[
@@ -396,9 +403,7 @@ function settleFunction(n: SqlNames): string {
  * states kept in memory between calls on the same key and written once at the end.
  *
  * Parameters:
- * - `p_keys`: the distinct row keys the batch touches. The first `p_locked` are the ones it may write,
- *   sorted by the caller; their rows are locked in that order (inserting an empty row first when missing,
- *   so a new key is locked too). Every transaction locks in the same order, so none deadlock.
+ * - `p_keys`: the distinct row keys the batch touches; the first `p_locked` are the ones it may write.
  * - `p_req`: 5 numbers per call: op (0 check, 1 limit, 2 reset), cost, nowUs (NaN: the server's
  *   `clock_timestamp()`, read once the locks are held), maxDelayUs, number of policies.
  * - `p_pol`: 7 numbers per policy of each call, in order: key index (1-based, into p_keys), kind, limit,
@@ -407,8 +412,11 @@ function settleFunction(n: SqlNames): string {
  * Returns, as comma-separated text, for each call but resets: allowed (0/1), the µs it was decided at,
  * then 6 numbers per policy: allowed, reason, remaining, retryAfterUs, resetAfterUs, delayUs.
  *
- * Expired rows (at most max(16, 2 × keys written) per batch) are deleted at the end through the expiry
- * index, skipping rows other transactions hold, so pruning never waits and never scans the table.
+ * Locking, deadlock-free: first the missing rows are created empty, in key order (a transaction only
+ * waits there for another that is creating the same key, and that one never waits for a transaction
+ * still creating rows); then all rows are locked in key order (waits only for transactions that hold
+ * rows, all taken in the same order). A row deleted in between (expired and pruned) is created and
+ * locked on its own. Pruning at the end skips locked rows, so it never waits and never scans the table.
  */
 function decideFunction(n: SqlNames): string {
   return `
@@ -417,52 +425,62 @@ function decideFunction(n: SqlNames): string {
   DECLARE
     nkeys int := coalesce(array_length(p_keys, 1), 0);
     nreq int := coalesce(array_length(p_req, 1), 0) / 5;
-    buf float8[] := '{}';
-    top int := 0;
-    off int[] := array_fill(0, ARRAY[greatest(nkeys, 1)]);
-    len int[] := array_fill(-1, ARRAY[greatest(nkeys, 1)]);
+    st ${n.stateType}[] := array_fill(NULL::${n.stateType}, ARRAY[greatest(nkeys, 1)]);
+    seen boolean[] := array_fill(false, ARRAY[greatest(nkeys, 1)]);
     dirty boolean[] := array_fill(false, ARRAY[greatest(nkeys, 1)]);
-    placeholder boolean[] := array_fill(false, ARRAY[greatest(nkeys, 1)]);
-    expiry float8[] := array_fill(0::float8, ARRAY[greatest(nkeys, 1)]);
+    expiry bigint[] := array_fill(0::bigint, ARRAY[greatest(nkeys, 1)]);
     res float8[] := '{}';
     nres int := 0;
-    st float8[];
+    created int := 0;
+    locked int := 0;
+    resets boolean := false;
     s float8[];
     r float8[];
     rb float8[];
-    e float8[];
     ro int[] := '{}';
-    i int; j int; k int; q int; ki int; np int; pj int; op int; base int; kind int;
+    i int; j int; k int; q int; ki int; np int; pj int; op int; base int; kind int; n_len int;
+    lim float8; a float8; b float8; c float8; blocked_until float8;
     cost float8; now float8; maxdelay float8; server_now float8; prune_now float8; ts timestamp;
     all_ok boolean; is_commit boolean;
   BEGIN
-    FOR i IN 1..p_locked LOOP
+    IF p_locked > 0 THEN
+      INSERT INTO ${n.qualified} AS t (key, state, expires_at)
+        SELECT u.k, NULL, 0 FROM unnest(p_keys[1:p_locked]) AS u(k) ORDER BY u.k COLLATE "C"
+        ON CONFLICT DO NOTHING;
+      GET DIAGNOSTICS created = ROW_COUNT;
+      FOR i, s IN
+        SELECT u.i, t.state FROM unnest(p_keys[1:p_locked]) WITH ORDINALITY AS u(k, i)
+          JOIN ${n.qualified} t ON t.key = u.k ORDER BY t.key FOR UPDATE OF t
       LOOP
-        SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[i] FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO ${n.qualified} (key, state, expires_at) VALUES (p_keys[i], NULL, 0) ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-          placeholder[i] := true;
-          st := NULL;
-          EXIT;
-        END IF;
+        st[i] := ROW(s);
+        seen[i] := true;
+        locked := locked + 1;
       END LOOP;
-      IF st IS NOT NULL THEN
-        off[i] := top;
-        len[i] := array_length(st, 1);
-        FOR q IN 1..len[i] LOOP buf[top + q] := st[q]; END LOOP;
-        top := top + len[i];
+      IF locked < p_locked THEN
+        FOR i IN 1..p_locked LOOP
+          CONTINUE WHEN seen[i];
+          LOOP
+            SELECT t.state INTO s FROM ${n.qualified} t WHERE t.key = p_keys[i] FOR UPDATE;
+            EXIT WHEN FOUND;
+            INSERT INTO ${n.qualified} (key, state, expires_at) VALUES (p_keys[i], NULL, 0) ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+              created := created + 1;
+              s := NULL;
+              EXIT;
+            END IF;
+          END LOOP;
+          st[i] := ROW(s);
+        END LOOP;
       END IF;
-    END LOOP;
-    FOR i IN p_locked + 1..nkeys LOOP
-      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[i];
-      IF st IS NOT NULL THEN
-        off[i] := top;
-        len[i] := array_length(st, 1);
-        FOR q IN 1..len[i] LOOP buf[top + q] := st[q]; END LOOP;
-        top := top + len[i];
-      END IF;
-    END LOOP;
+    END IF;
+    IF nkeys > p_locked THEN
+      FOR i, s IN
+        SELECT u.i, t.state FROM unnest(p_keys[p_locked + 1:nkeys]) WITH ORDINALITY AS u(k, i)
+          JOIN ${n.qualified} t ON t.key = u.k
+      LOOP
+        st[p_locked + i] := ROW(s);
+      END LOOP;
+    END IF;
 
     pj := 0;
     FOR j IN 0..nreq - 1 LOOP
@@ -473,35 +491,47 @@ function decideFunction(n: SqlNames): string {
       np := p_req[j * 5 + 5]::int;
       IF now = 'NaN'::float8 THEN
         IF server_now IS NULL THEN
+          -- Whole µs since the epoch, exactly: no float seconds on the way.
           ts := clock_timestamp() AT TIME ZONE 'UTC';
           server_now := (extract(epoch FROM date_trunc('minute', ts))::bigint * 1000000
             + extract(microseconds FROM ts)::bigint)::float8;
         END IF;
         now := server_now;
       END IF;
-      is_commit := op = 1;
       IF op = 2 THEN
         FOR k IN 0..np - 1 LOOP
           ki := p_pol[pj + k * 7 + 1]::int;
-          len[ki] := -1;
+          st[ki] := NULL;
           dirty[ki] := true;
         END LOOP;
+        resets := true;
         pj := pj + np * 7;
         CONTINUE;
       END IF;
+      is_commit := op = 1;
       IF is_commit AND (prune_now IS NULL OR now < prune_now) THEN prune_now := now; END IF;
+      -- decide(): every policy first (evaluatePolicy, inlined), then settleDenied if one denied.
       all_ok := true;
       rb := '{}';
       FOR k IN 0..np - 1 LOOP
         base := pj + k * 7;
         ki := p_pol[base + 1]::int;
-        s := NULL;
-        IF len[ki] >= 0 THEN
-          s := '{}';
-          FOR q IN 1..len[ki] LOOP s[q] := buf[off[ki] + q]; END LOOP;
+        kind := p_pol[base + 2]::int;
+        lim := p_pol[base + 3];
+        a := p_pol[base + 5];
+        b := p_pol[base + 6];
+        c := p_pol[base + 7];
+        s := (st[ki]).s;
+        blocked_until := coalesce(s[1], 0);
+        IF (kind = 1 AND ceil(cost * a) > b) OR (kind <> 1 AND cost > lim) THEN
+          r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
+          r := ARRAY[0, 3, r[3], 'Infinity', r[5], 0, -1]::float8[];
+        ELSIF blocked_until > now THEN
+          r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
+          r := ARRAY[0, 2, 0, blocked_until - now, greatest(r[5], blocked_until - now), 0, -1]::float8[];
+        ELSE
+          r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
         END IF;
-        r := ${n.policy}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 5], p_pol[base + 6], p_pol[base + 7],
-          s, now, cost, maxdelay);
         IF r[1] = 0 THEN all_ok := false; END IF;
         ro[k + 1] := coalesce(array_length(rb, 1), 0);
         rb := rb || r;
@@ -512,31 +542,10 @@ function decideFunction(n: SqlNames): string {
         rb := '{}';
         FOR k IN 0..np - 1 LOOP
           base := pj + k * 7;
-          ki := p_pol[base + 1]::int;
-          s := NULL;
-          IF len[ki] >= 0 THEN
-            s := '{}';
-            FOR q IN 1..len[ki] LOOP s[q] := buf[off[ki] + q]; END LOOP;
-          END IF;
           q := ro[k + 1];
-          e := r[q + 1:q + 6];
           ro[k + 1] := coalesce(array_length(rb, 1), 0);
           rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
-            p_pol[base + 6], p_pol[base + 7], s, now, cost, is_commit, e);
-        END LOOP;
-      END IF;
-      IF is_commit THEN
-        FOR k IN 0..np - 1 LOOP
-          q := ro[k + 1];
-          IF rb[q + 7] >= 0 THEN
-            ki := p_pol[pj + k * 7 + 1]::int;
-            off[ki] := top;
-            len[ki] := rb[q + 7]::int;
-            FOR i IN 1..len[ki] LOOP buf[top + i] := rb[q + 7 + i]; END LOOP;
-            top := top + len[ki];
-            dirty[ki] := true;
-            expiry[ki] := now + rb[q + 5];
-          END IF;
+            p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit, r[q + 1:q + 6]);
         END LOOP;
       END IF;
       nres := nres + 1;
@@ -545,25 +554,31 @@ function decideFunction(n: SqlNames): string {
       res[nres] := now;
       FOR k IN 0..np - 1 LOOP
         q := ro[k + 1];
-        FOR i IN 1..6 LOOP
-          nres := nres + 1;
-          res[nres] := rb[q + i];
-        END LOOP;
+        FOR i IN 1..6 LOOP res[nres + i] := rb[q + i]; END LOOP;
+        nres := nres + 6;
+        n_len := rb[q + 7]::int;
+        IF is_commit AND n_len >= 0 THEN
+          ki := p_pol[pj + k * 7 + 1]::int;
+          st[ki] := ROW(rb[q + 8:q + 7 + n_len]);
+          dirty[ki] := true;
+          -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
+          expiry[ki] := (ceil((now + rb[q + 5]) / 1e6) * 1e6)::bigint;
+        END IF;
       END LOOP;
       pj := pj + np * 7;
     END LOOP;
 
-    FOR i IN 1..p_locked LOOP
-      IF dirty[i] AND len[i] >= 0 THEN
-        st := '{}';
-        FOR q IN 1..len[i] LOOP st[q] := buf[off[i] + q]; END LOOP;
-        -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
-        UPDATE ${n.qualified} t SET state = st, expires_at = (ceil(expiry[i] / 1e6) * 1e6)::bigint
-          WHERE t.key = p_keys[i];
-      ELSIF dirty[i] OR placeholder[i] THEN
-        DELETE FROM ${n.qualified} t WHERE t.key = p_keys[i];
+    IF p_locked > 0 THEN
+      UPDATE ${n.qualified} AS t SET state = u.s, expires_at = u.e
+        FROM unnest(p_keys[1:p_locked], st[1:p_locked], expiry[1:p_locked], dirty[1:p_locked]) AS u(k, s, e, d)
+        WHERE u.d AND u.s IS NOT NULL AND t.key = u.k;
+      IF created > 0 OR resets THEN
+        -- Empty rows created above and never written, and rows reset: gone.
+        DELETE FROM ${n.qualified} AS t
+          USING unnest(p_keys[1:p_locked], st[1:p_locked], dirty[1:p_locked]) AS u(k, s, d)
+          WHERE t.key = u.k AND u.s IS NULL AND (u.d OR t.state IS NULL);
       END IF;
-    END LOOP;
+    END IF;
     IF prune_now IS NOT NULL THEN
       DELETE FROM ${n.qualified} t WHERE t.key IN (
         SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= prune_now

@@ -281,8 +281,7 @@ function encodeBatch(batch: readonly Pending[]): string[] {
   for (const item of batch) {
     for (const key of item.keys) (item.op === OP_CHECK ? read : written).add(key);
   }
-  // Rows are locked in this order by every transaction, so concurrent statements never deadlock.
-  const keys = [...written].sort();
+  const keys = [...written];
   for (const key of read) if (!written.has(key)) keys.push(key);
   const index = new Map<string, number>();
   for (let i = 0; i < keys.length; i++) index.set(keys[i] as string, i + 1);
