@@ -198,7 +198,7 @@ describe.skipIf(!available)('postgres store', () => {
     }
   });
 
-  it('deletes expired rows in small batches as decisions write', async () => {
+  it('deletes expired rows in small batches as new keys arrive', async () => {
     const connection = connect('pg', 2);
     try {
       const store = postgresStore({ client: connection.client, schema, table: 'prune' });
@@ -212,12 +212,16 @@ describe.skipIf(!available)('postgres store', () => {
       for (let i = 0; i < 40; i++) await limiter.limit(`idle-${i}`);
       const count = async () => Number((await connection.sql(`SELECT count(*) AS n FROM "${schema}".prune`))[0]?.n);
       expect(await count()).toBe(40);
-      clock.advance(5000);
-      await limiter.limit('busy');
+      // Expired for more than a minute (PRUNE_GRACE_US): due for deletion.
+      clock.advance(65_000);
+      // Only new rows make the table grow: each batch that creates one deletes at least 16 expired rows.
+      await limiter.limit('new-1');
       expect(await count()).toBe(40 - 16 + 1);
-      await limiter.limit('busy');
-      await limiter.limit('busy');
-      expect(await count()).toBe(1);
+      await limiter.limit('new-1');
+      expect(await count()).toBe(25);
+      await limiter.limit('new-2');
+      await limiter.limit('new-3');
+      expect(await count()).toBe(3);
       const plan = await connection.sql(
         `EXPLAIN SELECT x.key FROM "${schema}".prune x WHERE x.expires_at <= 0 ORDER BY x.expires_at LIMIT 16 FOR UPDATE SKIP LOCKED`,
       );

@@ -108,7 +108,7 @@ describe('sqlite store', () => {
     expect(database.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all()).toEqual([{ name: 'keys' }]);
   });
 
-  it('deletes expired rows as decisions write, through the expiry index', () => {
+  it('deletes expired rows a few at a time as new keys arrive, sweeping in key order', () => {
     const database = open('prune.db');
     const store = sqliteStore({ database, table: 'prune' });
     store.migrate();
@@ -118,17 +118,25 @@ describe('sqlite store', () => {
       clock,
       policies: [tokenBucket({ capacity: 5, refillAmount: 5, refillIntervalMs: 1000 })],
     });
-    for (let i = 0; i < 20; i++) limiter.limitSync(`idle-${i}`);
+    for (let i = 0; i < 40; i++) limiter.limitSync(`idle-${i}`);
     const count = () => (database.prepare('SELECT count(*) AS n FROM prune').get() as { n: number }).n;
-    expect(count()).toBe(20);
-    clock.advance(5_000);
-    // Each writing decision deletes up to 8 expired rows: three decisions clear the twenty idle keys.
-    for (let i = 0; i < 3; i++) limiter.limitSync('busy');
-    expect(count()).toBe(1);
+    expect(count()).toBe(40);
+    // Expired for more than a minute (PRUNE_GRACE_US): due for deletion.
+    clock.advance(65_000);
+    limiter.limitSync('idle-0');
+    expect(count()).toBe(40);
+    // Each decision that creates a row looks at the next 32 rows in key order and deletes the expired.
+    limiter.limitSync('new-1');
+    const deleted = 41 - count();
+    expect(deleted).toBeGreaterThan(0);
+    expect(deleted).toBeLessThanOrEqual(32);
+    for (let i = 2; i <= 4; i++) limiter.limitSync(`new-${i}`);
+    // Four sweeps of 32 have gone round the table: only live rows are left.
+    expect(count()).toBe(5);
     const plan = database
-      .prepare('EXPLAIN QUERY PLAN SELECT key FROM prune WHERE expires_at <= 0 ORDER BY expires_at LIMIT 8')
+      .prepare("EXPLAIN QUERY PLAN SELECT key, expires_at FROM prune WHERE key > '' ORDER BY key LIMIT 32")
       .all() as { detail: string }[];
-    expect(plan.map((p) => p.detail).join(' ')).toMatch(/USING (COVERING )?INDEX prune_expires_at/);
+    expect(plan.map((p) => p.detail).join(' ')).toMatch(/USING PRIMARY KEY \(key>\?\)/);
   });
 
   it('joins a transaction the caller has open (savepoint), and rolls back with it', () => {

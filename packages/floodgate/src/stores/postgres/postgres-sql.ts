@@ -1,4 +1,4 @@
-import { quoteIdentifier } from '../sql/common.js';
+import { PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
 
 /** The qualified, quoted names of everything `migrate()` creates for one table. */
 export interface SqlNames {
@@ -416,12 +416,14 @@ function settleFunction(n: SqlNames): string {
  * waits there for another that is creating the same key, and that one never waits for a transaction
  * still creating rows); then all rows are locked in key order (waits only for transactions that hold
  * rows, all taken in the same order). A row deleted in between (expired and pruned) is created and
- * locked on its own. Pruning at the end skips locked rows, so it never waits and never scans the table.
+ * locked on its own. A batch that created rows deletes twice as many expired ones (at least 16, expired
+ * for a minute) at the end, through the expiry index, skipping rows others hold: pruning never waits,
+ * never scans the table, and keeps up with growth.
  */
 function decideFunction(n: SqlNames): string {
   return `
   CREATE OR REPLACE FUNCTION ${n.decide}(p_keys text[], p_locked int, p_req float8[], p_pol float8[])
-  RETURNS text LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+  RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$
   DECLARE
     nkeys int := coalesce(array_length(p_keys, 1), 0);
     nreq int := coalesce(array_length(p_req, 1), 0) / 5;
@@ -443,7 +445,20 @@ function decideFunction(n: SqlNames): string {
     cost float8; now float8; maxdelay float8; server_now float8; prune_now float8; ts timestamp;
     all_ok boolean; is_commit boolean;
   BEGIN
-    IF p_locked > 0 THEN
+    IF p_locked = 1 THEN
+      -- One row: nothing to order, so no need to create rows ahead of locking them.
+      LOOP
+        SELECT t.state INTO s FROM ${n.qualified} t WHERE t.key = p_keys[1] FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO ${n.qualified} (key, state, expires_at) VALUES (p_keys[1], NULL, 0) ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+          created := 1;
+          s := NULL;
+          EXIT;
+        END IF;
+      END LOOP;
+      st[1] := ROW(s);
+    ELSIF p_locked > 1 THEN
       INSERT INTO ${n.qualified} AS t (key, state, expires_at)
         SELECT u.k, NULL, 0 FROM unnest(p_keys[1:p_locked]) AS u(k) ORDER BY u.k COLLATE "C"
         ON CONFLICT DO NOTHING;
@@ -568,7 +583,13 @@ function decideFunction(n: SqlNames): string {
       pj := pj + np * 7;
     END LOOP;
 
-    IF p_locked > 0 THEN
+    IF p_locked = 1 THEN
+      IF dirty[1] AND (st[1]).s IS NOT NULL THEN
+        UPDATE ${n.qualified} t SET state = (st[1]).s, expires_at = expiry[1] WHERE t.key = p_keys[1];
+      ELSIF created > 0 OR dirty[1] THEN
+        DELETE FROM ${n.qualified} t WHERE t.key = p_keys[1];
+      END IF;
+    ELSIF p_locked > 1 THEN
       UPDATE ${n.qualified} AS t SET state = u.s, expires_at = u.e
         FROM unnest(p_keys[1:p_locked], st[1:p_locked], expiry[1:p_locked], dirty[1:p_locked]) AS u(k, s, e, d)
         WHERE u.d AND u.s IS NOT NULL AND t.key = u.k;
@@ -579,10 +600,12 @@ function decideFunction(n: SqlNames): string {
           WHERE t.key = u.k AND u.s IS NULL AND (u.d OR t.state IS NULL);
       END IF;
     END IF;
-    IF prune_now IS NOT NULL THEN
+    -- Only new rows make the table grow, so twice as many expired ones (at least 16) go for each, a
+    -- minute after their expiry (PRUNE_GRACE_US in sql/common.ts).
+    IF created > 0 AND prune_now IS NOT NULL THEN
       DELETE FROM ${n.qualified} t WHERE t.key IN (
-        SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= prune_now
-        ORDER BY x.expires_at LIMIT greatest(16, 2 * p_locked) FOR UPDATE SKIP LOCKED);
+        SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= prune_now - ${PRUNE_GRACE_US}
+        ORDER BY x.expires_at LIMIT greatest(16, 2 * created) FOR UPDATE SKIP LOCKED);
     END IF;
     RETURN array_to_string(res, ',');
   END

@@ -221,7 +221,7 @@ class PostgresStoreImpl implements PostgresStore {
       this.next(lane);
       return;
     }
-    this.client.query(this.statement, params, this.statementName).then(
+    this.send(params, 0).then(
       (rows) => {
         try {
           settleBatch(batch, rows);
@@ -236,6 +236,20 @@ class PostgresStoreImpl implements PostgresStore {
         this.next(lane);
       },
     );
+  }
+
+  /**
+   * Runs the statement. A transaction PostgreSQL aborted to break a deadlock or a serialization conflict
+   * changed nothing, so it is run again (the locking order makes both rare; see postgres-sql.ts).
+   */
+  private async send(params: string[], attempt: number): Promise<readonly Record<string, unknown>[]> {
+    try {
+      return await this.client.query(this.statement, params, this.statementName);
+    } catch (error) {
+      const code = (error as { code?: unknown } | null)?.code;
+      if ((code === '40P01' || code === '40001') && attempt < 3) return this.send(params, attempt + 1);
+      throw error;
+    }
   }
 
   private next(lane: Lane): void {

@@ -45,3 +45,10 @@ export function stateKeys(prefix: string, key: string, policies: readonly Compil
 export function expiryOf(nowUs: number, resetAfterUs: number): number {
   return Math.ceil((nowUs + resetAfterUs) / 1e6) * 1e6;
 }
+
+/**
+ * How long after its expiry a row is deleted, µs. A key that comes back within this time is updated in
+ * place instead of deleted and created again (cheaper for both databases), and processes whose injected
+ * clocks lag a little never see a live row of theirs pruned.
+ */
+export const PRUNE_GRACE_US = 60_000_000;

@@ -3,13 +3,14 @@ import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
 import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import { expiryOf, quoteIdentifier, stateKeys, validateIdentifier } from '../sql/common.js';
+import { expiryOf, PRUNE_GRACE_US, quoteIdentifier, stateKeys, validateIdentifier } from '../sql/common.js';
 import type { CancelRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 
 /** The part of a better-sqlite3 statement the store uses. */
 export interface SqliteStatement {
   run(...params: unknown[]): unknown;
   get(...params: unknown[]): unknown;
+  all(...params: unknown[]): unknown[];
 }
 
 /** The part of a better-sqlite3 `Database` the store uses (a structural seam: any compatible object works). */
@@ -36,8 +37,8 @@ export interface SqliteStore extends SyncStore {
   /** The table name. */
   readonly table: string;
   /**
-   * Creates the table and its expiry index if missing and turns on WAL mode (several processes read and
-   * write one file concurrently). Idempotent; call it once at startup, before the first decision.
+   * Creates the table if missing and turns on WAL mode (several processes read and write one file
+   * concurrently). Idempotent; call it once at startup, before the first decision.
    */
   migrate(): void;
 }
@@ -46,7 +47,9 @@ interface Statements {
   select: SqliteStatement;
   upsert: SqliteStatement;
   remove: SqliteStatement;
-  prune: SqliteStatement;
+  sweepEnd: SqliteStatement;
+  sweepRange: SqliteStatement;
+  sweepRest: SqliteStatement;
   beginWrite: SqliteStatement;
   beginRead: SqliteStatement;
   commit: SqliteStatement;
@@ -56,15 +59,19 @@ interface Statements {
   rollbackTo: SqliteStatement;
 }
 
-/** Expired rows deleted per committed decision at least; small, so a decision never pays for a sweep. */
-const PRUNE_BATCH = 8;
+/** Rows a decision that creates a row looks at for expired ones: small, so no decision pays for a sweep. */
+const SWEEP_ROWS = 32;
 
 /**
  * State in a SQLite file through better-sqlite3. Each decision is one short `BEGIN IMMEDIATE` transaction
  * that reads the key's rows, runs the TypeScript model itself (so it is exact by construction) and
  * writes the new states: the write lock makes decisions from several processes on one file strictly
- * serial, and WAL mode keeps readers unblocked. State survives restarts; expired rows are deleted a few
- * at a time, through an index on expiry, by the decisions that write.
+ * serial, and WAL mode keeps readers unblocked. State survives restarts.
+ *
+ * Expired rows are deleted by a sweep that moves through the table in key order, a few rows at a time,
+ * each time a decision creates a row (only new rows make the table grow, so it keeps up), a minute after
+ * they expire. There is no index on expiry: every write would have to update it, and pages written are
+ * what a SQLite commit costs.
  *
  * SQLite has no clock of its own: the limiter passes the system clock (or the one you give it).
  *
@@ -106,6 +113,10 @@ class SqliteStoreImpl implements SqliteStore {
   readonly hasOwnClock = false;
   private statements: Statements | undefined;
   private readonly quoted: string;
+  /** Where the sweep for expired rows goes on (the key it stopped after). */
+  private sweepFrom = '';
+  /** Reused by `decideSync`: the limiter reads them before the next call. */
+  private readonly scratch: Evaluation[] = [];
 
   constructor(
     private readonly database: SqliteDatabase,
@@ -125,44 +136,31 @@ class SqliteStoreImpl implements SqliteStore {
         state BLOB NOT NULL,
         expires_at INTEGER NOT NULL
       ) WITHOUT ROWID;
-      CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${this.table}_expires_at`)} ON ${this.quoted} (expires_at);`,
+      DROP INDEX IF EXISTS ${quoteIdentifier(`${this.table}_expires_at`)};`,
     );
   }
 
   decide(request: StoreRequest): Promise<StoreResult> {
     try {
-      return Promise.resolve(this.decideSync(request));
+      const result = this.decideSync(request);
+      return Promise.resolve({ allowed: result.allowed, evaluations: result.evaluations.map((e) => ({ ...e })) });
     } catch (error) {
       return Promise.reject(error);
     }
   }
 
   decideSync(request: StoreRequest): StoreResult {
-    const { policies, nowUs } = request;
-    if (nowUs === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
-    }
     const s = this.ready();
-    const keys = stateKeys(request.prefix, request.key, policies);
-    const evaluations: Evaluation[] = policies.map(() => emptyEvaluation());
+    const evaluations = this.scratch;
+    while (evaluations.length < request.policies.length) evaluations.push(emptyEvaluation());
+    evaluations.length = request.policies.length;
     // A write decision takes the write lock before reading, so no other process decides in between.
     // A read of one row is consistent by itself; several rows are read in one (deferred) transaction.
-    const transaction = request.commit || keys.length > 1;
+    const transaction = request.commit || request.policies.length > 1;
     const nested = transaction && this.database.inTransaction === true;
     if (transaction) (nested ? s.savepoint : request.commit ? s.beginWrite : s.beginRead).run();
     try {
-      const states = keys.map((key) => decodeState(s.select.get(key)));
-      const allowed = decide(policies, states, nowUs, request.cost, request, evaluations);
-      if (request.commit) {
-        let written = 0;
-        for (let i = 0; i < keys.length; i++) {
-          const out = evaluations[i] as Evaluation;
-          if (out.next === undefined) continue;
-          s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs));
-          written++;
-        }
-        if (written > 0) s.prune.run(nowUs, Math.max(PRUNE_BATCH, 2 * written));
-      }
+      const allowed = this.apply(s, request, evaluations);
       if (transaction) (nested ? s.release : s.commit).run();
       return { allowed, evaluations };
     } catch (error) {
@@ -227,9 +225,47 @@ class SqliteStoreImpl implements SqliteStore {
     }
   }
 
+  /** One decision inside an open transaction: read the rows, run the model, write what changed. */
+  private apply(s: Statements, request: StoreRequest, evaluations: Evaluation[]): boolean {
+    const { policies, nowUs } = request;
+    if (nowUs === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
+    }
+    const keys = stateKeys(request.prefix, request.key, policies);
+    const states = keys.map((key) => decodeState(s.select.get(key)));
+    const allowed = decide(policies, states, nowUs, request.cost, request, evaluations);
+    if (request.commit) {
+      let created = false;
+      for (let i = 0; i < keys.length; i++) {
+        const out = evaluations[i] as Evaluation;
+        if (out.next === undefined) continue;
+        s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs));
+        if (states[i] === undefined) created = true;
+      }
+      if (created) this.sweep(s, nowUs);
+    }
+    return allowed;
+  }
+
   /** Never closes the database: it is the caller's. */
   close(): Promise<void> {
     return Promise.resolve();
+  }
+
+  /**
+   * Deletes the rows among the next few in key order that expired over a minute ago (see
+   * PRUNE_GRACE_US), then remembers where it stopped; past the last row it starts again from the first.
+   */
+  private sweep(s: Statements, nowUs: number): void {
+    const before = nowUs - PRUNE_GRACE_US;
+    const end = s.sweepEnd.get(this.sweepFrom, SWEEP_ROWS - 1) as { key: string } | undefined;
+    if (end === undefined) {
+      s.sweepRest.run(this.sweepFrom, before);
+      this.sweepFrom = '';
+    } else {
+      s.sweepRange.run(this.sweepFrom, end.key, before);
+      this.sweepFrom = end.key;
+    }
   }
 
   private undo(nested: boolean): void {
@@ -264,9 +300,9 @@ class SqliteStoreImpl implements SqliteStore {
            ON CONFLICT (key) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at`,
         ),
         remove: db.prepare(`DELETE FROM ${t} WHERE key = ?`),
-        prune: db.prepare(
-          `DELETE FROM ${t} WHERE key IN (SELECT key FROM ${t} WHERE expires_at <= ? ORDER BY expires_at LIMIT ?)`,
-        ),
+        sweepEnd: db.prepare(`SELECT key FROM ${t} WHERE key > ? ORDER BY key LIMIT 1 OFFSET ?`),
+        sweepRange: db.prepare(`DELETE FROM ${t} WHERE key > ? AND key <= ? AND expires_at <= ?`),
+        sweepRest: db.prepare(`DELETE FROM ${t} WHERE key > ? AND expires_at <= ?`),
         beginWrite: db.prepare('BEGIN IMMEDIATE'),
         beginRead: db.prepare('BEGIN DEFERRED'),
         commit: db.prepare('COMMIT'),

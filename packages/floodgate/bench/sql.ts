@@ -1,0 +1,279 @@
+// Decisions per second and sequential latency of the SQL stores, against the ceiling of one statement
+// per decision (pgbench running a minimal upsert) and rate-limiter-flexible's PostgreSQL and SQLite
+// stores, in one run.
+//
+//   npm run bench:sql        (builds, then runs this file)
+//
+// PostgreSQL: 127.0.0.1:5432, database `test`, user postgres, with the server's settings as they are
+// (durable commits by default); everything is created in a schema of its own and dropped at the end.
+// Every contender makes the same calls: a key drawn from 10 000, a policy that admits nearly all of them
+// (1 000 000 per second), so that every call writes. "in flight" keeps that many calls outstanding at
+// once; "sequential" makes one call at a time and reports the 50th and 99th percentile latency.
+//
+// Environment: BENCH_SECONDS (per measurement, default 5), BENCH_ROUNDS (best of, default 2),
+// BENCH_POOL (connections per pool and pgbench clients, default 10), BENCH_IN_FLIGHT (default 100),
+// BENCH_SEQUENTIAL (calls for the latency figures, default 1000), BENCH_ONLY (`postgres` or `sqlite`).
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import Database from 'better-sqlite3';
+import { createLimiter, gcra } from 'floodgate';
+import { fromPg, postgresStore } from 'floodgate/postgres';
+import { sqliteStore } from 'floodgate/sqlite';
+import pg from 'pg';
+import { RateLimiterPostgres, RateLimiterSQLite } from 'rate-limiter-flexible';
+
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
+const POOL = Number(process.env.BENCH_POOL ?? 10);
+const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 100);
+const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
+const DISTINCT = 10_000;
+const LIMIT = 1_000_000;
+const PG = { host: '127.0.0.1', port: 5432, user: 'postgres', database: 'test' } as const;
+const SCHEMA = `fg_bench_${process.pid}`;
+const run = promisify(execFile);
+const keys = Array.from({ length: DISTINCT }, (_, i) => `client-${i}`);
+const randomKey = () => keys[Math.floor(Math.random() * DISTINCT)] as string;
+
+type Call = (key: string) => Promise<unknown>;
+
+interface Figures {
+  perSecond: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+/** Calls per second with `inFlight` calls outstanding at all times. */
+async function throughput(call: Call, inFlight: number): Promise<number> {
+  let done = 0;
+  const end = performance.now() + SECONDS * 1000;
+  const worker = async () => {
+    while (performance.now() < end) {
+      await call(randomKey());
+      done++;
+    }
+  };
+  const start = performance.now();
+  await Promise.all(Array.from({ length: inFlight }, worker));
+  return done / ((performance.now() - start) / 1000);
+}
+
+function percentile(sorted: readonly number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+}
+
+async function latency(call: Call): Promise<{ p50Ms: number; p99Ms: number }> {
+  const times: number[] = [];
+  for (let i = 0; i < SEQUENTIAL; i++) {
+    const start = performance.now();
+    await call(randomKey());
+    times.push(performance.now() - start);
+  }
+  times.sort((a, b) => a - b);
+  return { p50Ms: percentile(times, 50), p99Ms: percentile(times, 99) };
+}
+
+/** One round of one contender: throughput with `inFlight` outstanding, then sequential latency. */
+async function once(call: Call, inFlight: number): Promise<Figures> {
+  const perSecond = await throughput(call, inFlight);
+  return { perSecond, ...(await latency(call)) };
+}
+
+/**
+ * Runs every contender ROUNDS times, interleaved (A B C, A B C) so that a disturbance of the shared
+ * machine does not land on one contender only; keeps each one's best throughput and lowest p50.
+ */
+async function compare(contenders: readonly (() => Promise<Figures | undefined>)[]): Promise<(Figures | undefined)[]> {
+  const best: (Figures | undefined)[] = contenders.map(() => undefined);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (let i = 0; i < contenders.length; i++) {
+      const f = await (contenders[i] as () => Promise<Figures | undefined>)();
+      const b = best[i];
+      if (f === undefined) continue;
+      best[i] =
+        b === undefined
+          ? f
+          : {
+              perSecond: Math.max(b.perSecond, f.perSecond),
+              ...(f.p50Ms < b.p50Ms ? { p50Ms: f.p50Ms, p99Ms: f.p99Ms } : { p50Ms: b.p50Ms, p99Ms: b.p99Ms }),
+            };
+    }
+  }
+  return best;
+}
+
+function line(name: string, f: Figures): void {
+  console.log(
+    `${name.padEnd(46)} ${Math.round(f.perSecond).toString().padStart(8)}/s   p50 ${f.p50Ms.toFixed(2).padStart(6)} ms   p99 ${f.p99Ms.toFixed(2).padStart(6)} ms`,
+  );
+}
+
+const ratio = (a: number, b: number) => (b > 0 ? `${(a / b).toFixed(2)}×` : 'n/a');
+
+/** The per-statement ceiling: pgbench clients each running a one-row upsert, as fast as they can. */
+async function pgbench(): Promise<Figures | undefined> {
+  const dir = mkdtempSync(join(tmpdir(), 'floodgate-pgbench-'));
+  const script = join(dir, 'upsert.sql');
+  writeFileSync(
+    script,
+    `\\set k random(1, ${DISTINCT})
+INSERT INTO ${SCHEMA}.upsert AS t (key, n, expires_at) VALUES ('client-' || :k, 1, 0)
+  ON CONFLICT (key) DO UPDATE SET n = t.n + 1 RETURNING n;
+`,
+  );
+  const args = ['-n', '-h', PG.host, '-p', String(PG.port), '-U', PG.user, '-f', script];
+  try {
+    const many = await run('pgbench', [...args, '-c', String(POOL), '-j', '2', '-T', String(SECONDS), PG.database]);
+    const perSecond = Number(/tps = ([\d.]+)/.exec(many.stdout)?.[1] ?? 0);
+    const prefix = join(dir, 'sequential');
+    await run('pgbench', [...args, '-c', '1', '-t', String(SEQUENTIAL), '-l', `--log-prefix=${prefix}`, PG.database]);
+    const log = readdirSync(dir).find((f) => f.startsWith('sequential')) as string;
+    const times = readFileSync(join(dir, log), 'utf8')
+      .trim()
+      .split('\n')
+      .map((row) => Number(row.split(' ')[2]) / 1000)
+      .sort((a, b) => a - b);
+    return { perSecond, p50Ms: percentile(times, 50), p99Ms: percentile(times, 99) };
+  } catch (error) {
+    console.log(`pgbench could not run (${(error as Error).message.split('\n')[0]}): no ceiling figures`);
+    return undefined;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+async function postgresFigures(): Promise<void> {
+  const admin = new pg.Pool({ ...PG, max: 1 });
+  const pool = new pg.Pool({ ...PG, max: POOL });
+  try {
+    await admin.query(`CREATE SCHEMA ${SCHEMA}`);
+    await admin.query(`CREATE TABLE ${SCHEMA}.upsert (key text PRIMARY KEY, n bigint NOT NULL, expires_at bigint)`);
+    const settings = await admin.query(
+      "SELECT current_setting('synchronous_commit') AS sc, current_setting('fsync') AS fs, version() AS v",
+    );
+    const s = settings.rows[0] as { sc: string; fs: string; v: string };
+    console.log(
+      `PostgreSQL: pool of ${POOL}, ${IN_FLIGHT} calls in flight, ${SECONDS} s per figure, best of ${ROUNDS}`,
+    );
+    console.log(`${s.v.split(' on ')[0]}, synchronous_commit=${s.sc}, fsync=${s.fs}\n`);
+
+    const durable = postgresStore({ client: fromPg(pool), schema: SCHEMA, table: 'durable' });
+    await durable.migrate();
+    const floodgate = createLimiter({ store: durable, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
+    const unloggedStore = postgresStore({ client: fromPg(pool), schema: SCHEMA, table: 'unlogged', unlogged: true });
+    await unloggedStore.migrate();
+    const unlogged = createLimiter({ store: unloggedStore, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
+    const rlfLimiter = await new Promise<RateLimiterPostgres>((resolve, reject) => {
+      const limiter: RateLimiterPostgres = new RateLimiterPostgres(
+        {
+          storeClient: pool,
+          schemaName: SCHEMA,
+          tableName: 'rlf',
+          points: LIMIT,
+          duration: 1,
+          clearExpiredByTimeout: false,
+        },
+        (error?: Error) => (error ? reject(error) : resolve(limiter)),
+      );
+    });
+
+    const [ceiling, fg, rlf, fgUnlogged] = await compare([
+      pgbench,
+      () => once((key) => floodgate.limit(key), IN_FLIGHT),
+      () => once((key) => rlfLimiter.consume(key).catch(() => undefined), IN_FLIGHT),
+      () => once((key) => unlogged.limit(key), IN_FLIGHT),
+    ]);
+    if (fg === undefined || rlf === undefined || fgUnlogged === undefined) throw new Error('a contender did not run');
+    if (ceiling !== undefined) line(`pgbench minimal upsert (${POOL} clients; sequential: 1)`, ceiling);
+    line('floodgate postgres', fg);
+    line('rate-limiter-flexible RateLimiterPostgres', rlf);
+    line('floodgate postgres, UNLOGGED table', fgUnlogged);
+
+    console.log('');
+    console.log(
+      `floodgate / rate-limiter-flexible, ${IN_FLIGHT} in flight:   ${ratio(fg.perSecond, rlf.perSecond)} (target ≥ 1.5×)`,
+    );
+    if (ceiling !== undefined) {
+      console.log(`floodgate / pgbench ceiling:                        ${ratio(fg.perSecond, ceiling.perSecond)}`);
+      console.log(`rate-limiter-flexible / pgbench ceiling:            ${ratio(rlf.perSecond, ceiling.perSecond)}`);
+      console.log(
+        `sequential p50, floodgate / minimal upsert:         ${ratio(fg.p50Ms, ceiling.p50Ms)} (target ≤ 1.2×)`,
+      );
+    }
+    console.log(`sequential p50, floodgate / rate-limiter-flexible:  ${ratio(fg.p50Ms, rlf.p50Ms)}`);
+    console.log(
+      `UNLOGGED / durable floodgate, ${IN_FLIGHT} in flight:      ${ratio(fgUnlogged.perSecond, fg.perSecond)}`,
+    );
+    await durable.close();
+    await unloggedStore.close();
+  } finally {
+    await admin.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`).catch(() => undefined);
+    await pool.end();
+    await admin.end();
+  }
+}
+
+async function sqliteFigures(): Promise<void> {
+  const dir = mkdtempSync(join(tmpdir(), 'floodgate-sqlite-bench-'));
+  // Each store gets its own file, opened and configured the same way: WAL (floodgate's migrate() sets
+  // it; the other file is set here), better-sqlite3's defaults otherwise.
+  const ours = new Database(join(dir, 'floodgate.db'));
+  const theirs = new Database(join(dir, 'rlf.db'));
+  theirs.pragma('journal_mode = WAL');
+  try {
+    const store = sqliteStore({ database: ours });
+    store.migrate();
+    const limiter = createLimiter({ store, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
+    const rlfLimiter = await new Promise<RateLimiterSQLite>((resolve, reject) => {
+      const l: RateLimiterSQLite = new RateLimiterSQLite(
+        { storeClient: theirs, storeType: 'better-sqlite3', tableName: 'rlf', points: LIMIT, duration: 1 },
+        (error?: Error) => (error ? reject(error) : resolve(l)),
+      );
+    });
+    const synchronous = String(ours.pragma('synchronous', { simple: true }));
+    console.log(
+      `\nSQLite: better-sqlite3, WAL, synchronous=${synchronous}, ${SECONDS} s per figure, best of ${ROUNDS}\n`,
+    );
+    const syncRound = async (): Promise<Figures> => {
+      let done = 0;
+      const start = performance.now();
+      const end = start + SECONDS * 1000;
+      while (performance.now() < end) {
+        for (let i = 0; i < 100; i++) limiter.limitSync(randomKey());
+        done += 100;
+      }
+      const perSecond = done / ((performance.now() - start) / 1000);
+      return { perSecond, ...(await latency(async (key) => limiter.limitSync(key))) };
+    };
+    const [fgSync, fgAsync, rlf, rlfMany] = await compare([
+      syncRound,
+      () => once((key) => limiter.limit(key), 1),
+      () => once((key) => rlfLimiter.consume(key).catch(() => undefined), 1),
+      () => once((key) => rlfLimiter.consume(key).catch(() => undefined), IN_FLIGHT),
+    ]);
+    if (fgSync === undefined || fgAsync === undefined || rlf === undefined || rlfMany === undefined) {
+      throw new Error('a contender did not run');
+    }
+    line('floodgate sqlite, limitSync', fgSync);
+    line('floodgate sqlite, await limit() one at a time', fgAsync);
+    line('rate-limiter-flexible RateLimiterSQLite', rlf);
+    line(`rate-limiter-flexible RateLimiterSQLite, ${IN_FLIGHT} in flight`, rlfMany);
+    const best = Math.max(rlf.perSecond, rlfMany.perSecond);
+    console.log('');
+    console.log(
+      `floodgate limitSync / rate-limiter-flexible (its best):      ${ratio(fgSync.perSecond, best)} (target ≥ 2×)`,
+    );
+    console.log(`floodgate await limit() / rate-limiter-flexible (its best):  ${ratio(fgAsync.perSecond, best)}`);
+  } finally {
+    ours.close();
+    theirs.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const only = process.env.BENCH_ONLY;
+if (only !== 'sqlite') await postgresFigures();
+if (only !== 'postgres') await sqliteFigures();
