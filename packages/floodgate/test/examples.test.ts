@@ -65,6 +65,19 @@ describe('examples', { timeout: 150_000 }, () => {
     expect(out).toContain('tenant-b imports 10000 rows: accepted');
   });
 
+  it('waiting: acquire, throttle, reservations with cancel and the smooth limiter, in order and on time', async () => {
+    const out = await run('waiting.ts');
+    expect(out).toContain('t=   0ms job a calls\n  t= 200ms job b calls\n  t= 400ms job c calls');
+    expect(out).toContain('a job that waits at most 100 ms: ERR_TIMEOUT');
+    expect(out).toContain('t= 400ms send #1\n  t= 600ms send #2\n  t= 800ms send #3');
+    expect(out).toContain('2 call(s) refused at once: ERR_QUEUE_FULL');
+    expect(out).toContain('told to wait: 0 ms, 200 ms, 400 ms, 600 ms');
+    expect(out).toContain('cancel the 2nd (a later one is booked behind it): gave back false');
+    expect(out).toContain('cancel the 4th (the last one): gave back true');
+    expect(out).toContain('the next booking takes its slot: wait 600 ms');
+    expect(out).toContain('0.000, 1.375, 1.125, 0.875, 0.625, 0.500, 0.500, 0.500');
+  });
+
   it('demo: every algorithm admits and denies a burst', async () => {
     const out = await run('demo.ts');
     expect(out).toMatch(/gcra-5-per-5000ms\s+t=0s {2}✓ ✓ ✓ ✓ ✓ ✗ ✗ ✗/);
