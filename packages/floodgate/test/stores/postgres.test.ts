@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createLimiter,
@@ -15,7 +16,7 @@ import { compilePolicy } from '../../src/model/compile.js';
 import { type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js';
 import { stateKey } from '../../src/stores/sql/common.js';
 import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
-import { type Connection, connect, DRIVERS, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
+import { type Connection, connect, DRIVERS, PG_CONFIG, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
 
 const available = await requirePostgres();
 const schema = uniqueSchema('pg');
@@ -130,6 +131,44 @@ for (const driver of DRIVERS) {
 }
 
 describe.skipIf(!available)('postgres store', () => {
+  it('decides a new key again on the row another transaction created meanwhile', async () => {
+    const connection = connect('pg', 2);
+    const other = new pg.Pool({ ...PG_CONFIG, max: 1 });
+    const holder = await other.connect();
+    try {
+      const store = postgresStore({ client: connection.client, schema, table: 'race' });
+      await store.migrate();
+      const policy = gcra({ limit: 1, periodMs: 60_000 });
+      const prefix = uniquePrefix('race');
+      const clock = manualClock({ startMs: SCENARIO_START_MS });
+      const limiter = createLimiter({ store, clock, prefix, policies: [policy] });
+      const row = stateKey(prefix, encodeKey('new'), compilePolicy(policy));
+      // Another transaction creates the key (one call already made) and holds it uncommitted.
+      await holder.query('BEGIN');
+      await holder.query(`INSERT INTO "${schema}".race (key, state, expires_at) VALUES ($1, $2::float8[], 0)`, [
+        row,
+        `{0,${clock.nowUs() + 60_000_000}}`,
+      ]);
+      const pending = limiter.limit('new');
+      // The decision found no row, decided optimistically and now waits on the insert: let it through.
+      let waited = false;
+      for (let i = 0; i < 2000 && !waited; i++) {
+        const waiting = await connection.sql(
+          "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%race_decide%'",
+        );
+        waited = waiting.length > 0;
+      }
+      expect(waited).toBe(true);
+      await holder.query('COMMIT');
+      const decision = await pending;
+      expect([decision.allowed, decision.retryAfterMs]).toEqual([false, 60_000]);
+    } finally {
+      holder.release();
+      await other.end();
+      await connection.close();
+    }
+  });
+
   it('migrate() twice is harmless and keeps state', async () => {
     const connection = connect('pg', 2);
     try {
@@ -212,8 +251,8 @@ describe.skipIf(!available)('postgres store', () => {
       for (let i = 0; i < 40; i++) await limiter.limit(`idle-${i}`);
       const count = async () => Number((await connection.sql(`SELECT count(*) AS n FROM "${schema}".prune`))[0]?.n);
       expect(await count()).toBe(40);
-      // Expired for more than a minute (PRUNE_GRACE_US): due for deletion.
-      clock.advance(65_000);
+      // Expired (in whole minutes, EXPIRY_GRAIN_US) for more than a minute (PRUNE_GRACE_US): due for deletion.
+      clock.advance(125_000);
       // Only new rows make the table grow: each batch that creates one deletes at least 16 expired rows.
       await limiter.limit('new-1');
       expect(await count()).toBe(40 - 16 + 1);

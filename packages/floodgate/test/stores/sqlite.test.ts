@@ -121,8 +121,8 @@ describe('sqlite store', () => {
     for (let i = 0; i < 40; i++) limiter.limitSync(`idle-${i}`);
     const count = () => (database.prepare('SELECT count(*) AS n FROM prune').get() as { n: number }).n;
     expect(count()).toBe(40);
-    // Expired for more than a minute (PRUNE_GRACE_US): due for deletion.
-    clock.advance(65_000);
+    // Expired (in whole minutes, EXPIRY_GRAIN_US) for more than a minute (PRUNE_GRACE_US): due for deletion.
+    clock.advance(125_000);
     limiter.limitSync('idle-0');
     expect(count()).toBe(40);
     // Each decision that creates a row looks at the next 32 rows in key order and deletes the expired.

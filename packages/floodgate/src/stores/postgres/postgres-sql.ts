@@ -1,4 +1,4 @@
-import { PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
+import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
 
 /** The qualified, quoted names of everything `migrate()` creates for one table. */
 export interface SqlNames {
@@ -443,20 +443,14 @@ function decideFunction(n: SqlNames): string {
     i int; j int; k int; q int; ki int; np int; pj int; op int; base int; kind int; n_len int;
     lim float8; a float8; b float8; c float8; blocked_until float8;
     cost float8; now float8; maxdelay float8; server_now float8; prune_now float8; ts timestamp;
-    all_ok boolean; is_commit boolean;
+    all_ok boolean; is_commit boolean; optimistic boolean := false;
   BEGIN
     IF p_locked = 1 THEN
-      -- One row: nothing to order, so no need to create rows ahead of locking them.
-      LOOP
-        SELECT t.state INTO s FROM ${n.qualified} t WHERE t.key = p_keys[1] FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO ${n.qualified} (key, state, expires_at) VALUES (p_keys[1], NULL, 0) ON CONFLICT DO NOTHING;
-        IF FOUND THEN
-          created := 1;
-          s := NULL;
-          EXIT;
-        END IF;
-      END LOOP;
+      -- One row to write: lock it if it exists. A new key is decided optimistically and inserted at
+      -- the end; if another transaction created it meanwhile, the insert finds it and the batch is
+      -- decided again on the row, locked (below). So a new key costs one row version, not two.
+      SELECT t.state INTO s FROM ${n.qualified} t WHERE t.key = p_keys[1] FOR UPDATE;
+      optimistic := NOT FOUND;
       st[1] := ROW(s);
     ELSIF p_locked > 1 THEN
       INSERT INTO ${n.qualified} AS t (key, state, expires_at)
@@ -497,109 +491,134 @@ function decideFunction(n: SqlNames): string {
       END LOOP;
     END IF;
 
-    pj := 0;
-    FOR j IN 0..nreq - 1 LOOP
-      op := p_req[j * 5 + 1]::int;
-      cost := p_req[j * 5 + 2];
-      now := p_req[j * 5 + 3];
-      maxdelay := p_req[j * 5 + 4];
-      np := p_req[j * 5 + 5]::int;
-      IF now = 'NaN'::float8 THEN
-        IF server_now IS NULL THEN
-          -- Whole µs since the epoch, exactly: no float seconds on the way.
-          ts := clock_timestamp() AT TIME ZONE 'UTC';
-          server_now := (extract(epoch FROM date_trunc('minute', ts))::bigint * 1000000
-            + extract(microseconds FROM ts)::bigint)::float8;
+    -- Runs once, unless a new key's optimistic insert finds the row created meanwhile.
+    <<attempt>>
+    LOOP
+      pj := 0;
+      FOR j IN 0..nreq - 1 LOOP
+        op := p_req[j * 5 + 1]::int;
+        cost := p_req[j * 5 + 2];
+        now := p_req[j * 5 + 3];
+        maxdelay := p_req[j * 5 + 4];
+        np := p_req[j * 5 + 5]::int;
+        IF now = 'NaN'::float8 THEN
+          IF server_now IS NULL THEN
+            -- Whole µs since the epoch, exactly: no float seconds on the way.
+            ts := clock_timestamp() AT TIME ZONE 'UTC';
+            server_now := (extract(epoch FROM date_trunc('minute', ts))::bigint * 1000000
+              + extract(microseconds FROM ts)::bigint)::float8;
+          END IF;
+          now := server_now;
         END IF;
-        now := server_now;
-      END IF;
-      IF op = 2 THEN
-        FOR k IN 0..np - 1 LOOP
-          ki := p_pol[pj + k * 7 + 1]::int;
-          st[ki] := NULL;
-          dirty[ki] := true;
-        END LOOP;
-        resets := true;
-        pj := pj + np * 7;
-        CONTINUE;
-      END IF;
-      is_commit := op = 1;
-      IF is_commit AND (prune_now IS NULL OR now < prune_now) THEN prune_now := now; END IF;
-      -- decide(): every policy first (evaluatePolicy, inlined), then settleDenied if one denied.
-      all_ok := true;
-      rb := '{}';
-      FOR k IN 0..np - 1 LOOP
-        base := pj + k * 7;
-        ki := p_pol[base + 1]::int;
-        kind := p_pol[base + 2]::int;
-        lim := p_pol[base + 3];
-        a := p_pol[base + 5];
-        b := p_pol[base + 6];
-        c := p_pol[base + 7];
-        s := (st[ki]).s;
-        blocked_until := coalesce(s[1], 0);
-        IF (kind = 1 AND ceil(cost * a) > b) OR (kind <> 1 AND cost > lim) THEN
-          r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
-          r := ARRAY[0, 3, r[3], 'Infinity', r[5], 0, -1]::float8[];
-        ELSIF blocked_until > now THEN
-          r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
-          r := ARRAY[0, 2, 0, blocked_until - now, greatest(r[5], blocked_until - now), 0, -1]::float8[];
-        ELSE
-          r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
+        IF op = 2 THEN
+          FOR k IN 0..np - 1 LOOP
+            ki := p_pol[pj + k * 7 + 1]::int;
+            st[ki] := NULL;
+            dirty[ki] := true;
+          END LOOP;
+          resets := true;
+          pj := pj + np * 7;
+          CONTINUE;
         END IF;
-        IF r[1] = 0 THEN all_ok := false; END IF;
-        ro[k + 1] := coalesce(array_length(rb, 1), 0);
-        rb := rb || r;
-      END LOOP;
-      IF NOT all_ok THEN
-        -- Nothing was written yet, so each policy settles against the state it was evaluated on.
-        r := rb;
+        is_commit := op = 1;
+        IF is_commit AND (prune_now IS NULL OR now < prune_now) THEN prune_now := now; END IF;
+        -- decide(): every policy first (evaluatePolicy, inlined), then settleDenied if one denied.
+        all_ok := true;
         rb := '{}';
         FOR k IN 0..np - 1 LOOP
           base := pj + k * 7;
-          q := ro[k + 1];
+          ki := p_pol[base + 1]::int;
+          kind := p_pol[base + 2]::int;
+          lim := p_pol[base + 3];
+          a := p_pol[base + 5];
+          b := p_pol[base + 6];
+          c := p_pol[base + 7];
+          s := (st[ki]).s;
+          blocked_until := coalesce(s[1], 0);
+          IF (kind = 1 AND ceil(cost * a) > b) OR (kind <> 1 AND cost > lim) THEN
+            r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
+            r := ARRAY[0, 3, r[3], 'Infinity', r[5], 0, -1]::float8[];
+          ELSIF blocked_until > now THEN
+            r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
+            r := ARRAY[0, 2, 0, blocked_until - now, greatest(r[5], blocked_until - now), 0, -1]::float8[];
+          ELSE
+            r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
+          END IF;
+          IF r[1] = 0 THEN all_ok := false; END IF;
           ro[k + 1] := coalesce(array_length(rb, 1), 0);
-          rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
-            p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit, r[q + 1:q + 6]);
+          rb := rb || r;
         END LOOP;
-      END IF;
-      nres := nres + 1;
-      res[nres] := CASE WHEN all_ok THEN 1 ELSE 0 END;
-      nres := nres + 1;
-      res[nres] := now;
-      FOR k IN 0..np - 1 LOOP
-        q := ro[k + 1];
-        FOR i IN 1..6 LOOP res[nres + i] := rb[q + i]; END LOOP;
-        nres := nres + 6;
-        n_len := rb[q + 7]::int;
-        IF is_commit AND n_len >= 0 THEN
-          ki := p_pol[pj + k * 7 + 1]::int;
-          st[ki] := ROW(rb[q + 8:q + 7 + n_len]);
-          dirty[ki] := true;
-          -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
-          expiry[ki] := (ceil((now + rb[q + 5]) / 1e6) * 1e6)::bigint;
+        IF NOT all_ok THEN
+          -- Nothing was written yet, so each policy settles against the state it was evaluated on.
+          r := rb;
+          rb := '{}';
+          FOR k IN 0..np - 1 LOOP
+            base := pj + k * 7;
+            q := ro[k + 1];
+            ro[k + 1] := coalesce(array_length(rb, 1), 0);
+            rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
+              p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit, r[q + 1:q + 6]);
+          END LOOP;
         END IF;
+        nres := nres + 1;
+        res[nres] := CASE WHEN all_ok THEN 1 ELSE 0 END;
+        nres := nres + 1;
+        res[nres] := now;
+        FOR k IN 0..np - 1 LOOP
+          q := ro[k + 1];
+          FOR i IN 1..6 LOOP res[nres + i] := rb[q + i]; END LOOP;
+          nres := nres + 6;
+          n_len := rb[q + 7]::int;
+          IF is_commit AND n_len >= 0 THEN
+            ki := p_pol[pj + k * 7 + 1]::int;
+            st[ki] := ROW(rb[q + 8:q + 7 + n_len]);
+            dirty[ki] := true;
+            -- Rounded up to a whole minute: see expiryOf() in sql/common.ts.
+            expiry[ki] := (ceil((now + rb[q + 5]) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint;
+          END IF;
+        END LOOP;
+        pj := pj + np * 7;
       END LOOP;
-      pj := pj + np * 7;
-    END LOOP;
 
-    IF p_locked = 1 THEN
-      IF dirty[1] AND (st[1]).s IS NOT NULL THEN
-        UPDATE ${n.qualified} t SET state = (st[1]).s, expires_at = expiry[1] WHERE t.key = p_keys[1];
-      ELSIF created > 0 OR dirty[1] THEN
-        DELETE FROM ${n.qualified} t WHERE t.key = p_keys[1];
+      IF p_locked = 1 AND optimistic THEN
+        IF dirty[1] AND (st[1]).s IS NOT NULL THEN
+          INSERT INTO ${n.qualified} (key, state, expires_at) VALUES (p_keys[1], (st[1]).s, expiry[1])
+            ON CONFLICT DO NOTHING;
+          IF NOT FOUND THEN
+            -- Created by another transaction since it was read: decide the batch again on that row.
+            SELECT t.state INTO s FROM ${n.qualified} t WHERE t.key = p_keys[1] FOR UPDATE;
+            optimistic := NOT FOUND;
+            st[1] := ROW(s);
+            dirty[1] := false;
+            res := '{}';
+            nres := 0;
+            resets := false;
+            prune_now := NULL;
+            -- Read the clock again, now that the row is held: time never goes back on a key.
+            server_now := NULL;
+            CONTINUE attempt;
+          END IF;
+          created := 1;
+        END IF;
+      ELSIF p_locked = 1 THEN
+        IF dirty[1] AND (st[1]).s IS NOT NULL THEN
+          UPDATE ${n.qualified} t SET state = (st[1]).s, expires_at = expiry[1] WHERE t.key = p_keys[1];
+        ELSIF dirty[1] THEN
+          DELETE FROM ${n.qualified} t WHERE t.key = p_keys[1];
+        END IF;
+      ELSIF p_locked > 1 THEN
+        UPDATE ${n.qualified} AS t SET state = u.s, expires_at = u.e
+          FROM unnest(p_keys[1:p_locked], st[1:p_locked], expiry[1:p_locked], dirty[1:p_locked]) AS u(k, s, e, d)
+          WHERE u.d AND u.s IS NOT NULL AND t.key = u.k;
+        IF created > 0 OR resets THEN
+          -- Empty rows created above and never written, and rows reset: gone.
+          DELETE FROM ${n.qualified} AS t
+            USING unnest(p_keys[1:p_locked], st[1:p_locked], dirty[1:p_locked]) AS u(k, s, d)
+            WHERE t.key = u.k AND u.s IS NULL AND (u.d OR t.state IS NULL);
+        END IF;
       END IF;
-    ELSIF p_locked > 1 THEN
-      UPDATE ${n.qualified} AS t SET state = u.s, expires_at = u.e
-        FROM unnest(p_keys[1:p_locked], st[1:p_locked], expiry[1:p_locked], dirty[1:p_locked]) AS u(k, s, e, d)
-        WHERE u.d AND u.s IS NOT NULL AND t.key = u.k;
-      IF created > 0 OR resets THEN
-        -- Empty rows created above and never written, and rows reset: gone.
-        DELETE FROM ${n.qualified} AS t
-          USING unnest(p_keys[1:p_locked], st[1:p_locked], dirty[1:p_locked]) AS u(k, s, d)
-          WHERE t.key = u.k AND u.s IS NULL AND (u.d OR t.state IS NULL);
-      END IF;
-    END IF;
+      EXIT attempt;
+    END LOOP;
     -- Only new rows make the table grow, so twice as many expired ones (at least 16) go for each, a
     -- minute after their expiry (PRUNE_GRACE_US in sql/common.ts).
     IF created > 0 AND prune_now IS NOT NULL THEN
@@ -662,9 +681,9 @@ function cancelFunction(n: SqlNames): string {
       ELSE
         back := tat - ceil(p_cost * p_pol[base + 2]);
         reset := greatest(0, back - now, st[1] - now);
-        -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
+        -- Rounded up to a whole minute: see expiryOf() in sql/common.ts.
         UPDATE ${n.qualified} t SET state = ARRAY[st[1], back]::float8[],
-          expires_at = (ceil((now + reset) / 1e6) * 1e6)::bigint
+          expires_at = (ceil((now + reset) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint
           WHERE t.key = p_keys[k + 1];
       END IF;
     END LOOP;

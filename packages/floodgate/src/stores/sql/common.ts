@@ -38,12 +38,15 @@ export function stateKeys(prefix: string, key: string, policies: readonly Compil
 }
 
 /**
- * When a row may be deleted: the moment its state is back to untouched, rounded up to a whole second.
- * Rounding up only keeps a row a little longer (an expired state decides exactly like no state); it lets
- * the expiry index stay unchanged while a busy key is updated many times within one second.
+ * Expiries are kept in whole minutes, rounded up: a row lives at most a minute longer (an expired state
+ * decides exactly like no state), and a busy key updated many times within a minute keeps the same
+ * expiry, so PostgreSQL updates it in place without touching its indexes (a HOT update).
  */
+export const EXPIRY_GRAIN_US = 60_000_000;
+
+/** When a row may be deleted: the moment its state is back to untouched, rounded up to EXPIRY_GRAIN_US. */
 export function expiryOf(nowUs: number, resetAfterUs: number): number {
-  return Math.ceil((nowUs + resetAfterUs) / 1e6) * 1e6;
+  return Math.ceil((nowUs + resetAfterUs) / EXPIRY_GRAIN_US) * EXPIRY_GRAIN_US;
 }
 
 /**
