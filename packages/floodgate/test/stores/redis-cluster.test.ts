@@ -1,15 +1,9 @@
 import { strictEqual } from 'node:assert/strict';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { createLimiter, encodeKey, fixedWindow, gcra, slidingLog, storageKey } from '../../src/index.js';
-import {
-  DECIDE_SCRIPT_SHA,
-  hashSlot,
-  METER_SCRIPT_SHA,
-  type RedisStore,
-  redisStore,
-} from '../../src/stores/redis/index.js';
+import { DECIDE_SCRIPT_SHA, hashSlot, METER_SCRIPT_SHA } from '../../src/stores/redis/index.js';
 import { runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
-import { connectCluster, DRIVERS, type DriverClient } from './redis/clients.js';
+import { connectCluster, DRIVERS, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
 import { requireServer, startCluster, type TestCluster } from './redis/servers.js';
 
@@ -32,22 +26,13 @@ afterAll(async () => {
 
 for (const driver of DRIVERS) {
   describe.skipIf(!available)(`redis store, cluster, ${driver}`, () => {
-    let connection: DriverClient;
-    let store: RedisStore;
-    beforeAll(async () => {
-      connection = await connectCluster(driver, (cluster as TestCluster).ports);
-      store = redisStore({ client: connection.client });
-    });
-    afterAll(async () => {
-      await store?.close();
-      await connection?.close();
-    });
+    const held = holdStore(() => connectCluster(driver, (cluster as TestCluster).ports));
 
     it('the adapter reports a cluster client', () => {
-      strictEqual(connection.client.cluster, true);
+      strictEqual(held.connection.client.cluster, true);
     });
 
-    runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8, seed: 100 });
+    runConformanceSuite({ describe, it }, { store: () => held.store, randomRuns: 8, seed: 100 });
 
     it('hostile keys under two policies: one slot each, no CROSSSLOT, no collision', async () => {
       const policies = [
@@ -55,7 +40,7 @@ for (const driver of DRIVERS) {
         slidingLog({ limit: 1, windowMs: 60_000, name: 'b' }),
       ];
       const prefix = uniquePrefix('hostile');
-      const limiter = createLimiter({ store, policies, prefix });
+      const limiter = createLimiter({ store: held.store, policies, prefix });
       const first = await Promise.all(HOSTILE_KEYS.map((key) => limiter.limit(key)));
       expect(first.map((d) => d.allowed)).toEqual(HOSTILE_KEYS.map(() => true));
       const second = await Promise.all(HOSTILE_KEYS.map((key) => limiter.limit(key)));
@@ -71,9 +56,13 @@ for (const driver of DRIVERS) {
       const nodes = cluster as TestCluster;
       const prefix = uniquePrefix();
       // One meter policy takes the single-call script; two policies take the full one.
-      const single = createLimiter({ store, policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })], prefix });
+      const single = createLimiter({
+        store: held.store,
+        policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })],
+        prefix,
+      });
       const double = createLimiter({
-        store,
+        store: held.store,
         policies: [
           gcra({ limit: 5, periodMs: 60_000, name: 'g' }),
           slidingLog({ limit: 5, windowMs: 60_000, name: 'l' }),
@@ -101,7 +90,11 @@ for (const driver of DRIVERS) {
 
     it('a storage key lives in the slot of its hash tag', async () => {
       const prefix = uniquePrefix();
-      const limiter = createLimiter({ store, policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })], prefix });
+      const limiter = createLimiter({
+        store: held.store,
+        policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })],
+        prefix,
+      });
       for (const key of HOSTILE_KEYS) {
         await limiter.limit(key);
         const stored = storageKey(prefix, encodeKey(key), 'g');

@@ -2,9 +2,8 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLimiter, definePolicy, type PolicyInput } from '../../src/index.js';
-import { type RedisStore, redisStore } from '../../src/stores/redis/index.js';
 import { uniquePrefix } from '../../src/testing/index.js';
-import { connectSingle, DRIVERS, type DriverClient } from './redis/clients.js';
+import { connectSingle, DRIVERS, holdStore } from './redis/clients.js';
 import { redisAvailable, requireServer } from './redis/servers.js';
 import type { RunMessage, RunReply } from './redis/worker.js';
 
@@ -109,16 +108,7 @@ describe.skipIf(!available)('redis store: exact admissions from several processe
 
   for (const driver of DRIVERS) {
     describe(driver, () => {
-      let connection: DriverClient;
-      let store: RedisStore;
-      beforeAll(async () => {
-        connection = await connectSingle(driver);
-        store = redisStore({ client: connection.client });
-      });
-      afterAll(async () => {
-        await store?.close();
-        await connection?.close();
-      });
+      const held = holdStore(() => connectSingle(driver));
 
       for (const testCase of CASES) {
         it(`${testCase.name}: ${WORKERS} processes × ${REQUESTS_PER_WORKER} calls in flight admit exactly ${testCase.admits}`, async () => {
@@ -136,7 +126,7 @@ describe.skipIf(!available)('redis store: exact admissions from several processe
 
           // Denied calls consumed nothing: every policy holds exactly the admitted calls.
           const policies = testCase.policies.map((p, i) => definePolicy(p, `policies[${i}]`));
-          const limiter = createLimiter({ store, policies, prefix });
+          const limiter = createLimiter({ store: held.store, policies, prefix });
           const status = await limiter.status(key);
           for (const [i, part] of status.policies.entries()) {
             const policy = policies[i];

@@ -10,9 +10,9 @@ import {
   storageKey,
   tokenBucket,
 } from '../../src/index.js';
-import { type RedisScriptClient, type RedisStore, redisStore } from '../../src/stores/redis/index.js';
+import { type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
 import { manualClock, runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
-import { connectSingle, DRIVERS, type DriverClient } from './redis/clients.js';
+import { connectSingle, DRIVERS, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
 
@@ -56,25 +56,16 @@ describe.skipIf(!available)('redis store', () => {
 
   for (const driver of DRIVERS) {
     describe(`single node, ${driver}`, () => {
-      let connection: DriverClient;
-      let store: RedisStore;
-      beforeAll(async () => {
-        connection = await connectSingle(driver);
-        store = redisStore({ client: connection.client });
-      });
-      afterAll(async () => {
-        await store?.close();
-        await connection?.close();
-      });
+      const held = holdStore(() => connectSingle(driver));
 
       it('the adapter reports a single-node client', () => {
-        expect(connection.client.cluster).toBe(false);
+        expect(held.connection.client.cluster).toBe(false);
       });
 
-      runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 16 });
+      runConformanceSuite({ describe, it }, { store: () => held.store, randomRuns: 16 });
 
       it('decides calls queued behind a script call together, in arrival order per key', async () => {
-        const client = counting(connection.client);
+        const client = counting(held.connection.client);
         const batching = redisStore({ client, maxInFlight: 1 });
         const limiter = createLimiter({
           store: batching,
@@ -99,7 +90,7 @@ describe.skipIf(!available)('redis store', () => {
       });
 
       it('keeps arrival order per key with several script calls pipelined', async () => {
-        const client = counting(connection.client);
+        const client = counting(held.connection.client);
         const pipelined = redisStore({ client, maxInFlight: 3, maxBatchSize: 2 });
         const limiter = createLimiter({
           store: pipelined,
@@ -121,7 +112,7 @@ describe.skipIf(!available)('redis store', () => {
       it('hostile keys work and never collide', async () => {
         const prefix = uniquePrefix('hostile');
         const limiter = createLimiter({
-          store,
+          store: held.store,
           policies: [
             fixedWindow({ limit: 1, windowMs: 60_000, align: 'first-request', name: 'w' }),
             slidingLog({ limit: 2, windowMs: 60_000, name: 'l' }),
@@ -140,34 +131,20 @@ describe.skipIf(!available)('redis store', () => {
   }
 
   describe('single node, ioredis, every call through the full script (no single-call fast path)', () => {
-    let connection: DriverClient;
-    let store: RedisStore;
-    beforeAll(async () => {
-      connection = await connectSingle('ioredis');
-      store = redisStore({ client: connection.client, fastPath: false });
-    });
-    afterAll(async () => {
-      await store?.close();
-      await connection?.close();
-    });
-    runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8, seed: 500 });
+    const held = holdStore(() => connectSingle('ioredis'), { fastPath: false });
+    runConformanceSuite({ describe, it }, { store: () => held.store, randomRuns: 8, seed: 500 });
   });
 
   describe('storage', () => {
-    let connection: DriverClient;
-    let store: RedisStore;
-    beforeAll(async () => {
-      connection = await connectSingle('ioredis');
-      store = redisStore({ client: connection.client });
-    });
-    afterAll(async () => {
-      await store?.close();
-      await connection?.close();
-    });
+    const held = holdStore(() => connectSingle('ioredis'));
 
     it('a GCRA key is one integer with an expiry at its untouched time, rounded up', async () => {
       const prefix = uniquePrefix();
-      const limiter = createLimiter({ store, policies: [gcra({ limit: 3, periodMs: 1000, name: 'g' })], prefix });
+      const limiter = createLimiter({
+        store: held.store,
+        policies: [gcra({ limit: 3, periodMs: 1000, name: 'g' })],
+        prefix,
+      });
       const decision = await limiter.limit('k');
       expect(decision.resetAfterMs).toBe(334);
       const key = storageKey(prefix, 'k', 'g');
@@ -185,8 +162,8 @@ describe.skipIf(!available)('redis store', () => {
       const policies = [gcra({ limit: 3, periodMs: 1000, name: 'g' })];
       const key = storageKey(prefix, 'k', 'g');
       for (const [graceMs, limiterStore] of [
-        [5000, store],
-        [0, redisStore({ client: connection.client, expiryGraceMs: 0 })],
+        [5000, held.store],
+        [0, redisStore({ client: held.connection.client, expiryGraceMs: 0 })],
       ] as const) {
         const limiter = createLimiter({ store: limiterStore, policies, prefix, clock });
         await limiter.reset('k');
@@ -201,7 +178,7 @@ describe.skipIf(!available)('redis store', () => {
     it('blocked keys and other algorithms keep their expiry too', async () => {
       const prefix = uniquePrefix();
       const limiter = createLimiter({
-        store,
+        store: held.store,
         policies: [tokenBucket({ capacity: 1, refillAmount: 1, refillIntervalMs: 1000, blockMs: 60_000, name: 't' })],
         prefix,
       });
@@ -217,11 +194,15 @@ describe.skipIf(!available)('redis store', () => {
     it('a value left by another algorithm under the same name reads as untouched', async () => {
       const prefix = uniquePrefix();
       const fixed = createLimiter({
-        store,
+        store: held.store,
         policies: [fixedWindow({ limit: 1, windowMs: 60_000, align: 'first-request', name: 'x' })],
         prefix,
       });
-      const meter = createLimiter({ store, policies: [gcra({ limit: 1, periodMs: 60_000, name: 'x' })], prefix });
+      const meter = createLimiter({
+        store: held.store,
+        policies: [gcra({ limit: 1, periodMs: 60_000, name: 'x' })],
+        prefix,
+      });
       expect((await fixed.limit('k')).allowed).toBe(true);
       expect((await meter.limit('k')).allowed).toBe(true);
       expect((await fixed.limit('k')).allowed).toBe(true);
@@ -234,9 +215,14 @@ describe.skipIf(!available)('redis store', () => {
       // Injected clocks an hour apart disagree on the window: each sees a fresh one.
       const skewedPrefix = uniquePrefix();
       const base = Date.now();
-      const early = createLimiter({ store, policies, prefix: skewedPrefix, clock: manualClock({ startMs: base }) });
+      const early = createLimiter({
+        store: held.store,
+        policies,
+        prefix: skewedPrefix,
+        clock: manualClock({ startMs: base }),
+      });
       const late = createLimiter({
-        store,
+        store: held.store,
         policies,
         prefix: skewedPrefix,
         clock: manualClock({ startMs: base + 3_600_000 }),
@@ -245,8 +231,8 @@ describe.skipIf(!available)('redis store', () => {
       expect((await late.limit('k')).remaining).toBe(9);
       // Without a clock both decide on Redis TIME: one window, one count, one reset time.
       const prefix = uniquePrefix();
-      const a = createLimiter({ store, policies, prefix });
-      const b = createLimiter({ store, policies, prefix });
+      const a = createLimiter({ store: held.store, policies, prefix });
+      const b = createLimiter({ store: held.store, policies, prefix });
       for (let i = 0; i < 5; i++) await a.limit('k');
       const seen = await b.limit('k');
       expect(seen.remaining).toBe(4);
@@ -259,19 +245,23 @@ describe.skipIf(!available)('redis store', () => {
 
     it('validates its options and the caller’s clock', async () => {
       expectError(() => redisStore({ client: raw as unknown as RedisScriptClient }), 'ERR_INVALID_OPTION', 'client');
-      expectError(() => redisStore({ client: connection.client, maxInFlight: 0 }), 'ERR_INVALID_OPTION', 'maxInFlight');
       expectError(
-        () => redisStore({ client: connection.client, expiryGraceMs: -1 }),
+        () => redisStore({ client: held.connection.client, maxInFlight: 0 }),
+        'ERR_INVALID_OPTION',
+        'maxInFlight',
+      );
+      expectError(
+        () => redisStore({ client: held.connection.client, expiryGraceMs: -1 }),
         'ERR_INVALID_OPTION',
         'expiryGraceMs',
       );
       expectError(
-        () => redisStore({ client: connection.client, maxBatchSize: 1.5 }),
+        () => redisStore({ client: held.connection.client, maxBatchSize: 1.5 }),
         'ERR_INVALID_OPTION',
         'maxBatchSize',
       );
       const limiter = createLimiter({
-        store,
+        store: held.store,
         policies: [gcra({ limit: 1, periodMs: 1000 })],
         clock: { nowUs: () => 1.5, sleep: () => Promise.resolve() },
       });
@@ -279,7 +269,7 @@ describe.skipIf(!available)('redis store', () => {
     });
 
     it('a closed store refuses new calls', async () => {
-      const closing = redisStore({ client: connection.client });
+      const closing = redisStore({ client: held.connection.client });
       const limiter = createLimiter({ store: closing, policies: [gcra({ limit: 1, periodMs: 1000 })] });
       await closing.close();
       await expect(limiter.limit('k')).rejects.toMatchObject({ code: 'ERR_CLOSED' });

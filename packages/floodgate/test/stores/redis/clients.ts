@@ -1,6 +1,14 @@
 import { Cluster, Redis } from 'ioredis';
 import { createClient, createCluster } from 'redis';
-import { fromIoredis, fromNodeRedis, type RedisScriptClient } from '../../../src/stores/redis/index.js';
+import { afterAll, beforeAll } from 'vitest';
+import {
+  fromIoredis,
+  fromNodeRedis,
+  type RedisScriptClient,
+  type RedisStore,
+  type RedisStoreOptions,
+  redisStore,
+} from '../../../src/stores/redis/index.js';
 import { REDIS_HOST, REDIS_PORT } from './servers.js';
 
 /** A connected client of one driver, adapted for the store, and how to close it. */
@@ -34,4 +42,27 @@ export async function connectCluster(driver: Driver, ports: readonly number[]): 
     rootNodes: ports.map((port) => ({ socket: { host: REDIS_HOST, port } })),
   }).connect();
   return { client: fromNodeRedis(cluster), close: async () => void (await cluster.quit()) };
+}
+
+/** A store on a client connected before the suite's tests and closed after them. */
+export interface HeldStore {
+  readonly connection: DriverClient;
+  readonly store: RedisStore;
+}
+
+/** Connects in `beforeAll`, builds the store, and closes both in `afterAll` (call inside a `describe`). */
+export function holdStore(
+  connect: () => Promise<DriverClient>,
+  options: Omit<RedisStoreOptions, 'client'> = {},
+): HeldStore {
+  const held: { connection?: DriverClient; store?: RedisStore } = {};
+  beforeAll(async () => {
+    held.connection = await connect();
+    held.store = redisStore({ client: held.connection.client, ...options });
+  });
+  afterAll(async () => {
+    await held.store?.close();
+    await held.connection?.close();
+  });
+  return held as HeldStore;
 }
