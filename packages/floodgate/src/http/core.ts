@@ -1,5 +1,5 @@
 import { type Clock, systemClock } from '../clock.js';
-import { FloodgateError, invalid } from '../errors.js';
+import { FloodgateError, invalid, isFloodgateError } from '../errors.js';
 import type { BreakerOptions } from '../limiter/breaker.js';
 import { createLimiter, type FailurePolicy, Limiter, normalizePolicies } from '../limiter/limiter.js';
 import type { Decision, Policy } from '../model/index.js';
@@ -99,6 +99,11 @@ export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 export interface HttpRateLimiter<Req> {
   /** Decides a request; `undefined` when skipped. Rejects only on programming errors or a failure policy of `'throw'`. */
   (request: Req): Promise<RateLimitOutcome | undefined>;
+  /**
+   * Decides a request like the call itself, but answers synchronously when every hook and the store are
+   * synchronous (the memory store), and may throw: for adapters that avoid a promise per request.
+   */
+  decide(request: Req): MaybePromise<RateLimitOutcome | undefined>;
   /** The limiter deciding. */
   readonly limiter: Limiter;
   /** Builds another middleware sharing this one's limiter, with some options replaced (a route's). */
@@ -111,7 +116,8 @@ const ADDRESS_KEYS_CACHED = 10_000;
 /** Options that shape a limiter: a middleware derived with any of them gets a limiter of its own. */
 const LIMITER_OPTIONS = ['limiter', 'store', 'prefix', 'timeoutMs', 'failure', 'breaker'] as const;
 
-const isThenable = <T>(value: MaybePromise<T>): value is Promise<T> =>
+/** True for a promise (or any thenable): hooks may answer either way. */
+export const isThenable = <T>(value: MaybePromise<T>): value is Promise<T> =>
   typeof (value as { then?: unknown } | null)?.then === 'function';
 
 function prefixLength(value: unknown, option: string, max: number, fallback: number): number {
@@ -298,33 +304,68 @@ export function createHttpRateLimiter<Req>(
     };
   };
 
-  const decide = async (request: Req): Promise<RateLimitOutcome | undefined> => {
-    if (skip !== undefined) {
-      const skipped = skip(request);
-      if (isThenable(skipped) ? await skipped : skipped) return undefined;
-    }
-    let policies = callPolicies;
-    if (choosePolicies !== undefined) {
-      const chosen = choosePolicies(request);
-      const list = isThenable(chosen) ? await chosen : chosen;
-      if (list === undefined) return undefined;
-      policies = normalize(list);
-    }
-    let key = keyOf(request);
-    if (isThenable(key)) key = await key;
-    let cost = costOf === undefined ? fixedCost : costOf(request);
-    if (isThenable(cost)) cost = await cost;
-    const decision = await limiter.limit(
-      key,
-      policies !== undefined ? { cost, policies } : cost === 1 ? undefined : { cost },
-    );
+  // With a synchronous store and synchronous hooks a request is decided without a promise: the memory
+  // store's decision costs less than the promises around it. Any hook that returns a promise, or an
+  // asynchronous store, switches that request to the promise path.
+  const syncStore = isSyncStore(limiter.store);
+  type Result = MaybePromise<RateLimitOutcome | undefined>;
+
+  const finish = (decision: Decision, policies: readonly Policy[] | undefined, cost: number): Result => {
     const outcome = respond(decision, policies ?? defaultPolicies, cost);
-    if (decision.delayMs !== undefined && decision.delayMs > 0) await clock.sleep(decision.delayMs);
-    return outcome;
+    if (decision.delayMs === undefined || decision.delayMs <= 0) return outcome;
+    return clock.sleep(decision.delayMs).then(() => outcome);
+  };
+
+  const limited = (key: string, cost: number, policies: readonly Policy[] | undefined): Result => {
+    const call = policies !== undefined ? { cost, policies } : cost === 1 ? undefined : { cost };
+    if (syncStore) {
+      let decision: Decision;
+      try {
+        decision = limiter.limitSync(key, call);
+      } catch (error) {
+        // The synchronous path has no fallback limiter: let the promise path apply the failure policy.
+        if (!isFloodgateError(error) || error.code !== 'ERR_STORE_UNAVAILABLE') throw error;
+        return limiter.limit(key, call).then((d) => finish(d, policies, cost));
+      }
+      return finish(decision, policies, cost);
+    }
+    return limiter.limit(key, call).then((d) => finish(d, policies, cost));
+  };
+
+  const keyed = (request: Req, policies: readonly Policy[] | undefined): Result => {
+    const key = keyOf(request);
+    const cost = costOf === undefined ? fixedCost : costOf(request);
+    if (isThenable(key) || isThenable(cost)) {
+      return Promise.all([key, cost]).then(([k, c]) => limited(k, c, policies));
+    }
+    return limited(key, cost, policies);
+  };
+
+  const chosen = (request: Req): Result => {
+    if (choosePolicies === undefined) return keyed(request, callPolicies);
+    const list = choosePolicies(request);
+    if (isThenable(list)) return list.then((l) => (l === undefined ? undefined : keyed(request, normalize(l))));
+    return list === undefined ? undefined : keyed(request, normalize(list));
+  };
+
+  const decideNow = (request: Req): Result => {
+    if (skip === undefined) return chosen(request);
+    const skipped = skip(request);
+    if (isThenable(skipped)) return skipped.then((s) => (s ? undefined : chosen(request)));
+    return skipped ? undefined : chosen(request);
+  };
+
+  const decide = (request: Req): Promise<RateLimitOutcome | undefined> => {
+    try {
+      return Promise.resolve(decideNow(request));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   };
 
   const middleware = decide as HttpRateLimiter<Req>;
   withLimiter(middleware, limiter);
+  Object.defineProperty(middleware, 'decide', { value: decideNow });
   Object.defineProperty(middleware, 'derive', {
     value: (overrides: RateLimitOptions<Req>): HttpRateLimiter<Req> => {
       const merged: RateLimitOptions<Req> = { ...options, ...overrides };

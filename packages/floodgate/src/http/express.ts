@@ -1,6 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type RateLimitOptions, withLimiter } from './core.js';
+import {
+  createHttpRateLimiter,
+  isThenable,
+  type RateLimitOptions,
+  type RateLimitOutcome,
+  withLimiter,
+} from './core.js';
 import { incomingMessageAccess, sendDenial, setOutcomeHeaders } from './node-access.js';
 
 /** An Express middleware (Express 4 and 5); `Req` is Express's `Request` or your extension of it. */
@@ -8,6 +14,17 @@ export interface ExpressRateLimit<Req extends IncomingMessage = IncomingMessage>
   (request: Req, response: ServerResponse, next: (error?: unknown) => void): void;
   /** The limiter deciding. */
   readonly limiter: Limiter;
+}
+
+function apply(outcome: RateLimitOutcome | undefined, response: ServerResponse, next: (error?: unknown) => void): void {
+  if (outcome === undefined) {
+    next();
+  } else if (!outcome.allowed) {
+    sendDenial(response, outcome);
+  } else {
+    setOutcomeHeaders(response, outcome);
+    next();
+  }
 }
 
 /**
@@ -35,15 +52,15 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage>(
     response: ServerResponse,
     next: (error?: unknown) => void,
   ): void {
-    decide(request).then(
-      (outcome) => {
-        if (outcome === undefined) return next();
-        if (!outcome.allowed) return sendDenial(response, outcome);
-        setOutcomeHeaders(response, outcome);
-        next();
-      },
-      (error: unknown) => next(error),
-    );
+    let result: ReturnType<typeof decide.decide>;
+    try {
+      result = decide.decide(request);
+    } catch (error) {
+      next(error);
+      return;
+    }
+    if (isThenable(result)) result.then((outcome) => apply(outcome, response, next), next);
+    else apply(result, response, next);
   } as ExpressRateLimit<Req>;
   withLimiter(middleware, decide.limiter);
   return middleware;

@@ -1,10 +1,17 @@
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest, RouteOptions } from 'fastify';
 import { invalid } from '../errors.js';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type HttpRateLimiter, type RateLimitOptions, withLimiter } from './core.js';
+import {
+  createHttpRateLimiter,
+  type HttpRateLimiter,
+  isThenable,
+  type RateLimitOptions,
+  type RateLimitOutcome,
+  withLimiter,
+} from './core.js';
 
 /** The request lifecycle hook the limit runs in. Use `'preHandler'` when `cost` reads the parsed body. */
-export type FastifyRateLimitHook = 'onRequest' | 'preParsing' | 'preValidation' | 'preHandler';
+export type FastifyRateLimitHook = 'onRequest' | 'preValidation' | 'preHandler';
 
 /** A route's `config.rateLimit`: options replacing the plugin's for this route, or `false` to turn it off. */
 export interface FastifyRouteRateLimit extends RateLimitOptions<FastifyRequest> {
@@ -30,7 +37,7 @@ declare module 'fastify' {
 /** The plugin function, with the limiter deciding. */
 export type FastifyRateLimit = FastifyPluginCallback & { readonly limiter: Limiter };
 
-const HOOKS: readonly FastifyRateLimitHook[] = ['onRequest', 'preParsing', 'preValidation', 'preHandler'];
+const HOOKS: readonly FastifyRateLimitHook[] = ['onRequest', 'preValidation', 'preHandler'];
 
 function validateHook(hook: unknown, option: string): FastifyRateLimitHook | undefined {
   if (hook !== undefined && !(HOOKS as readonly unknown[]).includes(hook)) {
@@ -47,14 +54,35 @@ const access = {
   },
 };
 
+function apply(outcome: RateLimitOutcome | undefined, reply: FastifyReply, done: (error?: Error) => void): void {
+  if (outcome === undefined) {
+    done();
+    return;
+  }
+  const headers = outcome.headers;
+  for (let i = 0; i < headers.length; i += 2) reply.header(headers[i] as string, headers[i + 1]);
+  // Answering from a callback hook ends the request there; `done` is not called. A Buffer keeps the
+  // content type as set (a string would gain `; charset=utf-8`).
+  if (!outcome.allowed) reply.code(outcome.status).send(Buffer.from(outcome.body ?? ''));
+  else done();
+}
+
+/** A callback-style hook: with the memory store a request is decided without a promise. */
 function hookFor(decide: HttpRateLimiter<FastifyRequest>) {
-  return async function floodgateRateLimit(request: FastifyRequest, reply: FastifyReply): Promise<void> {
-    const outcome = await decide(request);
-    if (outcome === undefined) return;
-    const headers = outcome.headers;
-    for (let i = 0; i < headers.length; i += 2) reply.header(headers[i] as string, headers[i + 1]);
-    // A Buffer keeps the content type as set (a string would gain `; charset=utf-8`).
-    if (!outcome.allowed) await reply.code(outcome.status).send(Buffer.from(outcome.body ?? ''));
+  return function floodgateRateLimit(
+    request: FastifyRequest,
+    reply: FastifyReply,
+    done: (error?: Error) => void,
+  ): void {
+    let result: ReturnType<typeof decide.decide>;
+    try {
+      result = decide.decide(request);
+    } catch (error) {
+      done(error as Error);
+      return;
+    }
+    if (isThenable(result)) result.then((outcome) => apply(outcome, reply, done), done);
+    else apply(result, reply, done);
   };
 }
 

@@ -1,6 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter/limiter.js';
-import { createHttpRateLimiter, type RateLimitOptions, withLimiter } from './core.js';
+import {
+  createHttpRateLimiter,
+  isThenable,
+  type RateLimitOptions,
+  type RateLimitOutcome,
+  withLimiter,
+} from './core.js';
 import { incomingMessageAccess, sendDenial, sendInternalError, setOutcomeHeaders } from './node-access.js';
 
 /** Options of the node:http {@link rateLimit}; hooks receive the `IncomingMessage`. */
@@ -53,8 +59,7 @@ function reportError(error: unknown, _request: IncomingMessage, response: Server
  */
 export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
   const decide = createHttpRateLimiter(options, incomingMessageAccess);
-  const guard = async function floodgateGuard(request: IncomingMessage, response: ServerResponse): Promise<boolean> {
-    const outcome = await decide(request);
+  const apply = (outcome: RateLimitOutcome | undefined, response: ServerResponse): boolean => {
     if (outcome === undefined) return true;
     if (!outcome.allowed) {
       sendDenial(response, outcome);
@@ -62,18 +67,44 @@ export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
     }
     setOutcomeHeaders(response, outcome);
     return true;
+  };
+  // Synchronous when the decision is (memory store, synchronous hooks); may throw.
+  const admit = (request: IncomingMessage, response: ServerResponse): boolean | Promise<boolean> => {
+    const result = decide.decide(request);
+    return isThenable(result) ? result.then((outcome) => apply(outcome, response)) : apply(result, response);
+  };
+  const guard = function floodgateGuard(request: IncomingMessage, response: ServerResponse): Promise<boolean> {
+    try {
+      return Promise.resolve(admit(request, response));
+    } catch (error) {
+      return Promise.reject(error);
+    }
   } as NodeRateLimit;
   guard.wrap = <Req extends IncomingMessage, Res extends ServerResponse>(
     handler: (request: Req, response: Res) => unknown,
     wrapOptions?: WrapOptions<Req, Res>,
   ) => {
     const onError = wrapOptions?.onError ?? reportError;
-    const run = async (request: Req, response: Res): Promise<void> => {
-      if (await guard(request, response)) await handler(request, response);
+    const serve = (request: Req, response: Res): void => {
+      const done = handler(request, response);
+      if (isThenable(done)) done.then(undefined, (error: unknown) => onError(error, request, response));
     };
     // A request listener returns nothing: failures go to `onError`, never to an unhandled rejection.
     return function floodgateHandler(request: Req, response: Res): void {
-      run(request, response).catch((error: unknown) => onError(error, request, response));
+      try {
+        const admitted = admit(request, response);
+        if (isThenable(admitted)) {
+          admitted
+            .then((ok) => {
+              if (ok) serve(request, response);
+            })
+            .catch((error: unknown) => onError(error, request, response));
+        } else if (admitted) {
+          serve(request, response);
+        }
+      } catch (error) {
+        onError(error, request, response);
+      }
     };
   };
   withLimiter(guard, decide.limiter);
