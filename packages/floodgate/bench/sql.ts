@@ -218,14 +218,16 @@ async function postgresFigures(): Promise<void> {
 
 async function sqliteFigures(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'floodgate-sqlite-bench-'));
-  // Each store gets its own file, opened and configured the same way: WAL (floodgate's migrate() sets
-  // it; the other file is set here), better-sqlite3's defaults otherwise.
+  // Each store gets its own file, configured the same way: WAL (floodgate's migrate() sets it; the other
+  // file is set here) and synchronous=NORMAL, which better-sqlite3 gives every later connection to a WAL
+  // file (the connection that switched the mode would otherwise keep FULL).
   const ours = new Database(join(dir, 'floodgate.db'));
   const theirs = new Database(join(dir, 'rlf.db'));
   theirs.pragma('journal_mode = WAL');
   try {
     const store = sqliteStore({ database: ours });
     store.migrate();
+    for (const database of [ours, theirs]) database.pragma('synchronous = NORMAL');
     const limiter = createLimiter({ store, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
     const rlfLimiter = await new Promise<RateLimiterSQLite>((resolve, reject) => {
       const l: RateLimiterSQLite = new RateLimiterSQLite(
@@ -233,7 +235,7 @@ async function sqliteFigures(): Promise<void> {
         (error?: Error) => (error ? reject(error) : resolve(l)),
       );
     });
-    const synchronous = String(ours.pragma('synchronous', { simple: true }));
+    const synchronous = [ours, theirs].map((d) => String(d.pragma('synchronous', { simple: true }))).join('/');
     console.log(
       `\nSQLite: better-sqlite3, WAL, synchronous=${synchronous}, ${SECONDS} s per figure, best of ${ROUNDS}\n`,
     );
