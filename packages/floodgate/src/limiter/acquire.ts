@@ -1,11 +1,10 @@
 import { abortError, type Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { validateKey } from '../keys.js';
-import { compilePolicy } from '../model/compile.js';
-import { decide } from '../model/decide.js';
+import { compilePolicy, KIND_METER } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
+import { meterCharge } from '../model/meter.js';
 import type { Policy } from '../model/policy.js';
-import { emptyEvaluation } from '../model/types.js';
 import { type Limiter, normalizePolicies, validateCost } from './limiter.js';
 
 /** Options of `limiter.acquire`. */
@@ -32,10 +31,13 @@ export interface AcquireOptions {
  * Waiters of one limiter, per key: each waiter holds the key until it is admitted or gives up, so a
  * later (even smaller) call never overtakes an earlier one in this process.
  */
-interface Lane {
-  tail: Promise<void>;
-  waiters: number;
+interface Waiter {
+  /** Set while the waiter sleeps for its turn; called when it reaches the head of the queue. */
+  wake: (() => void) | undefined;
 }
+
+/** The waiters of one key, in arrival order; the first one holds the key. */
+type Lane = Waiter[];
 
 const lanes = new WeakMap<Limiter, Map<string, Lane>>();
 
@@ -78,20 +80,17 @@ export async function acquire(
 
   const deadlineUs = clock.nowUs() + timeoutMs * 1000;
   const callOptions = options.policies === undefined ? { cost } : { cost, policies: options.policies };
-  const lane = joinLane(limiter, key);
-  let release!: () => void;
-  const mine = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  const previous = lane.tail;
-  const alone = lane.waiters === 0;
-  lane.tail = mine;
-  lane.waiters++;
-  let turn = false;
+  const byKey = lanesOf(limiter);
+  let lane = byKey.get(key);
+  if (lane === undefined) {
+    lane = [];
+    byKey.set(key, lane);
+  }
+  const me: Waiter = { wake: undefined };
+  lane.push(me);
   let decision: Decision;
   try {
-    if (!alone) await waitForTurn(previous, clock, deadlineUs, timeoutMs, signal);
-    turn = true;
+    if (lane[0] !== me) await waitForTurn(me, clock, deadlineUs, timeoutMs, signal);
     for (;;) {
       const leftMs = (deadlineUs - clock.nowUs()) / 1000;
       decision = await limiter.limit(
@@ -108,11 +107,9 @@ export async function acquire(
       await clock.sleep(waitMs, signal);
     }
   } finally {
-    // A waiter that gave up before its turn hands the key on only once the ones before it are done.
-    // One that was admitted hands it on at once: its slot is booked, the next may book behind it.
-    if (turn) release();
-    else void previous.then(release);
-    void mine.then(() => leaveLane(limiter, key, lane));
+    // Admitted or given up, the waiter leaves; if it held the key, the next one gets it. (An admitted
+    // call hands the key on at once: its slot is booked, the next may book behind it.)
+    leave(byKey, key, lane, me);
   }
   const delayMs = decision.delayMs ?? 0;
   if (delayMs > 0) await untilDue(limiter, clock, key, decision, delayMs, deadlineUs, timeoutMs, signal, options);
@@ -155,9 +152,9 @@ async function untilDue(
   }
 }
 
-/** Waits for the waiters ahead on the key, bounded by the deadline and the signal. */
+/** Sleeps until the waiters ahead on the key are done, bounded by the deadline and the signal. */
 async function waitForTurn(
-  previous: Promise<void>,
+  me: Waiter,
   clock: Clock,
   deadlineUs: number,
   timeoutMs: number,
@@ -167,52 +164,53 @@ async function waitForTurn(
   const onAbort = () => stop.abort();
   signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    const leftMs = (deadlineUs - clock.nowUs()) / 1000;
-    const timer = clock.sleep(leftMs, stop.signal).then(
+    const turn = new Promise<'turn'>((resolve) => {
+      me.wake = () => resolve('turn');
+    });
+    const timer = clock.sleep((deadlineUs - clock.nowUs()) / 1000, stop.signal).then(
       () => 'timeout' as const,
       () => 'stopped' as const,
     );
-    const outcome = await Promise.race([previous.then(() => 'turn' as const), timer]);
+    const outcome = await Promise.race([turn, timer]);
     if (outcome === 'turn') return;
     if (signal?.aborted) throw abortError(signal);
-    if (outcome === 'timeout') {
-      throw new FloodgateError('ERR_TIMEOUT', `not admitted within ${timeoutMs} ms: calls ahead still waiting`, {
-        option: 'timeoutMs',
-      });
-    }
+    throw new FloodgateError('ERR_TIMEOUT', `not admitted within ${timeoutMs} ms: calls ahead still waiting`, {
+      option: 'timeoutMs',
+    });
   } finally {
+    me.wake = undefined;
     signal?.removeEventListener('abort', onAbort);
     stop.abort();
   }
 }
 
-function joinLane(limiter: Limiter, key: string): Lane {
+function lanesOf(limiter: Limiter): Map<string, Lane> {
   let byKey = lanes.get(limiter);
   if (byKey === undefined) {
     byKey = new Map();
     lanes.set(limiter, byKey);
   }
-  let lane = byKey.get(key);
-  if (lane === undefined) {
-    lane = { tail: Promise.resolve(), waiters: 0 };
-    byKey.set(key, lane);
+  return byKey;
+}
+
+/** Takes a waiter out of its lane; when it held the key, wakes the next one. */
+function leave(byKey: Map<string, Lane>, key: string, lane: Lane, me: Waiter): void {
+  const index = lane.indexOf(me);
+  if (index === 0) {
+    lane.shift();
+    lane[0]?.wake?.();
+  } else if (index > 0) {
+    lane.splice(index, 1);
   }
-  return lane;
+  if (lane.length === 0) byKey.delete(key);
 }
 
-function leaveLane(limiter: Limiter, key: string, lane: Lane): void {
-  lane.waiters--;
-  if (lane.waiters === 0) lanes.get(limiter)?.delete(key);
-}
-
-/** A cost no policy can ever admit is refused before waiting, by the model, without the store. */
+/** A cost no policy can ever admit is refused before waiting, by the model's own test, without the store. */
 function rejectImpossible(policies: readonly Policy[], cost: number): void {
-  if (policies.length === 0) return; // the limiter reports the missing policies itself
-  const compiled = policies.map(compilePolicy);
-  const evaluations = compiled.map(() => emptyEvaluation());
-  decide(compiled, [], 0, cost, { commit: false }, evaluations);
-  const index = evaluations.findIndex((e) => e.reason === 'exceeds-capacity');
-  if (index >= 0) throw impossible(cost, (compiled[index] as { name: string }).name);
+  for (const policy of policies) {
+    const c = compilePolicy(policy);
+    if (c.kind === KIND_METER ? meterCharge(cost, c.a) > c.b : cost > c.limit) throw impossible(cost, c.name);
+  }
 }
 
 function impossible(cost: number, policy: string): FloodgateError {
