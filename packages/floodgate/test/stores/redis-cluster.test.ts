@@ -5,7 +5,7 @@ import { DECIDE_SCRIPT_SHA, hashSlot, METER_SCRIPT_SHA } from '../../src/stores/
 import { runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
 import { connectCluster, DRIVERS, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
-import { requireServer, startCluster, type TestCluster } from './redis/servers.js';
+import { requireServer, startCluster, type TestCluster, waitFor } from './redis/servers.js';
 
 // A real cluster (3 primaries, 3 replicas) of redis-server processes on spare ports, started here.
 let cluster: TestCluster | undefined;
@@ -87,6 +87,40 @@ for (const driver of DRIVERS) {
       }
       await Promise.all(keys.map((key) => double.reset(key)));
     });
+
+    it('follows a failover: the promoted replica has the state, and gets the scripts by EVAL', async () => {
+      const nodes = cluster as TestCluster;
+      const prefix = uniquePrefix('failover');
+      const single = createLimiter({
+        store: held.store,
+        policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })],
+        prefix,
+      });
+      const double = createLimiter({
+        store: held.store,
+        policies: [
+          gcra({ limit: 5, periodMs: 60_000, name: 'g' }),
+          slidingLog({ limit: 5, windowMs: 60_000, name: 'l' }),
+        ],
+        prefix,
+      });
+      await single.limit('k');
+      await double.limit('k');
+      const { primary, replica } = await nodes.shardOf(hashSlot(encodeKey('k')));
+      // A manual failover waits for the replica to catch up: nothing written before it is lost.
+      await nodes.onNode(replica, 'CLUSTER', 'FAILOVER');
+      await waitFor(
+        'the replica to take over',
+        async () =>
+          (await nodes.onNode(replica, 'ROLE')).startsWith('master') &&
+          (await nodes.onNode(primary, 'ROLE')).startsWith('slave'),
+        30_000,
+      );
+      expect((await single.limit('k')).remaining).toBe(2);
+      expect((await double.limit('k')).remaining).toBe(1);
+      expect(await nodes.onNode(replica, 'SCRIPT', 'EXISTS', METER_SCRIPT_SHA, DECIDE_SCRIPT_SHA)).toBe('1\n1');
+      await double.reset('k');
+    }, 60_000);
 
     it('a storage key lives in the slot of its hash tag', async () => {
       const prefix = uniquePrefix();

@@ -56,6 +56,10 @@ export interface TestCluster {
   readonly ports: readonly number[];
   /** Runs a command on every node (e.g. SCRIPT FLUSH). */
   onEveryNode(...args: string[]): Promise<string[]>;
+  /** Runs a command on the node at `port`. */
+  onNode(port: number, ...args: string[]): Promise<string>;
+  /** The ports of the primary serving `slot` and of its replica, as the cluster sees them now. */
+  shardOf(slot: number): Promise<{ primary: number; replica: number }>;
   stop(): Promise<void>;
 }
 
@@ -76,7 +80,8 @@ async function redisCli(port: number, ...args: string[]): Promise<string> {
   return stdout.trim();
 }
 
-async function waitFor(what: string, test: () => Promise<boolean>, timeoutMs: number): Promise<void> {
+/** Polls `test` until it holds (a server coming up, a failover completing), failing after `timeoutMs`. */
+export async function waitFor(what: string, test: () => Promise<boolean>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (await test().catch(() => false)) return;
@@ -163,6 +168,22 @@ export async function startCluster(): Promise<TestCluster> {
   return {
     ports,
     onEveryNode: (...args) => Promise.all(ports.map((port) => redisCli(port, ...args))),
+    onNode: (port, ...args) => redisCli(port, ...args),
+    shardOf: async (slot) => {
+      const lines = (await redisCli(ports[0] as number, 'CLUSTER', 'NODES')).split('\n').map((line) => line.split(' '));
+      const portOf = (address: string) => Number(address.split('@')[0]?.split(':')[1]);
+      const primary = lines.find(
+        (fields) =>
+          fields[2]?.includes('master') &&
+          fields.slice(8).some((range) => {
+            const [from, to] = range.split('-').map(Number);
+            return from !== undefined && slot >= from && slot <= (to ?? from);
+          }),
+      );
+      const replica = lines.find((fields) => primary !== undefined && fields[3] === primary[0]);
+      if (primary === undefined || replica === undefined) throw new Error(`no primary and replica for slot ${slot}`);
+      return { primary: portOf(primary[1] as string), replica: portOf(replica[1] as string) };
+    },
     stop,
   };
 }
