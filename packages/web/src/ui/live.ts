@@ -1,0 +1,288 @@
+import type uPlot from 'uplot';
+import { COLORS, type Frame, frameOf, type PlottedElement } from './charts.js';
+import { h } from './dom.js';
+
+/** One policy's rates, as `GET /v1/stats` serves them. */
+export interface PolicyRate {
+  domain: string;
+  rule: string;
+  policy: string;
+  allowedPerSecond: number;
+  deniedPerSecond: number;
+  shadowDeniedPerSecond: number;
+  allowedTotal: number;
+  deniedTotal: number;
+  shadowDeniedTotal: number;
+}
+
+/** What `GET /v1/stats` answers. */
+export interface LiveStats {
+  store: string;
+  windowSeconds: number;
+  policies: PolicyRate[];
+  health: {
+    up: boolean;
+    breaker: string;
+    storeErrorsPerSecond: number;
+    storeErrorsTotal: number;
+    degradedPerSecond: number;
+    degradedTotal: number;
+    latency: { count: number; p50Ms: number; p90Ms: number; p99Ms: number; maxMs: number };
+  };
+  deniedKeys: { key: string; count: number; error: number }[];
+  deniedKeysTotal: number;
+}
+
+/** How often the page asks the service, and how much history it keeps (5 minutes). */
+const POLL_MS = 1000;
+const HISTORY = 300;
+/** Longest key shown in full: descriptor keys may be long. */
+const KEY_CHARS = 120;
+
+/** The label of a policy in the live view: `domain / rule / policy`. */
+export function policyLabel(p: Pick<PolicyRate, 'domain' | 'rule' | 'policy'>): string {
+  return `${p.domain} / ${p.rule} / ${p.policy}`;
+}
+
+/** Clock time for the x axis, in whole seconds. */
+function clockTicks(_u: uPlot, values: number[]): string[] {
+  return values.map((v) => new Date(v * 1000).toLocaleTimeString([], { hour12: false }));
+}
+
+/** Whole-second tick steps: a poll a second never needs finer. */
+const SECOND_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300];
+
+class RateChart {
+  private readonly frame: Frame;
+  constructor(
+    private readonly element: PlottedElement,
+    series: uPlot.Series[],
+    yLabel: string,
+    /** Latencies span decades (µs for the memory store, ms for a network one): a log scale shows both. */
+    log = false,
+  ) {
+    this.frame = frameOf(
+      'live',
+      element,
+      {
+        scales: {
+          x: { time: true },
+          y: log
+            ? { distr: 3, log: 10, range: (_u, min, max) => [Math.min(0.001, min || 0.001), Math.max(1, max * 2)] }
+            : { range: (_u, _min, max) => [0, Math.max(1, max * 1.15)] },
+        },
+        axes: [
+          { size: 30, values: clockTicks, incrs: SECOND_STEPS },
+          { label: yLabel, size: 60, grid: { stroke: 'rgba(0, 0, 0, 0.07)', width: 1 } },
+        ],
+        series: [{ label: 'time' }, ...series],
+      },
+      220,
+      () => {},
+    );
+  }
+
+  update(data: uPlot.AlignedData): void {
+    this.element.plotted = data;
+    this.frame.plot.setData(data);
+  }
+}
+
+/** Mounts the live view of the running service into `root`; it polls only between `start` and `stop`. */
+export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
+  const status = h('p', { class: 'live-status', 'data-live-status': '' }, 'Connecting to the service…');
+  const policySelect = h('select', { name: 'live-policy' }, h('option', { value: '' }, 'all policies'));
+  const ratesElement = h('div', { class: 'chart', 'data-chart': 'rates' });
+  const latencyElement = h('div', { class: 'chart', 'data-chart': 'latency' });
+  const policiesTable = h('table', { class: 'live-table', 'data-table': 'policies' });
+  const keysTable = h('table', { class: 'live-table', 'data-table': 'denied-keys' });
+  const keysNote = h('p', { class: 'hint' });
+  const health = h('dl', { class: 'health', 'data-health': '' });
+
+  root.replaceChildren(
+    status,
+    h(
+      'div',
+      { class: 'live-grid' },
+      h(
+        'article',
+        { class: 'panel wide' },
+        h('header', { class: 'panel-head' }, h('h2', {}, 'Decisions per second'), policySelect),
+        ratesElement,
+      ),
+      h('article', { class: 'panel' }, h('h2', {}, 'Policies'), policiesTable),
+      h('article', { class: 'panel wide' }, h('h2', {}, 'Store and latency'), health, latencyElement),
+      h('article', { class: 'panel' }, h('h2', {}, 'Most denied keys'), keysTable, keysNote),
+    ),
+  );
+
+  const rates = new RateChart(
+    ratesElement,
+    [
+      { label: 'allowed/s', stroke: COLORS.admitted, fill: 'rgba(26, 152, 80, 0.15)', width: 2 },
+      { label: 'denied/s', stroke: COLORS.denied, fill: 'rgba(215, 48, 39, 0.15)', width: 2 },
+      { label: 'shadow-denied/s', stroke: '#984ea3', width: 1, dash: [4, 3] },
+    ],
+    'decisions per second',
+  );
+  const latency = new RateChart(
+    latencyElement,
+    [
+      { label: 'p50 ms', stroke: COLORS.level, width: 2 },
+      { label: 'p99 ms', stroke: COLORS.instant, width: 2 },
+      { label: 'max ms', stroke: '#999999', width: 1, dash: [4, 3] },
+    ],
+    'ms per request (log scale)',
+    true,
+  );
+
+  const history: { atS: number; stats: LiveStats }[] = [];
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let running = false;
+  let polls = 0;
+
+  const redraw = () => {
+    const chosen = policySelect.value;
+    const xs = history.map((e) => e.atS);
+    const pick = (e: LiveStats, field: 'allowedPerSecond' | 'deniedPerSecond' | 'shadowDeniedPerSecond') =>
+      e.policies.filter((p) => chosen === '' || policyLabel(p) === chosen).reduce((sum, p) => sum + p[field], 0);
+    rates.update([
+      xs,
+      history.map((e) => pick(e.stats, 'allowedPerSecond')),
+      history.map((e) => pick(e.stats, 'deniedPerSecond')),
+      history.map((e) => pick(e.stats, 'shadowDeniedPerSecond')),
+    ]);
+    // A second without requests has no latency: a gap, not a zero (which a log scale cannot show).
+    const ms = (e: LiveStats, field: 'p50Ms' | 'p99Ms' | 'maxMs') =>
+      e.health.latency.count === 0 ? null : e.health.latency[field];
+    latency.update([
+      xs,
+      history.map((e) => ms(e.stats, 'p50Ms')),
+      history.map((e) => ms(e.stats, 'p99Ms')),
+      history.map((e) => ms(e.stats, 'maxMs')),
+    ]);
+  };
+
+  const render = (stats: LiveStats) => {
+    const labels = stats.policies.map(policyLabel);
+    const known = new Set([...policySelect.options].map((o) => o.value));
+    for (const label of labels) if (!known.has(label)) policySelect.append(h('option', { value: label }, label));
+    policiesTable.replaceChildren(
+      h(
+        'tr',
+        {},
+        h('th', {}, 'policy'),
+        h('th', { class: 'num' }, 'allowed/s'),
+        h('th', { class: 'num' }, 'denied/s'),
+        h('th', { class: 'num' }, 'allowed'),
+        h('th', { class: 'num' }, 'denied'),
+      ),
+      ...stats.policies.map((p) =>
+        h(
+          'tr',
+          {
+            'data-policy': policyLabel(p),
+            'data-allowed-total': p.allowedTotal,
+            'data-denied-total': p.deniedTotal,
+          },
+          h(
+            'td',
+            { title: policyLabel(p) },
+            h('code', {}, p.policy),
+            h('span', { class: 'hint' }, ` ${p.domain} / ${p.rule}`),
+          ),
+          h('td', { class: 'num' }, String(p.allowedPerSecond)),
+          h('td', { class: 'num denied' }, String(p.deniedPerSecond + p.shadowDeniedPerSecond)),
+          h('td', { class: 'num' }, String(p.allowedTotal)),
+          h('td', { class: 'num denied' }, String(p.deniedTotal + p.shadowDeniedTotal)),
+        ),
+      ),
+    );
+    const top = stats.deniedKeys[0]?.count ?? 1;
+    keysTable.replaceChildren(
+      h('tr', {}, h('th', {}, 'key'), h('th', { class: 'num' }, 'denied'), h('th', {}, '')),
+      ...stats.deniedKeys.map((k) =>
+        h(
+          'tr',
+          { 'data-denied-key': k.key, 'data-count': k.count },
+          h('td', { title: k.key }, h('code', {}, k.key.length > KEY_CHARS ? `${k.key.slice(0, KEY_CHARS)}…` : k.key)),
+          h('td', { class: 'num' }, k.error > 0 ? `${k.count} (±${k.error})` : String(k.count)),
+          h('td', { class: 'bar' }, h('span', { style: `width: ${Math.round((100 * k.count) / top)}%` })),
+        ),
+      ),
+    );
+    keysNote.textContent =
+      stats.deniedKeys.length === 0
+        ? 'No denials in the last minute.'
+        : `${stats.deniedKeysTotal} denials in the last 30 to 60 s. Counted by a fixed-size sketch: counts may be over by the ± shown, and a key denied more than its share is never missed.`;
+    const h0 = stats.health;
+    health.dataset.up = String(h0.up);
+    health.replaceChildren(
+      ...definition('store', `${stats.store}`),
+      ...definition('reachable', h0.up ? 'yes' : 'no', h0.up ? 'ok' : 'bad'),
+      ...definition('circuit breaker', h0.breaker, h0.breaker === 'closed' ? 'ok' : 'bad'),
+      ...definition(
+        'store errors/s',
+        `${h0.storeErrorsPerSecond} (${h0.storeErrorsTotal} in all)`,
+        h0.storeErrorsPerSecond > 0 ? 'bad' : undefined,
+      ),
+      ...definition(
+        'degraded/s',
+        `${h0.degradedPerSecond} (${h0.degradedTotal} in all)`,
+        h0.degradedPerSecond > 0 ? 'bad' : undefined,
+      ),
+      ...definition(
+        'latency (engine and store)',
+        h0.latency.count === 0
+          ? 'no requests in the last second'
+          : `p50 ${duration(h0.latency.p50Ms)} · p99 ${duration(h0.latency.p99Ms)} · max ${duration(h0.latency.maxMs)}`,
+      ),
+    );
+  };
+
+  const poll = async () => {
+    const controller = new AbortController();
+    const timeout = setTimeout(() => controller.abort(), 2 * POLL_MS);
+    try {
+      const response = await fetch('v1/stats?window=1', { signal: controller.signal, cache: 'no-store' });
+      if (!response.ok) throw new Error(`the service answered ${response.status}`);
+      const stats = (await response.json()) as LiveStats;
+      history.push({ atS: Date.now() / 1000, stats });
+      if (history.length > HISTORY) history.shift();
+      render(stats);
+      redraw();
+      polls++;
+      root.dataset.polls = String(polls);
+      status.className = 'live-status ok';
+      status.textContent = `Live: ${stats.store} store, updated ${new Date().toLocaleTimeString()}, every ${POLL_MS / 1000} s.`;
+    } catch (error) {
+      status.className = 'live-status bad';
+      status.textContent = `Not connected to a floodgate service (${error instanceof Error ? error.message : String(error)}). The live view needs the page to be served by \`floodgate serve\`; retrying.`;
+    } finally {
+      clearTimeout(timeout);
+      if (running) timer = setTimeout(() => void poll(), POLL_MS);
+    }
+  };
+
+  policySelect.addEventListener('change', redraw);
+  return {
+    start() {
+      if (running) return;
+      running = true;
+      void poll();
+    },
+    stop() {
+      running = false;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** A latency for people: µs below a millisecond. */
+function duration(ms: number): string {
+  return ms < 1 ? `${Math.round(ms * 1000)} µs` : `${Math.round(ms * 100) / 100} ms`;
+}
+
+function definition(term: string, value: string, tone?: 'ok' | 'bad'): HTMLElement[] {
+  return [h('dt', {}, term), h('dd', { class: tone ?? '' }, value)];
+}
