@@ -12,7 +12,8 @@
 //
 // Environment: BENCH_SECONDS (per measurement, default 5), BENCH_ROUNDS (best of, default 2),
 // BENCH_POOL (connections per pool and pgbench clients, default 10), BENCH_IN_FLIGHT (default 100),
-// BENCH_SEQUENTIAL (calls for the latency figures, default 1000), BENCH_ONLY (`postgres` or `sqlite`).
+// BENCH_SEQUENTIAL (calls for the latency figures, default 1000), BENCH_ONLY (`postgres` or `sqlite`),
+// BENCH_CONCURRENCY (floodgate's `concurrency` option; its default otherwise).
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -30,6 +31,7 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const POOL = Number(process.env.BENCH_POOL ?? 10);
 const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 100);
 const SEQUENTIAL = Number(process.env.BENCH_SEQUENTIAL ?? 1000);
+const CONCURRENCY = process.env.BENCH_CONCURRENCY === undefined ? undefined : Number(process.env.BENCH_CONCURRENCY);
 const DISTINCT = 10_000;
 const LIMIT = 1_000_000;
 const PG = { host: '127.0.0.1', port: 5432, user: 'postgres', database: 'test' } as const;
@@ -160,10 +162,17 @@ async function postgresFigures(): Promise<void> {
     );
     console.log(`${s.v.split(' on ')[0]}, synchronous_commit=${s.sc}, fsync=${s.fs}\n`);
 
-    const durable = postgresStore({ client: fromPg(pool), schema: SCHEMA, table: 'durable' });
+    const lanes = CONCURRENCY === undefined ? {} : { concurrency: CONCURRENCY };
+    const durable = postgresStore({ client: fromPg(pool), schema: SCHEMA, table: 'durable', ...lanes });
     await durable.migrate();
     const floodgate = createLimiter({ store: durable, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
-    const unloggedStore = postgresStore({ client: fromPg(pool), schema: SCHEMA, table: 'unlogged', unlogged: true });
+    const unloggedStore = postgresStore({
+      client: fromPg(pool),
+      schema: SCHEMA,
+      table: 'unlogged',
+      unlogged: true,
+      ...lanes,
+    });
     await unloggedStore.migrate();
     const unlogged = createLimiter({ store: unloggedStore, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
     const rlfLimiter = await new Promise<RateLimiterPostgres>((resolve, reject) => {

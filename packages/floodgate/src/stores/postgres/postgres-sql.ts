@@ -432,7 +432,6 @@ function decideFunction(n: SqlNames): string {
     dirty boolean[] := array_fill(false, ARRAY[greatest(nkeys, 1)]);
     expiry bigint[] := array_fill(0::bigint, ARRAY[greatest(nkeys, 1)]);
     res float8[] := '{}';
-    nres int := 0;
     created int := 0;
     locked int := 0;
     resets boolean := false;
@@ -524,7 +523,7 @@ function decideFunction(n: SqlNames): string {
         IF is_commit AND (prune_now IS NULL OR now < prune_now) THEN prune_now := now; END IF;
         -- decide(): every policy first (evaluatePolicy, inlined), then settleDenied if one denied.
         all_ok := true;
-        rb := '{}';
+        IF np > 1 THEN rb := '{}'; END IF;
         FOR k IN 0..np - 1 LOOP
           base := pj + k * 7;
           ki := p_pol[base + 1]::int;
@@ -545,38 +544,50 @@ function decideFunction(n: SqlNames): string {
             r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
           END IF;
           IF r[1] = 0 THEN all_ok := false; END IF;
-          ro[k + 1] := coalesce(array_length(rb, 1), 0);
-          rb := rb || r;
-        END LOOP;
-        IF NOT all_ok THEN
-          -- Nothing was written yet, so each policy settles against the state it was evaluated on.
-          r := rb;
-          rb := '{}';
-          FOR k IN 0..np - 1 LOOP
-            base := pj + k * 7;
-            q := ro[k + 1];
+          IF np > 1 THEN
             ro[k + 1] := coalesce(array_length(rb, 1), 0);
-            rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
-              p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit, r[q + 1:q + 6]);
-          END LOOP;
-        END IF;
-        nres := nres + 1;
-        res[nres] := CASE WHEN all_ok THEN 1 ELSE 0 END;
-        nres := nres + 1;
-        res[nres] := now;
-        FOR k IN 0..np - 1 LOOP
-          q := ro[k + 1];
-          FOR i IN 1..6 LOOP res[nres + i] := rb[q + i]; END LOOP;
-          nres := nres + 6;
-          n_len := rb[q + 7]::int;
-          IF is_commit AND n_len >= 0 THEN
-            ki := p_pol[pj + k * 7 + 1]::int;
-            st[ki] := ROW(rb[q + 8:q + 7 + n_len]);
-            dirty[ki] := true;
-            -- Rounded up to a whole minute: see expiryOf() in sql/common.ts.
-            expiry[ki] := (ceil((now + rb[q + 5]) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint;
+            rb := rb || r;
           END IF;
         END LOOP;
+        IF np = 1 THEN
+          -- One policy (the common case): no bookkeeping of several evaluations.
+          IF NOT all_ok THEN
+            r := ${n.settle}(kind, lim, p_pol[pj + 4], a, b, c, s, now, cost, is_commit, r[1:6]);
+          END IF;
+          res := res || ARRAY[CASE WHEN all_ok THEN 1 ELSE 0 END, now]::float8[] || r[1:6];
+          n_len := r[7]::int;
+          IF is_commit AND n_len >= 0 THEN
+            st[ki] := ROW(r[8:7 + n_len]);
+            dirty[ki] := true;
+            -- Rounded up to a whole minute: see expiryOf() in sql/common.ts.
+            expiry[ki] := (ceil((now + r[5]) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint;
+          END IF;
+        ELSE
+          IF NOT all_ok THEN
+            -- Nothing was written yet, so each policy settles against the state it was evaluated on.
+            r := rb;
+            rb := '{}';
+            FOR k IN 0..np - 1 LOOP
+              base := pj + k * 7;
+              q := ro[k + 1];
+              ro[k + 1] := coalesce(array_length(rb, 1), 0);
+              rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
+                p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit, r[q + 1:q + 6]);
+            END LOOP;
+          END IF;
+          res := res || ARRAY[CASE WHEN all_ok THEN 1 ELSE 0 END, now]::float8[];
+          FOR k IN 0..np - 1 LOOP
+            q := ro[k + 1];
+            res := res || rb[q + 1:q + 6];
+            n_len := rb[q + 7]::int;
+            IF is_commit AND n_len >= 0 THEN
+              ki := p_pol[pj + k * 7 + 1]::int;
+              st[ki] := ROW(rb[q + 8:q + 7 + n_len]);
+              dirty[ki] := true;
+              expiry[ki] := (ceil((now + rb[q + 5]) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint;
+            END IF;
+          END LOOP;
+        END IF;
         pj := pj + np * 7;
       END LOOP;
 
@@ -591,7 +602,6 @@ function decideFunction(n: SqlNames): string {
             st[1] := ROW(s);
             dirty[1] := false;
             res := '{}';
-            nres := 0;
             resets := false;
             prune_now := NULL;
             -- Read the clock again, now that the row is held: time never goes back on a key.

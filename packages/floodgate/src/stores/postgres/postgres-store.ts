@@ -20,8 +20,10 @@ export interface PostgresStoreOptions {
    */
   unlogged?: boolean;
   /**
-   * Statements in flight at once (keep it at most the pool's size). Calls on one key always share one
-   * lane, so they are decided in the order they were made. @default 4
+   * Statements in flight at once (keep it at most the pool's size). One is usually fastest: calls that
+   * arrive while it runs make the next statement bigger, and a commit per statement, not the decisions in
+   * it, is what costs. Raise it when statements are full (`maxBatch`) and the server has idle cores. Calls
+   * on one key always share one lane, so they are decided in the order they were made. @default 1
    */
   concurrency?: number;
   /** Most calls decided by one statement. @default 128 */
@@ -98,7 +100,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const table = validateIdentifier('table', options.table ?? 'floodgate_state');
   const unlogged = options.unlogged ?? false;
   if (typeof unlogged !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'unlogged', unlogged, 'a boolean');
-  const concurrency = options.concurrency ?? 4;
+  const concurrency = options.concurrency ?? 1;
   if (!Number.isSafeInteger(concurrency) || concurrency < 1 || concurrency > 1024) {
     throw invalid('ERR_INVALID_OPTION', 'concurrency', options.concurrency, 'an integer from 1 to 1024');
   }
