@@ -1,0 +1,254 @@
+#!/usr/bin/env node
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfigFile } from './config.js';
+import { compileRules } from './rules.js';
+import { ListenError, type Service, startService } from './service.js';
+import { DecisionStats } from './stats.js';
+import { STORE_URL_FORMS, StoreUrlError } from './store-url.js';
+import { VERSION } from './version.js';
+
+/** Exit codes of the `floodgate` command. */
+export const EXIT = {
+  /** Done, or stopped cleanly by SIGTERM/SIGINT. */
+  OK: 0,
+  /** An unexpected failure. */
+  FAILURE: 1,
+  /** Bad command line. */
+  USAGE: 2,
+  /** The config file is missing or invalid. */
+  CONFIG: 3,
+  /** The store URL is invalid or the store cannot be opened. */
+  STORE: 4,
+  /** A port cannot be listened on (in use, no permission). */
+  LISTEN: 5,
+} as const;
+
+const HELP = `floodgate ${VERSION}: rate limiting as a service (HTTP JSON API, Envoy gRPC, Prometheus metrics)
+
+Usage:
+  floodgate serve [options]          start the service
+  floodgate check-config <file>      validate a config file and exit
+  floodgate --help | --version
+
+Options of serve (environment variable in brackets):
+  -c, --config <file>      YAML config [FLOODGATE_CONFIG] (default: floodgate.yaml)
+  -s, --store <url>        where counters live [FLOODGATE_STORE] (default: memory)
+      --host <address>     address to listen on [FLOODGATE_HOST] (default: 127.0.0.1)
+  -p, --port <n>           HTTP port, 0 for any free one [FLOODGATE_PORT] (default: 8080)
+      --grpc-port <n>      gRPC port (Envoy rate limit API) [FLOODGATE_GRPC_PORT] (default: 8081)
+      --no-http            do not serve HTTP
+      --no-grpc            do not serve gRPC
+      --no-watch           do not reload the config when the file changes (SIGHUP still does)
+      --drain-timeout-ms <n>  how long shutdown waits for in-flight calls (default: 10000)
+      --static-dir <dir>   serve the files of <dir> at / (a web page)
+      --log-level <level>  fatal, error, warn, info, debug, trace or silent [FLOODGATE_LOG_LEVEL] (default: info)
+
+Store URLs:
+  ${STORE_URL_FORMS.join('\n  ')}
+
+Signals: SIGHUP reloads the config (a bad config is rejected, the old one keeps serving);
+SIGTERM and SIGINT drain in-flight calls and stop.
+
+Exit codes: 0 ok, 1 unexpected failure, 2 bad command line, 3 invalid config, 4 store unusable,
+5 cannot listen.
+`;
+
+/** Where the command writes; the process's streams by default. */
+export interface CliIo {
+  out(text: string): void;
+  err(text: string): void;
+  env: Record<string, string | undefined>;
+}
+
+const processIo: CliIo = {
+  out: (text) => process.stdout.write(text),
+  err: (text) => process.stderr.write(text),
+  env: process.env,
+};
+
+class UsageError extends Error {}
+
+/**
+ * Runs the `floodgate` command; resolves to its exit code (for `serve`, once the service has stopped).
+ *
+ * @example
+ * ```ts
+ * process.exitCode = await main(['check-config', 'floodgate.yaml']);
+ * ```
+ */
+export async function main(argv: readonly string[], io: CliIo = processIo): Promise<number> {
+  try {
+    const [command, ...rest] = argv;
+    if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+      io.out(HELP);
+      return command === undefined ? EXIT.USAGE : EXIT.OK;
+    }
+    if (command === '--version' || command === '-v' || command === 'version') {
+      io.out(`${VERSION}\n`);
+      return EXIT.OK;
+    }
+    if (command === 'check-config') return checkConfig(rest, io);
+    if (command === 'serve') return await serve(rest, io);
+    throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  } catch (error) {
+    if (
+      error instanceof UsageError ||
+      (error instanceof TypeError && 'code' in error && String(error.code).startsWith('ERR_PARSE_ARGS'))
+    ) {
+      io.err(`floodgate: ${error.message}\nRun \`floodgate --help\` for usage.\n`);
+      return EXIT.USAGE;
+    }
+    throw error;
+  }
+}
+
+function checkConfig(args: readonly string[], io: CliIo): number {
+  const { positionals } = parseArgs({ args: [...args], allowPositionals: true, options: {} });
+  if (positionals.length !== 1) throw new UsageError('check-config takes one file');
+  const file = positionals[0] as string;
+  try {
+    const config = loadConfigFile(file);
+    const rules = [...compileRules(config, new DecisionStats()).values()].reduce((n, d) => n + d.rules.length, 0);
+    io.out(
+      `${file}: ok (${config.domains.length} domain${config.domains.length === 1 ? '' : 's'}, ${rules} rule${rules === 1 ? '' : 's'})\n`,
+    );
+    return EXIT.OK;
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      io.err(`${error.message}\n`);
+      return EXIT.CONFIG;
+    }
+    throw error;
+  }
+}
+
+function port(value: string | undefined, name: string): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535 || value.trim() === '') {
+    throw new UsageError(`${name} must be a port number from 0 to 65535, got ${JSON.stringify(value)}`);
+  }
+  return n;
+}
+
+async function serve(args: readonly string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: [...args],
+    allowPositionals: true,
+    options: {
+      config: { type: 'string', short: 'c' },
+      store: { type: 'string', short: 's' },
+      host: { type: 'string' },
+      port: { type: 'string', short: 'p' },
+      'grpc-port': { type: 'string' },
+      'no-http': { type: 'boolean' },
+      'no-grpc': { type: 'boolean' },
+      'no-watch': { type: 'boolean' },
+      'drain-timeout-ms': { type: 'string' },
+      'static-dir': { type: 'string' },
+      'log-level': { type: 'string' },
+    },
+  });
+  if (positionals.length > 0) throw new UsageError(`serve takes no arguments, got ${JSON.stringify(positionals[0])}`);
+  const env = io.env;
+  const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+  const logLevel = values['log-level'] ?? env.FLOODGATE_LOG_LEVEL ?? 'info';
+  if (!levels.includes(logLevel)) throw new UsageError(`--log-level must be one of ${levels.join(', ')}`);
+  let drainTimeoutMs: number | undefined;
+  if (values['drain-timeout-ms'] !== undefined) {
+    drainTimeoutMs = Number(values['drain-timeout-ms']);
+    if (!Number.isInteger(drainTimeoutMs) || drainTimeoutMs < 0) {
+      throw new UsageError('--drain-timeout-ms must be a whole number of milliseconds');
+    }
+  }
+  const configFile = values.config ?? env.FLOODGATE_CONFIG ?? 'floodgate.yaml';
+  const httpPort = values['no-http'] ? false : (port(values.port ?? env.FLOODGATE_PORT, '--port') ?? 8080);
+  const grpcPort = values['no-grpc']
+    ? false
+    : (port(values['grpc-port'] ?? env.FLOODGATE_GRPC_PORT, '--grpc-port') ?? 8081);
+  let service: Service;
+  try {
+    service = await startService({
+      configFile,
+      store: values.store ?? env.FLOODGATE_STORE ?? 'memory',
+      host: values.host ?? env.FLOODGATE_HOST ?? '127.0.0.1',
+      httpPort,
+      grpcPort,
+      watch: !values['no-watch'],
+      logger: logLevel,
+      ...(drainTimeoutMs === undefined ? {} : { drainTimeoutMs }),
+      ...(values['static-dir'] === undefined ? {} : { staticDir: values['static-dir'] }),
+    });
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      io.err(`floodgate: ${error.message}\n`);
+      return EXIT.CONFIG;
+    }
+    if (error instanceof StoreUrlError) {
+      io.err(`floodgate: ${error.message}\n`);
+      return EXIT.STORE;
+    }
+    if (error instanceof ListenError) {
+      io.err(`floodgate: ${error.message}\n`);
+      return EXIT.LISTEN;
+    }
+    throw error;
+  }
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) {
+        service.logger.warn({ signal }, 'second signal: exiting now');
+        process.exit(EXIT.FAILURE);
+      }
+      stopping = true;
+      service.logger.info({ signal }, 'stopping: draining in-flight calls');
+      service.close().then(
+        () => {
+          process.off('SIGHUP', onHup);
+          process.off('SIGTERM', onTerm);
+          process.off('SIGINT', onInt);
+          resolve(EXIT.OK);
+        },
+        (error: unknown) => {
+          service.logger.error({ err: error }, 'error while stopping');
+          resolve(EXIT.FAILURE);
+        },
+      );
+    };
+    const onHup = () => {
+      service.logger.info('SIGHUP: reloading the config');
+      service.reload();
+    };
+    const onTerm = () => stop('SIGTERM');
+    const onInt = () => stop('SIGINT');
+    process.on('SIGHUP', onHup);
+    process.on('SIGTERM', onTerm);
+    process.on('SIGINT', onInt);
+  });
+}
+
+function isEntryPoint(): boolean {
+  const entry = process.argv[1];
+  if (entry === undefined) return false;
+  try {
+    return realpathSync(entry) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}
+
+if (isEntryPoint()) {
+  main(process.argv.slice(2)).then(
+    // Exit explicitly: a store client or a timer left by a library must not keep a stopped service alive.
+    (code) => process.exit(code),
+    (error: unknown) => {
+      process.stderr.write(
+        `floodgate: unexpected failure: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      );
+      process.exitCode = EXIT.FAILURE;
+    },
+  );
+}

@@ -1,0 +1,457 @@
+import { readFileSync } from 'node:fs';
+import { definePolicy, isFloodgateError, type Policy } from 'floodgate';
+import { isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from 'yaml';
+
+/** The service's configuration, validated: domains of descriptor rules, each with its policies. */
+export interface ServiceConfig {
+  /** Namespace of every key the service writes in the store. @default 'floodgate' */
+  readonly prefix: string;
+  readonly domains: readonly DomainConfig[];
+}
+
+/** One domain: an independent tree of descriptor rules (Envoy's `domain`). */
+export interface DomainConfig {
+  readonly domain: string;
+  /** Decide and count, but always answer OK (descriptors may override it). @default false */
+  readonly shadow: boolean;
+  readonly descriptors: readonly DescriptorConfig[];
+}
+
+/**
+ * A rule matching one descriptor entry: `key`, and a `value` that is exact, a prefix ending in `*`, or
+ * absent (any value). The policies of the rule reached by a descriptor's last entry apply to it.
+ */
+export interface DescriptorConfig {
+  readonly key: string;
+  /** Exact value, `prefix*`, or `undefined` for any value. */
+  readonly value: string | undefined;
+  /** All enforced together, all-or-nothing. Empty for a rule that only groups nested rules. */
+  readonly policies: readonly Policy[];
+  /** Inherited from the enclosing rule or domain when not set. */
+  readonly shadow: boolean | undefined;
+  /** For `*`/prefix/any-value rules: every matching value shares one counter instead of one each. */
+  readonly shared: boolean;
+  /** Explicitly no limit for this rule (an allow-list entry). */
+  readonly unlimited: boolean;
+  readonly descriptors: readonly DescriptorConfig[];
+  /** Line of the rule in its file (1-based), for messages. */
+  readonly line: number;
+}
+
+/** One problem in a config, located by path and line. */
+export interface ConfigIssue {
+  /** Where, as a path: `domains[0].descriptors[1].policies[0].limit`. */
+  readonly path: string;
+  /** 1-based line and column in the file; 0 when unknown. */
+  readonly line: number;
+  readonly column: number;
+  readonly message: string;
+}
+
+/** A config that cannot be used; `issues` lists every problem found, each with its path and line. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+  readonly issues: readonly ConfigIssue[];
+  readonly file: string | undefined;
+
+  constructor(issues: readonly ConfigIssue[], file?: string) {
+    const where = file ?? 'config';
+    const lines = issues.map((i) => `  ${where}:${i.line}:${i.column} ${i.path ? `${i.path}: ` : ''}${i.message}`);
+    super(`invalid config (${issues.length} problem${issues.length === 1 ? '' : 's'}):\n${lines.join('\n')}`);
+    this.issues = issues;
+    this.file = file;
+  }
+}
+
+/** Most problems reported for one file before giving up. */
+const MAX_ISSUES = 50;
+/** Deepest descriptor nesting accepted (Envoy descriptors rarely go past 4). */
+export const MAX_DESCRIPTOR_DEPTH = 16;
+
+const DOMAIN_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
+const PREFIX_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
+const ENVOY_UNITS: Record<string, number> = {
+  second: 1000,
+  minute: 60_000,
+  hour: 3_600_000,
+  day: 86_400_000,
+  week: 604_800_000,
+  month: 2_592_000_000,
+  year: 31_536_000_000,
+};
+
+type Segment = string | number;
+
+function pathOf(segments: readonly Segment[]): string {
+  let out = '';
+  for (const s of segments) out += typeof s === 'number' ? `[${s}]` : out === '' ? s : `.${s}`;
+  return out;
+}
+
+/** Reads a config file; throws {@link ConfigError} naming the file, path and line of every problem. */
+export function loadConfigFile(file: string): ServiceConfig {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new ConfigError([{ path: '', line: 0, column: 0, message: `cannot read the file: ${reason}` }], file);
+  }
+  return parseConfig(text, file);
+}
+
+/**
+ * Parses and validates a YAML config.
+ *
+ * @example
+ * ```ts
+ * const config = parseConfig(`
+ * domains:
+ *   - domain: api
+ *     descriptors:
+ *       - key: remote_address
+ *         policies: [{ algorithm: gcra, name: per-ip, limit: 100, periodMs: 60000 }]
+ * `);
+ * ```
+ */
+export function parseConfig(text: string, file?: string): ServiceConfig {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    throw new ConfigError(
+      doc.errors.slice(0, MAX_ISSUES).map((e) => {
+        const pos = lineCounter.linePos(e.pos[0]);
+        return { path: '', line: pos.line, column: pos.col, message: `YAML: ${e.message.split('\n')[0] ?? e.message}` };
+      }),
+      file,
+    );
+  }
+  let data: unknown;
+  try {
+    data = doc.toJS({ maxAliasCount: 1000 });
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new ConfigError([{ path: '', line: 1, column: 1, message: `YAML: ${reason}` }], file);
+  }
+  const checker = new Checker((segments, onKey) => locate(doc.contents, segments, onKey, lineCounter));
+  const config = checker.config(data);
+  if (checker.issues.length > 0) throw new ConfigError(checker.issues, file);
+  return config as ServiceConfig;
+}
+
+/** Finds the line of a path in the YAML tree: the deepest node that exists on the way. */
+function locate(
+  root: Node | null,
+  segments: readonly Segment[],
+  onKey: boolean,
+  lineCounter: LineCounter,
+): { line: number; column: number } {
+  let node: unknown = root;
+  let offset = root?.range?.[0] ?? 0;
+  for (let i = 0; i < segments.length; i++) {
+    const segment = segments[i] as Segment;
+    let next: unknown;
+    let keyNode: unknown;
+    if (isMap(node)) {
+      const pair = node.items.find((p) => isPair(p) && isScalar(p.key) && String(p.key.value) === String(segment));
+      next = pair?.value;
+      keyNode = pair?.key;
+    } else if (isSeq(node) && typeof segment === 'number') {
+      next = node.items[segment];
+    }
+    const last = i === segments.length - 1;
+    const target = last && onKey && keyNode !== undefined ? keyNode : (next ?? keyNode);
+    const range = (target as Node | undefined)?.range;
+    if (range === undefined || range === null) break;
+    offset = range[0];
+    node = next;
+  }
+  const pos = lineCounter.linePos(offset);
+  return { line: pos.line, column: pos.col };
+}
+
+type Locator = (segments: readonly Segment[], onKey: boolean) => { line: number; column: number };
+type Data = Record<string, unknown>;
+
+/** Walks the parsed data, collecting every problem with its location. */
+class Checker {
+  readonly issues: ConfigIssue[] = [];
+  private readonly named = new Map<string, Policy>();
+  /** Algorithm of every policy name used: one name is one stored state, so it keeps one algorithm. */
+  private readonly algorithms = new Map<string, { algorithm: string; path: string }>();
+
+  constructor(private readonly locator: Locator) {}
+
+  issue(segments: readonly Segment[], message: string, onKey = false): void {
+    if (this.issues.length >= MAX_ISSUES) return;
+    const { line, column } = this.locator(segments, onKey);
+    this.issues.push({ path: pathOf(segments), line, column, message });
+  }
+
+  config(data: unknown): ServiceConfig | undefined {
+    if (data === null || data === undefined) {
+      this.issue([], 'the config is empty: it needs at least `domains`');
+      return undefined;
+    }
+    const root = this.object(data, []);
+    if (root === undefined) return undefined;
+    this.known(root, [], ['version', 'prefix', 'shadow', 'policies', 'domains']);
+    if (root.version !== undefined && root.version !== 1) this.issue(['version'], 'must be 1 (or left out)');
+    let prefix = 'floodgate';
+    if (root.prefix !== undefined) {
+      if (typeof root.prefix === 'string' && PREFIX_PATTERN.test(root.prefix)) prefix = root.prefix;
+      else this.issue(['prefix'], 'must be 1 to 128 characters of A-Z a-z 0-9 _ . : -');
+    }
+    const shadow = this.flag(root, 'shadow', []) ?? false;
+    if (root.policies !== undefined) this.namedPolicies(root.policies);
+    const domains: DomainConfig[] = [];
+    const list = this.list(root, 'domains', [], true);
+    const seen = new Map<string, number>();
+    list?.forEach((item, i) => {
+      const domain = this.domain(item, ['domains', i], shadow);
+      if (domain === undefined) return;
+      const first = seen.get(domain.domain);
+      if (first !== undefined) {
+        this.issue(
+          ['domains', i, 'domain'],
+          `domain ${JSON.stringify(domain.domain)} is already defined at domains[${first}]`,
+        );
+      } else {
+        seen.set(domain.domain, i);
+        domains.push(domain);
+      }
+    });
+    return { prefix, domains };
+  }
+
+  private namedPolicies(data: unknown): void {
+    const map = this.object(data, ['policies']);
+    if (map === undefined) return;
+    for (const [name, body] of Object.entries(map)) {
+      const path = ['policies', name];
+      if (typeof body === 'object' && body !== null && !Array.isArray(body)) {
+        const given = (body as Data).name;
+        if (given !== undefined && given !== name) {
+          this.issue(
+            [...path, 'name'],
+            `the name of a named policy is its key (${JSON.stringify(name)}); leave \`name\` out`,
+          );
+          continue;
+        }
+      }
+      const policy = this.policy(typeof body === 'object' && body !== null ? { ...body, name } : body, path);
+      if (policy !== undefined) this.named.set(name, policy);
+    }
+  }
+
+  private domain(data: unknown, path: Segment[], inherited: boolean): DomainConfig | undefined {
+    const o = this.object(data, path);
+    if (o === undefined) return undefined;
+    this.known(o, path, ['domain', 'shadow', 'descriptors']);
+    const name = o.domain;
+    if (typeof name !== 'string' || !DOMAIN_PATTERN.test(name)) {
+      this.issue(
+        name === undefined ? path : [...path, 'domain'],
+        name === undefined
+          ? 'a domain needs `domain`, its name'
+          : '`domain` must be 1 to 128 characters of A-Z a-z 0-9 _ . : -',
+      );
+      return undefined;
+    }
+    const shadow = this.flag(o, 'shadow', path) ?? inherited;
+    const descriptors = this.descriptors(o, path, 1);
+    return { domain: name, shadow, descriptors };
+  }
+
+  private descriptors(o: Data, path: Segment[], depth: number): DescriptorConfig[] {
+    const list = this.list(o, 'descriptors', path, false);
+    if (list === undefined) return [];
+    if (depth > MAX_DESCRIPTOR_DEPTH) {
+      this.issue([...path, 'descriptors'], `descriptors nest at most ${MAX_DESCRIPTOR_DEPTH} levels deep`);
+      return [];
+    }
+    const out: DescriptorConfig[] = [];
+    const seen = new Map<string, number>();
+    list.forEach((item, i) => {
+      const d = this.descriptor(item, [...path, 'descriptors', i], depth);
+      if (d === undefined) return;
+      const id = `${d.key}\0${d.value ?? '\0any'}`;
+      const first = seen.get(id);
+      if (first !== undefined) {
+        this.issue(
+          [...path, 'descriptors', i],
+          `a rule for key ${JSON.stringify(d.key)}${d.value === undefined ? ' (any value)' : ` and value ${JSON.stringify(d.value)}`} is already defined at ${pathOf([...path, 'descriptors', first])}`,
+        );
+        return;
+      }
+      seen.set(id, i);
+      out.push(d);
+    });
+    return out;
+  }
+
+  private descriptor(data: unknown, path: Segment[], depth: number): DescriptorConfig | undefined {
+    const o = this.object(data, path);
+    if (o === undefined) return undefined;
+    this.known(o, path, ['key', 'value', 'policies', 'rate_limit', 'shadow', 'shared', 'unlimited', 'descriptors']);
+    const key = o.key;
+    if (typeof key !== 'string' || key.length === 0 || key.length > 1024) {
+      this.issue(key === undefined ? path : [...path, 'key'], 'a descriptor rule needs `key`, a non-empty string');
+      return undefined;
+    }
+    let value: string | undefined;
+    if (o.value !== undefined && o.value !== null) {
+      if (typeof o.value === 'string' || typeof o.value === 'number' || typeof o.value === 'boolean') {
+        // YAML reads `value: 200` as a number; descriptor values are strings on the wire.
+        value = String(o.value);
+        if (value === '*') value = undefined;
+        else if (value.length === 0 || value.length > 1024)
+          this.issue([...path, 'value'], 'must be 1 to 1024 characters');
+        else if (value.indexOf('*') !== -1 && value.indexOf('*') !== value.length - 1) {
+          this.issue([...path, 'value'], 'a wildcard `*` may only end the value (`/api/*`)');
+        }
+      } else {
+        this.issue([...path, 'value'], 'must be a string (an exact value, or a prefix ending in `*`)');
+      }
+    }
+    const shadow = this.flag(o, 'shadow', path);
+    const shared = this.flag(o, 'shared', path) ?? false;
+    if (shared && value !== undefined && !value.endsWith('*')) {
+      this.issue([...path, 'shared'], 'only a rule with a wildcard (or no) value can share one counter across values');
+    }
+    const unlimited = this.flag(o, 'unlimited', path) ?? false;
+    const policies: Policy[] = [];
+    const list = this.list(o, 'policies', path, false);
+    list?.forEach((item, i) => {
+      const p = this.policyRef(item, [...path, 'policies', i]);
+      if (p !== undefined) policies.push(p);
+    });
+    if (o.rate_limit !== undefined) {
+      const p = this.envoyRateLimit(o.rate_limit, [...path, 'rate_limit']);
+      if (p !== undefined) policies.push(p);
+    }
+    const names = new Set<string>();
+    for (const p of policies) {
+      if (names.has(p.name))
+        this.issue([...path, 'policies'], `two policies of this rule are named ${JSON.stringify(p.name)}`);
+      names.add(p.name);
+    }
+    if (policies.length > 32) this.issue([...path, 'policies'], 'at most 32 policies per rule');
+    if (unlimited && policies.length > 0) {
+      this.issue([...path, 'unlimited'], 'an unlimited rule cannot also have policies');
+    }
+    const descriptors = this.descriptors(o, path, depth + 1);
+    const { line } = this.locator(path, false);
+    return { key, value, policies, shadow, shared, unlimited, descriptors, line };
+  }
+
+  private policyRef(data: unknown, path: Segment[]): Policy | undefined {
+    if (typeof data === 'string') {
+      const policy = this.named.get(data);
+      if (policy === undefined) {
+        const known = [...this.named.keys()];
+        this.issue(
+          path,
+          `no named policy ${JSON.stringify(data)} (${known.length === 0 ? 'define it under top-level `policies`' : `named policies: ${known.join(', ')}`})`,
+        );
+      }
+      return policy;
+    }
+    return this.policy(data, path);
+  }
+
+  /** Envoy's `rate_limit: { unit, requests_per_unit }`, read as a fixed window aligned to the clock. */
+  private envoyRateLimit(data: unknown, path: Segment[]): Policy | undefined {
+    const o = this.object(data, path);
+    if (o === undefined) return undefined;
+    this.known(o, path, ['unit', 'requests_per_unit', 'name']);
+    const unit = typeof o.unit === 'string' ? ENVOY_UNITS[o.unit.toLowerCase()] : undefined;
+    if (unit === undefined) {
+      this.issue([...path, 'unit'], `must be one of ${Object.keys(ENVOY_UNITS).join(', ')}`);
+      return undefined;
+    }
+    const input: Data = { algorithm: 'fixed-window', limit: o.requests_per_unit, windowMs: unit };
+    if (o.name !== undefined) input.name = o.name;
+    return this.policy(input, path, { limit: 'requests_per_unit' });
+  }
+
+  private policy(data: unknown, path: Segment[], rename: Record<string, string> = {}): Policy | undefined {
+    const label = pathOf(path);
+    let policy: Policy;
+    try {
+      policy = definePolicy(data, label);
+    } catch (error) {
+      if (!isFloodgateError(error)) throw error;
+      let segments: Segment[] = path;
+      const option = error.option;
+      if (option?.startsWith(`${label}.`)) {
+        const field = option.slice(label.length + 1);
+        segments = [...path, rename[field] ?? field];
+      }
+      const onKey = error.message.includes('is not an option');
+      // The library's message starts with the option path; the issue carries the path already.
+      let message = error.message;
+      if (option !== undefined && message.startsWith(option)) message = message.slice(option.length).trimStart();
+      for (const [from, to] of Object.entries(rename)) message = message.replaceAll(`.${from}`, `.${to}`);
+      this.issue(segments, message, onKey);
+      return undefined;
+    }
+    const seen = this.algorithms.get(policy.name);
+    if (seen !== undefined && seen.algorithm !== policy.algorithm && seen.path !== label) {
+      this.issue(
+        path,
+        `policy name ${JSON.stringify(policy.name)} is used by a ${seen.algorithm} policy at ${seen.path}; a name identifies stored state, so it keeps one algorithm`,
+      );
+    } else if (seen === undefined) {
+      this.algorithms.set(policy.name, { algorithm: policy.algorithm, path: label });
+    }
+    return policy;
+  }
+
+  private object(data: unknown, path: Segment[]): Data | undefined {
+    if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+      this.issue(path, `must be a mapping (key: value), got ${describe(data)}`);
+      return undefined;
+    }
+    return data as Data;
+  }
+
+  private list(o: Data, field: string, path: Segment[], required: boolean): unknown[] | undefined {
+    const value = o[field];
+    if (value === undefined || value === null) {
+      if (required) this.issue(path, `\`${field}\` is required`);
+      return undefined;
+    }
+    if (!Array.isArray(value)) {
+      this.issue([...path, field], `must be a list, got ${describe(value)}`);
+      return undefined;
+    }
+    return value;
+  }
+
+  private flag(o: Data, field: string, path: Segment[]): boolean | undefined {
+    const value = o[field];
+    if (value === undefined) return undefined;
+    if (typeof value !== 'boolean') {
+      this.issue([...path, field], `must be true or false, got ${describe(value)}`);
+      return undefined;
+    }
+    return value;
+  }
+
+  private known(o: Data, path: Segment[], fields: readonly string[]): void {
+    for (const field of Object.keys(o)) {
+      if (!fields.includes(field)) {
+        this.issue([...path, field], `unknown field \`${field}\` (expected one of: ${fields.join(', ')})`, true);
+      }
+    }
+  }
+}
+
+function describe(value: unknown): string {
+  if (value === null || value === undefined) return String(value);
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a mapping';
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value);
+  return String(value);
+}

@@ -1,0 +1,23 @@
+import type { Logger } from 'pino';
+import type { Engine } from './engine.js';
+import type { Metrics } from './metrics.js';
+import type { DecisionStats } from './stats.js';
+
+/** What the API servers need from the running service. */
+export interface ServiceContext {
+  /** The engine of the config in use; replaced on reload, so read it once per request. */
+  readonly engine: Engine;
+  readonly metrics: Metrics;
+  readonly stats: DecisionStats;
+  readonly logger: Logger;
+  /** True once shutdown began: new calls are refused, in-flight ones finish. */
+  readonly draining: boolean;
+  /** Name of the store (`memory`, `redis`, …). */
+  readonly storeName: string;
+  /** Probes the store (cached briefly); false when it is unreachable. */
+  probeStore(): Promise<boolean>;
+  /** A summary of the config in use, for the config endpoint. */
+  configSummary(): unknown;
+  /** Called when a store operation fails, to log (rate-limited) and count it. */
+  storeFailed(error: unknown): void;
+}

@@ -1,0 +1,53 @@
+import { isFloodgateError } from 'floodgate';
+import { RequestError } from './engine.js';
+
+/** How a failed call is answered, whatever the API. */
+export type FailureKind = 'invalid' | 'unavailable' | 'timeout' | 'internal';
+
+/** A failure sorted into what the caller should be told. */
+export interface Failure {
+  readonly kind: FailureKind;
+  readonly message: string;
+  /** The request field at fault, for `invalid`. */
+  readonly field: string | undefined;
+  /** True when the store failed (counted and logged as such). */
+  readonly store: boolean;
+}
+
+/** Sorts an error thrown while answering a call. */
+export function classify(error: unknown): Failure {
+  if (error instanceof RequestError) {
+    return { kind: error.kind, message: error.message, field: error.field, store: false };
+  }
+  if (isFloodgateError(error)) {
+    switch (error.code) {
+      case 'ERR_INVALID_COST':
+      case 'ERR_INVALID_KEY':
+      case 'ERR_INVALID_OPTION':
+      case 'ERR_INVALID_POLICY':
+        return { kind: 'invalid', message: error.message, field: error.option, store: false };
+      case 'ERR_TIMEOUT':
+        return { kind: 'timeout', message: error.message, field: undefined, store: true };
+      case 'ERR_STORE_UNAVAILABLE':
+      case 'ERR_STORE_PROTOCOL':
+      case 'ERR_CLOSED':
+        return { kind: 'unavailable', message: error.message, field: undefined, store: true };
+      default:
+        return { kind: 'internal', message: error.message, field: undefined, store: false };
+    }
+  }
+  return {
+    kind: 'internal',
+    message: error instanceof Error ? error.message : String(error),
+    field: undefined,
+    store: false,
+  };
+}
+
+/** HTTP status of each failure kind. */
+export const HTTP_STATUS: Record<FailureKind, number> = {
+  invalid: 400,
+  unavailable: 503,
+  timeout: 504,
+  internal: 500,
+};

@@ -1,0 +1,397 @@
+import { createReadStream, statSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { extname, join, resolve, sep } from 'node:path';
+import type { ServiceContext } from './context.js';
+import type { DecisionRequest, DescriptorOutcome, DescriptorRequest, LimitOverride, Mode } from './engine.js';
+import { classify, HTTP_STATUS } from './failures.js';
+import { rateLimitHeaders } from './headers.js';
+import { openApiDocument } from './openapi.js';
+
+/** Largest request body accepted, in bytes. */
+export const MAX_BODY_BYTES = 1024 * 1024;
+
+/** Options of the HTTP API. */
+export interface HttpApiOptions {
+  /** Serve the files of this directory at `/` (a web page); API paths take precedence. */
+  readonly staticDir?: string | undefined;
+}
+
+const MODES: Record<string, Mode> = {
+  '/v1/decide': 'limit',
+  '/v1/check': 'check',
+  '/v1/status': 'status',
+  '/v1/reset': 'reset',
+};
+const METHOD_NAMES: Record<Mode, string> = { limit: 'decide', check: 'check', status: 'status', reset: 'reset' };
+
+const CONTENT_TYPES: Record<string, string> = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.json': 'application/json',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+  '.woff2': 'font/woff2',
+  '.map': 'application/json',
+  '.txt': 'text/plain; charset=utf-8',
+};
+
+/** A request the HTTP layer refuses before the engine sees it. */
+class BadRequest extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly field?: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * The HTTP JSON API: decisions (`/v1/decide`, `/v1/check`, `/v1/status`, `/v1/reset`), health
+ * (`/healthz`, `/readyz`), `/metrics`, `/openapi.json`, `/v1/config`, `/v1/stats`, and optionally a
+ * static web page at `/`.
+ */
+export function createHttpApi(context: () => ServiceContext, options: HttpApiOptions = {}): Server {
+  const staticRoot = options.staticDir === undefined ? undefined : resolve(options.staticDir);
+  const server = createServer((req, res) => {
+    const ctx = context();
+    if (ctx.draining) res.setHeader('Connection', 'close');
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    const mode = MODES[path];
+    if (mode !== undefined) {
+      if (req.method !== 'POST') return methodNotAllowed(res, 'POST');
+      handleDecision(ctx, req, res, mode);
+      return;
+    }
+    if (req.method !== 'GET' && req.method !== 'HEAD') return methodNotAllowed(res, 'GET, HEAD');
+    switch (path) {
+      case '/healthz':
+        json(res, 200, { status: 'ok' });
+        return;
+      case '/readyz':
+        void ready(ctx, res);
+        return;
+      case '/metrics':
+        void metrics(ctx, res);
+        return;
+      case '/openapi.json':
+        json(res, 200, openApiDocument());
+        return;
+      case '/v1/config':
+        json(res, 200, ctx.configSummary());
+        return;
+      case '/v1/stats': {
+        const params = new URLSearchParams(q === -1 ? '' : url.slice(q + 1));
+        const window = Number(params.get('window') ?? '1');
+        const seconds = Number.isInteger(window) && window >= 1 && window <= 60 ? window : 1;
+        json(res, 200, { store: ctx.storeName, ...ctx.stats.rates(seconds) });
+        return;
+      }
+    }
+    if (staticRoot !== undefined && serveStatic(staticRoot, path, req, res)) return;
+    if (path === '/') return json(res, 200, index());
+    problem(res, 404, 'Not Found', `no route ${req.method} ${path}; see /openapi.json`);
+  });
+  // Envoy and sidecars keep connections open; a short keep-alive bounds the drain on shutdown.
+  server.keepAliveTimeout = 5000;
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 30_000;
+  return server;
+}
+
+function handleDecision(ctx: ServiceContext, req: IncomingMessage, res: ServerResponse, mode: Mode): void {
+  const method = METHOD_NAMES[mode];
+  const start = performance.now();
+  const metrics = ctx.metrics;
+  if (ctx.draining) {
+    metrics.error('http', method, '503');
+    problem(res, 503, 'Service Unavailable', 'the service is shutting down');
+    return;
+  }
+  metrics.inFlight.http++;
+  let finished = false;
+  const finish = (status: number) => {
+    if (finished) return;
+    finished = true;
+    metrics.inFlight.http--;
+    metrics.timer('http', method).observe((performance.now() - start) / 1000);
+    if (status >= 400) metrics.error('http', method, String(status));
+  };
+  res.on('close', () => finish(res.statusCode));
+  readBody(req, (error, body) => {
+    if (error !== undefined) {
+      // The rest of a too-large body is not read: the connection closes after the answer.
+      res.setHeader('Connection', 'close');
+      problem(res, 413, 'Payload Too Large', error.message);
+      return;
+    }
+    let request: DecisionRequest;
+    try {
+      request = parseDecisionRequest(body as string);
+    } catch (e) {
+      if (e instanceof BadRequest) return problem(res, e.status, 'Bad Request', e.message, e.field);
+      fail(ctx, res, e);
+      return;
+    }
+    const engine = ctx.engine;
+    if (request.domain !== '' && !engine.domains.has(request.domain)) {
+      const name = request.domain.length > 64 ? `${request.domain.slice(0, 64)}…` : request.domain;
+      problem(res, 404, 'Not Found', `unknown domain ${JSON.stringify(name)}`, 'domain');
+      return;
+    }
+    if (engine.sync) {
+      let outcomes: DescriptorOutcome[];
+      try {
+        outcomes = engine.decideSync(request, mode);
+      } catch (e) {
+        fail(ctx, res, e);
+        return;
+      }
+      json(res, 200, decisionBody(outcomes, mode));
+      return;
+    }
+    engine.decide(request, mode).then(
+      (outcomes) => json(res, 200, decisionBody(outcomes, mode)),
+      (e: unknown) => fail(ctx, res, e),
+    );
+  });
+}
+
+function fail(ctx: ServiceContext, res: ServerResponse, error: unknown): void {
+  const failure = classify(error);
+  if (failure.store) ctx.storeFailed(error);
+  else if (failure.kind === 'internal') ctx.logger.error({ err: error }, 'internal error answering an HTTP call');
+  const status = HTTP_STATUS[failure.kind];
+  const titles: Record<number, string> = {
+    400: 'Bad Request',
+    404: 'Not Found',
+    500: 'Internal Server Error',
+    503: 'Service Unavailable',
+    504: 'Gateway Timeout',
+  };
+  problem(res, status, titles[status] ?? 'Error', failure.message, failure.field);
+}
+
+/** The JSON answer of a decision call. */
+function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode): unknown {
+  if (mode === 'reset') {
+    return { descriptors: outcomes.map((o) => ({ matched: o.matched, rule: o.rule ?? null })) };
+  }
+  let over = false;
+  const descriptors = outcomes.map((o) => {
+    if (o.code === 'OVER_LIMIT') over = true;
+    const d = o.decision;
+    return {
+      code: o.code,
+      matched: o.matched,
+      rule: o.rule ?? null,
+      shadow: o.shadow,
+      unlimited: o.unlimited,
+      ...(d === undefined
+        ? { allowed: true }
+        : {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retryAfterMs: d.retryAfterMs,
+            resetAfterMs: d.resetAfterMs,
+            ...(d.delayMs === undefined ? {} : { delayMs: d.delayMs }),
+            policy: d.policy,
+            ...(d.reason === undefined ? {} : { reason: d.reason }),
+            policies: d.policies,
+          }),
+    };
+  });
+  const headers: Record<string, string> = {};
+  for (const h of rateLimitHeaders(outcomes)) headers[h.key] = h.value;
+  return { code: over ? 'OVER_LIMIT' : 'OK', allowed: !over, descriptors, headers };
+}
+
+/** Validates the shape of a JSON decision request; the engine checks the rest (sizes, domain). */
+export function parseDecisionRequest(text: string): DecisionRequest {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    throw new BadRequest(400, `the body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new BadRequest(400, 'the body must be a JSON object { domain, descriptors }');
+  }
+  const o = body as Record<string, unknown>;
+  onlyFields(o, ['domain', 'descriptors', 'cost'], '');
+  if (typeof o.domain !== 'string') throw new BadRequest(400, 'domain is required: a non-empty string', 'domain');
+  if (o.cost !== undefined && typeof o.cost !== 'number') throw new BadRequest(400, 'cost must be a number', 'cost');
+  if (!Array.isArray(o.descriptors)) {
+    throw new BadRequest(
+      400,
+      'descriptors is required: a non-empty list of { entries: [{ key, value }] }',
+      'descriptors',
+    );
+  }
+  const descriptors: DescriptorRequest[] = o.descriptors.map((d: unknown, i) => {
+    const field = `descriptors[${i}]`;
+    if (typeof d !== 'object' || d === null || Array.isArray(d)) {
+      throw new BadRequest(400, `${field} must be an object { entries: [{ key, value }] }`, field);
+    }
+    const dd = d as Record<string, unknown>;
+    onlyFields(dd, ['entries', 'cost', 'limit'], field);
+    if (dd.cost !== undefined && typeof dd.cost !== 'number') {
+      throw new BadRequest(400, `${field}.cost must be a number`, `${field}.cost`);
+    }
+    let limit: LimitOverride | undefined;
+    if (dd.limit !== undefined) {
+      const l = dd.limit as Record<string, unknown>;
+      if (typeof l !== 'object' || l === null || typeof l.requestsPerUnit !== 'number' || typeof l.unit !== 'string') {
+        throw new BadRequest(400, `${field}.limit must be { requestsPerUnit: number, unit: string }`, `${field}.limit`);
+      }
+      limit = { requestsPerUnit: l.requestsPerUnit, unit: l.unit };
+    }
+    return { entries: dd.entries as DescriptorRequest['entries'], cost: dd.cost as number | undefined, limit };
+  });
+  return { domain: o.domain, descriptors, cost: o.cost as number | undefined };
+}
+
+function onlyFields(o: Record<string, unknown>, fields: readonly string[], at: string): void {
+  for (const key of Object.keys(o)) {
+    if (!fields.includes(key)) {
+      const field = at === '' ? key : `${at}.${key}`;
+      throw new BadRequest(400, `unknown field ${field} (expected ${fields.join(', ')})`, field);
+    }
+  }
+}
+
+function readBody(req: IncomingMessage, done: (error: BadRequest | undefined, body?: string) => void): void {
+  const declared = Number(req.headers['content-length']);
+  if (declared > MAX_BODY_BYTES) {
+    done(new BadRequest(413, `the body is larger than ${MAX_BODY_BYTES} bytes`));
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let failed = false;
+  req.on('data', (chunk: Buffer) => {
+    if (failed) return;
+    size += chunk.length;
+    if (size > MAX_BODY_BYTES) {
+      failed = true;
+      done(new BadRequest(413, `the body is larger than ${MAX_BODY_BYTES} bytes`));
+      return;
+    }
+    chunks.push(chunk);
+  });
+  req.on('end', () => {
+    if (!failed)
+      done(
+        undefined,
+        chunks.length === 1 ? (chunks[0] as Buffer).toString('utf8') : Buffer.concat(chunks).toString('utf8'),
+      );
+  });
+  req.on('error', () => {
+    failed = true;
+  });
+}
+
+async function ready(ctx: ServiceContext, res: ServerResponse): Promise<void> {
+  if (ctx.draining) return json(res, 503, { ready: false, reason: 'shutting down' });
+  const up = await ctx.probeStore();
+  json(
+    res,
+    up ? 200 : 503,
+    up ? { ready: true, store: ctx.storeName } : { ready: false, reason: `the ${ctx.storeName} store is unreachable` },
+  );
+}
+
+async function metrics(ctx: ServiceContext, res: ServerResponse): Promise<void> {
+  try {
+    const text = await ctx.metrics.registry.metrics();
+    res.writeHead(200, { 'Content-Type': ctx.metrics.registry.contentType });
+    res.end(text);
+  } catch (error) {
+    ctx.logger.error({ err: error }, 'collecting metrics failed');
+    problem(res, 500, 'Internal Server Error', 'collecting metrics failed');
+  }
+}
+
+function serveStatic(root: string, path: string, req: IncomingMessage, res: ServerResponse): boolean {
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(path);
+  } catch {
+    return false;
+  }
+  if (decoded.includes('\0')) return false;
+  let file = resolve(join(root, decoded));
+  if (file !== root && !file.startsWith(root + sep)) return false;
+  try {
+    let stat = statSync(file);
+    if (stat.isDirectory()) {
+      file = join(file, 'index.html');
+      stat = statSync(file);
+    }
+    if (!stat.isFile()) return false;
+    res.writeHead(200, {
+      'Content-Type': CONTENT_TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream',
+      'Content-Length': stat.size,
+    });
+    if (req.method === 'HEAD') res.end();
+    else createReadStream(file).pipe(res);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function index(): unknown {
+  return {
+    service: 'floodgate',
+    endpoints: {
+      'POST /v1/decide': 'decide and consume',
+      'POST /v1/check': 'decide, change nothing',
+      'POST /v1/status': 'state of each descriptor, change nothing',
+      'POST /v1/reset': 'forget the descriptors',
+      'GET /v1/config': 'the config in use',
+      'GET /v1/stats': 'decisions per second by policy',
+      'GET /healthz': 'liveness',
+      'GET /readyz': 'readiness (store reachable, not shutting down)',
+      'GET /metrics': 'Prometheus metrics',
+      'GET /openapi.json': 'this API, as OpenAPI 3.1',
+    },
+  };
+}
+
+function json(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function problem(res: ServerResponse, status: number, title: string, detail: string, field?: string): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const text = JSON.stringify({
+    type: 'about:blank',
+    title,
+    status,
+    detail,
+    ...(field === undefined ? {} : { field }),
+  });
+  res.writeHead(status, {
+    'Content-Type': 'application/problem+json',
+    'Content-Length': Buffer.byteLength(text),
+    'Cache-Control': 'no-store',
+  });
+  res.end(text);
+}
+
+function methodNotAllowed(res: ServerResponse, allow: string): void {
+  res.setHeader('Allow', allow);
+  problem(res, 405, 'Method Not Allowed', `use ${allow}`);
+}

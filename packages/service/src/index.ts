@@ -1,0 +1,31 @@
+export { EXIT, main } from './cli.js';
+export {
+  ConfigError,
+  type ConfigIssue,
+  type DescriptorConfig,
+  type DomainConfig,
+  loadConfigFile,
+  MAX_DESCRIPTOR_DEPTH,
+  parseConfig,
+  type ServiceConfig,
+} from './config.js';
+export {
+  type DecisionRequest,
+  type DescriptorOutcome,
+  type DescriptorRequest,
+  Engine,
+  type LimitOverride,
+  MAX_DESCRIPTORS,
+  MAX_ENTRIES,
+  MAX_ENTRY_LENGTH,
+  type Mode,
+  RequestError,
+} from './engine.js';
+export { MAX_GRPC_MESSAGE_BYTES, PROTO_DIR, RATE_LIMIT_SERVICE } from './grpc-api.js';
+export { type Header, rateLimitHeaders } from './headers.js';
+export { MAX_BODY_BYTES } from './http-api.js';
+export { openApiDocument } from './openapi.js';
+export type { DescriptorEntry } from './rules.js';
+export { ListenError, type ReloadResult, Service, type ServiceOptions, startService } from './service.js';
+export { type OpenedStore, openStore, STORE_URL_FORMS, StoreUrlError } from './store-url.js';
+export { VERSION } from './version.js';

@@ -1,0 +1,171 @@
+import type { MemoryStore, Store } from 'floodgate';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { DecisionStats } from './stats.js';
+
+/** The APIs a request can come through. */
+export type Api = 'http' | 'grpc';
+
+/** The timer of one API method: `end()` records its duration. */
+export interface MethodTimer {
+  observe(seconds: number): void;
+}
+
+/**
+ * The service's Prometheus metrics, on a registry of its own (several services can share a process).
+ * Decision counts are read from {@link DecisionStats} at scrape time, so a decision costs a few
+ * increments, and labels come from the config only: never a key, a descriptor value or an unknown domain.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+  readonly inFlight: Record<Api, number> = { http: 0, grpc: 0 };
+  private readonly duration: Histogram<'api' | 'method'>;
+  private readonly errors: Counter<'api' | 'method' | 'code'>;
+  readonly storeErrors: Counter<'store'>;
+  private readonly storeUp: Gauge<'store'>;
+  private readonly reloads: Counter<'result'>;
+  private readonly lastReload: Gauge;
+  private readonly configInfo: Gauge<'sha256'>;
+  private readonly timers = new Map<string, MethodTimer>();
+
+  constructor(stats: DecisionStats, store: Store) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    new Counter({
+      name: 'floodgate_decisions_total',
+      help: 'Decisions by domain, descriptor rule, policy and outcome (allowed, denied, shadow_denied).',
+      labelNames: ['domain', 'rule', 'policy', 'outcome'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { labels, tally } of stats.entries()) {
+          if (tally.allowed > 0) this.inc({ ...labels, outcome: 'allowed' }, tally.allowed);
+          if (tally.denied > 0) this.inc({ ...labels, outcome: 'denied' }, tally.denied);
+          if (tally.shadowDenied > 0) this.inc({ ...labels, outcome: 'shadow_denied' }, tally.shadowDenied);
+        }
+      },
+    });
+    new Counter({
+      name: 'floodgate_descriptors_unmatched_total',
+      help: 'Descriptors of a known domain that matched no rule with policies (answered OK).',
+      labelNames: ['domain'],
+      registers,
+      collect() {
+        this.reset();
+        for (const [domain, tally] of stats.unmatched) if (tally.allowed > 0) this.inc({ domain }, tally.allowed);
+      },
+    });
+    new Counter({
+      name: 'floodgate_unknown_domain_requests_total',
+      help: 'gRPC requests naming a domain the config does not define (answered OK, as Envoy expects).',
+      registers,
+      collect() {
+        this.reset();
+        if (stats.unknownDomain > 0) this.inc(stats.unknownDomain);
+      },
+    });
+    const inFlight = this.inFlight;
+    new Gauge({
+      name: 'floodgate_in_flight_requests',
+      help: 'Requests being answered now.',
+      labelNames: ['api'],
+      registers,
+      collect() {
+        this.set({ api: 'http' }, inFlight.http);
+        this.set({ api: 'grpc' }, inFlight.grpc);
+      },
+    });
+    this.duration = new Histogram({
+      name: 'floodgate_request_duration_seconds',
+      help: 'Time to answer a request, by API and method.',
+      labelNames: ['api', 'method'],
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+      registers,
+    });
+    this.errors = new Counter({
+      name: 'floodgate_request_errors_total',
+      help: 'Requests answered with an error, by API, method and code (HTTP status or gRPC status name).',
+      labelNames: ['api', 'method', 'code'],
+      registers,
+    });
+    this.storeErrors = new Counter({
+      name: 'floodgate_store_errors_total',
+      help: 'Store operations that failed (unreachable, timed out).',
+      labelNames: ['store'],
+      registers,
+    });
+    this.storeUp = new Gauge({
+      name: 'floodgate_store_up',
+      help: '1 when the last readiness probe of the store succeeded.',
+      labelNames: ['store'],
+      registers,
+    });
+    this.reloads = new Counter({
+      name: 'floodgate_config_reloads_total',
+      help: 'Config reloads by result (success, failure); a failed reload keeps the previous config.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.lastReload = new Gauge({
+      name: 'floodgate_config_last_reload_success_timestamp_seconds',
+      help: 'When the config in use was loaded.',
+      registers,
+    });
+    this.configInfo = new Gauge({
+      name: 'floodgate_config_info',
+      help: 'The config in use, by the SHA-256 of its text.',
+      labelNames: ['sha256'],
+      registers,
+    });
+    if (store.name === 'memory') {
+      const memory = store as MemoryStore;
+      new Gauge({
+        name: 'floodgate_memory_store_keys',
+        help: 'Keys held by the memory store (expired ones not yet swept included).',
+        registers,
+        collect() {
+          this.set(memory.size);
+        },
+      });
+      new Counter({
+        name: 'floodgate_memory_store_forced_evictions_total',
+        help: 'Live keys dropped before their expiry because the memory store was full.',
+        registers,
+        collect() {
+          this.reset();
+          if (memory.forcedEvictions > 0) this.inc(memory.forcedEvictions);
+        },
+      });
+    }
+    this.storeUp.set({ store: store.name }, 1);
+  }
+
+  /** The duration histogram of one API method, resolved once. */
+  timer(api: Api, method: string): MethodTimer {
+    const id = `${api} ${method}`;
+    let timer = this.timers.get(id);
+    if (timer === undefined) {
+      timer = this.duration.labels(api, method);
+      this.timers.set(id, timer);
+    }
+    return timer;
+  }
+
+  /** Counts a request answered with an error. */
+  error(api: Api, method: string, code: string): void {
+    this.errors.inc({ api, method, code });
+  }
+
+  setStoreUp(store: string, up: boolean): void {
+    this.storeUp.set({ store }, up ? 1 : 0);
+  }
+
+  /** Records a config load: the first one (`reload` false) or a reload, which may have failed. */
+  configLoaded(ok: boolean, sha256: string | undefined, reload: boolean): void {
+    if (reload) this.reloads.inc({ result: ok ? 'success' : 'failure' });
+    if (ok && sha256 !== undefined) {
+      this.lastReload.set(Date.now() / 1000);
+      this.configInfo.reset();
+      this.configInfo.set({ sha256 }, 1);
+    }
+  }
+}

@@ -1,0 +1,244 @@
+import { MAX_DESCRIPTORS, MAX_ENTRIES, MAX_ENTRY_LENGTH, OVERRIDE_UNITS } from './engine.js';
+import { VERSION } from './version.js';
+
+const problem = { $ref: '#/components/responses/Problem' };
+
+let cached: unknown;
+
+/** The OpenAPI 3.1 document of the HTTP API, served at `/openapi.json`. */
+export function openApiDocument(): unknown {
+  cached ??= build();
+  return cached;
+}
+
+function decisionOperation(summary: string, description: string) {
+  return {
+    summary,
+    description,
+    requestBody: {
+      required: true,
+      content: { 'application/json': { schema: { $ref: '#/components/schemas/DecisionRequest' } } },
+    },
+    responses: {
+      '200': {
+        description: 'One outcome per descriptor, in order. A denial is a 200 with `code: OVER_LIMIT`.',
+        content: { 'application/json': { schema: { $ref: '#/components/schemas/DecisionResponse' } } },
+      },
+      '400': problem,
+      '404': problem,
+      '413': problem,
+      '503': problem,
+      '504': problem,
+    },
+  };
+}
+
+function build(): unknown {
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'floodgate',
+      version: VERSION,
+      description:
+        'Rate limiting as a service. Each descriptor of a request is matched to a rule of its domain (exact value, then longest `prefix*`, then any value) and decided by the rule’s policies. The same service answers Envoy’s `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over gRPC.',
+    },
+    paths: {
+      '/v1/decide': {
+        post: decisionOperation('Decide and consume', 'Decides every descriptor and consumes its cost when admitted.'),
+      },
+      '/v1/check': {
+        post: decisionOperation('Decide without consuming', 'Decides as /v1/decide would, changing nothing.'),
+      },
+      '/v1/status': {
+        post: decisionOperation(
+          'State of each descriptor',
+          'Reports each descriptor’s state (a cost-0 check); changes nothing.',
+        ),
+      },
+      '/v1/reset': {
+        post: {
+          summary: 'Forget descriptors',
+          description: 'Forgets the state of each matched descriptor under its rule’s policies.',
+          requestBody: {
+            required: true,
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/DecisionRequest' } } },
+          },
+          responses: {
+            '200': {
+              description: 'Which descriptors matched a rule (and were reset).',
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    properties: {
+                      descriptors: {
+                        type: 'array',
+                        items: {
+                          type: 'object',
+                          properties: { matched: { type: 'boolean' }, rule: { type: ['string', 'null'] } },
+                        },
+                      },
+                    },
+                  },
+                },
+              },
+            },
+            '400': problem,
+            '404': problem,
+            '503': problem,
+          },
+        },
+      },
+      '/v1/config': {
+        get: { summary: 'The config in use', responses: { '200': { description: 'Domains and rules.' } } },
+      },
+      '/v1/stats': {
+        get: {
+          summary: 'Live decision rates',
+          parameters: [
+            {
+              name: 'window',
+              in: 'query',
+              schema: { type: 'integer', minimum: 1, maximum: 60, default: 1 },
+              description: 'Seconds to average over.',
+            },
+          ],
+          responses: { '200': { description: 'Allowed, denied and shadow-denied decisions per second by policy.' } },
+        },
+      },
+      '/healthz': { get: { summary: 'Liveness', responses: { '200': { description: 'The process answers.' } } } },
+      '/readyz': {
+        get: {
+          summary: 'Readiness',
+          responses: {
+            '200': { description: 'Ready: the store answers and the service is not shutting down.' },
+            '503': { description: 'Not ready.' },
+          },
+        },
+      },
+      '/metrics': {
+        get: { summary: 'Prometheus metrics', responses: { '200': { description: 'Text exposition format.' } } },
+      },
+    },
+    components: {
+      schemas: {
+        Entry: {
+          type: 'object',
+          required: ['key', 'value'],
+          additionalProperties: false,
+          properties: {
+            key: { type: 'string', minLength: 1, maxLength: MAX_ENTRY_LENGTH },
+            value: { type: 'string', minLength: 1, maxLength: MAX_ENTRY_LENGTH },
+          },
+        },
+        Descriptor: {
+          type: 'object',
+          required: ['entries'],
+          additionalProperties: false,
+          properties: {
+            entries: {
+              type: 'array',
+              minItems: 1,
+              maxItems: MAX_ENTRIES,
+              items: { $ref: '#/components/schemas/Entry' },
+            },
+            cost: { type: 'number', minimum: 0, description: 'This descriptor’s cost, instead of the request’s.' },
+            limit: {
+              type: 'object',
+              description: 'A limit to apply instead of the configured one (a fixed window of one unit).',
+              required: ['requestsPerUnit', 'unit'],
+              properties: {
+                requestsPerUnit: { type: 'integer', minimum: 1 },
+                unit: { type: 'string', enum: OVERRIDE_UNITS },
+              },
+            },
+          },
+        },
+        DecisionRequest: {
+          type: 'object',
+          required: ['domain', 'descriptors'],
+          additionalProperties: false,
+          properties: {
+            domain: { type: 'string', minLength: 1 },
+            descriptors: {
+              type: 'array',
+              minItems: 1,
+              maxItems: MAX_DESCRIPTORS,
+              items: { $ref: '#/components/schemas/Descriptor' },
+            },
+            cost: { type: 'number', minimum: 0, default: 1 },
+          },
+          example: {
+            domain: 'api',
+            descriptors: [{ entries: [{ key: 'remote_address', value: '203.0.113.7' }] }],
+          },
+        },
+        PolicyDecision: {
+          type: 'object',
+          properties: {
+            policy: { type: 'string' },
+            allowed: { type: 'boolean' },
+            limit: { type: 'number' },
+            remaining: { type: 'number' },
+            retryAfterMs: { type: ['number', 'null'], description: '`null` when waiting never helps.' },
+            resetAfterMs: { type: 'number' },
+            delayMs: { type: 'number' },
+            reason: { type: 'string', enum: ['limit', 'blocked', 'exceeds-capacity', 'degraded'] },
+          },
+        },
+        DescriptorOutcome: {
+          type: 'object',
+          properties: {
+            code: { type: 'string', enum: ['OK', 'OVER_LIMIT'] },
+            matched: {
+              type: 'boolean',
+              description: 'A rule with policies, an unlimited rule, or a request limit applied.',
+            },
+            rule: { type: ['string', 'null'] },
+            shadow: { type: 'boolean', description: 'Shadow mode: a denial is counted but answered OK.' },
+            unlimited: { type: 'boolean' },
+            allowed: { type: 'boolean' },
+            limit: { type: 'number' },
+            remaining: { type: 'number' },
+            retryAfterMs: { type: ['number', 'null'] },
+            resetAfterMs: { type: 'number' },
+            delayMs: { type: 'number' },
+            policy: { type: 'string', description: 'The binding policy.' },
+            reason: { type: 'string', enum: ['limit', 'blocked', 'exceeds-capacity', 'degraded'] },
+            policies: { type: 'array', items: { $ref: '#/components/schemas/PolicyDecision' } },
+          },
+        },
+        DecisionResponse: {
+          type: 'object',
+          properties: {
+            code: { type: 'string', enum: ['OK', 'OVER_LIMIT'] },
+            allowed: { type: 'boolean' },
+            descriptors: { type: 'array', items: { $ref: '#/components/schemas/DescriptorOutcome' } },
+            headers: {
+              type: 'object',
+              additionalProperties: { type: 'string' },
+              description: 'IETF RateLimit-Policy and RateLimit headers (and Retry-After) to forward to the client.',
+            },
+          },
+        },
+        Problem: {
+          type: 'object',
+          description: 'RFC 9457 problem details.',
+          properties: {
+            type: { type: 'string' },
+            title: { type: 'string' },
+            status: { type: 'integer' },
+            detail: { type: 'string' },
+            field: { type: 'string', description: 'The request field at fault.' },
+          },
+        },
+      },
+      responses: {
+        Problem: {
+          description: 'An error, as RFC 9457 problem details.',
+          content: { 'application/problem+json': { schema: { $ref: '#/components/schemas/Problem' } } },
+        },
+      },
+    },
+  };
+}

@@ -1,0 +1,398 @@
+import { createHash } from 'node:crypto';
+import { type FSWatcher, readFileSync, watch } from 'node:fs';
+import type { Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { basename, dirname, resolve } from 'node:path';
+import { type Server as GrpcServer, ServerCredentials } from '@grpc/grpc-js';
+import { gcra, type Store } from 'floodgate';
+import { type Logger, pino } from 'pino';
+import { ConfigError, parseConfig, type ServiceConfig } from './config.js';
+import type { ServiceContext } from './context.js';
+import { Engine } from './engine.js';
+import { createGrpcApi } from './grpc-api.js';
+import { createHttpApi } from './http-api.js';
+import { Metrics } from './metrics.js';
+import { DecisionStats } from './stats.js';
+import { type OpenedStore, openStore } from './store-url.js';
+
+/** Options of {@link startService}. */
+export interface ServiceOptions {
+  /** Path of the YAML config; watched and reloaded on change (see `watch`). Either this or `config`. */
+  configFile?: string;
+  /** The config as YAML text or as a parsed object, instead of a file. */
+  config?: string | ServiceConfig;
+  /** Store URL (`memory`, `redis://…`, …) or a store object. @default 'memory' */
+  store?: string | Store;
+  /** Address both servers listen on. @default '127.0.0.1' */
+  host?: string;
+  /** HTTP port; 0 picks a free one; `false` turns the HTTP API off. @default 8080 */
+  httpPort?: number | false;
+  /** gRPC port; 0 picks a free one; `false` turns the gRPC API off. @default 8081 */
+  grpcPort?: number | false;
+  /** Reload the config file when it changes. @default true with `configFile` */
+  watch?: boolean;
+  /** How long shutdown waits for in-flight calls before closing connections. @default 10_000 */
+  drainTimeoutMs?: number;
+  /** A logger, or the level of the default JSON logger on stdout. @default 'info' */
+  logger?: Logger | string;
+  /** Serve the files of this directory at `/` (a web page). */
+  staticDir?: string;
+}
+
+/** The outcome of a reload. */
+export interface ReloadResult {
+  readonly ok: boolean;
+  /** False when the file had not changed. */
+  readonly changed: boolean;
+  readonly error?: ConfigError;
+}
+
+/** How long a readiness probe result is reused. */
+const PROBE_CACHE_MS = 1000;
+const PROBE_TIMEOUT_MS = 2000;
+
+/**
+ * Starts the service: loads the config, opens the store, and listens for HTTP and gRPC.
+ *
+ * @example
+ * ```ts
+ * const service = await startService({ configFile: 'floodgate.yaml', store: 'memory', httpPort: 8080 });
+ * process.on('SIGTERM', () => void service.close());
+ * ```
+ */
+export async function startService(options: ServiceOptions): Promise<Service> {
+  const service = new Service(options);
+  try {
+    await service.start();
+  } catch (error) {
+    await service.close().catch(() => {});
+    throw error;
+  }
+  return service;
+}
+
+/** A running service. Create it with {@link startService}. */
+export class Service implements ServiceContext {
+  readonly logger: Logger;
+  readonly stats = new DecisionStats();
+  metrics!: Metrics;
+  engine!: Engine;
+  draining = false;
+  /** Ports actually bound (0 until started, or when that API is off). */
+  httpPort = 0;
+  grpcPort = 0;
+  private opened: OpenedStore | undefined;
+  private store!: Store;
+  private http: HttpServer | undefined;
+  private grpc: GrpcServer | undefined;
+  private watcher: FSWatcher | undefined;
+  private debounce: NodeJS.Timeout | undefined;
+  private sampler: NodeJS.Timeout | undefined;
+  private configSha = '';
+  private configFile: string | undefined;
+  private loadedAt = new Date();
+  private probe: { atMs: number; result: Promise<boolean> } | undefined;
+  private lastStoreErrorLogMs = 0;
+  private suppressedStoreErrors = 0;
+  private closing: Promise<void> | undefined;
+
+  constructor(private readonly options: ServiceOptions) {
+    const logger = options.logger;
+    this.logger = typeof logger === 'object' ? logger : pino({ name: 'floodgate', level: logger ?? 'info' });
+  }
+
+  get storeName(): string {
+    return this.store?.name ?? 'none';
+  }
+
+  /** Loads the config, opens the store and binds the ports. */
+  async start(): Promise<void> {
+    const options = this.options;
+    if ((options.configFile === undefined) === (options.config === undefined)) {
+      throw new TypeError('give the service either `configFile` or `config`');
+    }
+    let config: ServiceConfig;
+    if (options.configFile !== undefined) {
+      this.configFile = resolve(options.configFile);
+      const text = readConfigText(this.configFile);
+      config = parseConfig(text, options.configFile);
+      this.configSha = sha256(text);
+    } else if (typeof options.config === 'string') {
+      config = parseConfig(options.config);
+      this.configSha = sha256(options.config);
+    } else {
+      config = options.config as ServiceConfig;
+      this.configSha = sha256(JSON.stringify(config));
+    }
+    if (typeof options.store === 'object') {
+      this.store = options.store;
+    } else {
+      this.opened = await openStore(options.store);
+      this.store = this.opened.store;
+    }
+    this.metrics = new Metrics(this.stats, this.store);
+    this.engine = this.newEngine(config);
+    this.metrics.configLoaded(true, this.configSha, false);
+    const host = options.host ?? '127.0.0.1';
+    const context = () => this as ServiceContext;
+    if (options.httpPort !== false) {
+      this.http = createHttpApi(context, { staticDir: options.staticDir });
+      this.httpPort = await listenHttp(this.http, host, options.httpPort ?? 8080);
+    }
+    if (options.grpcPort !== false) {
+      this.grpc = createGrpcApi(context);
+      this.grpcPort = await bindGrpc(this.grpc, host, options.grpcPort ?? 8081);
+    }
+    this.sampler = setInterval(() => this.stats.sample(Date.now()), 1000);
+    this.sampler.unref();
+    this.stats.sample(Date.now());
+    if (this.configFile !== undefined && options.watch !== false) this.watchConfig(this.configFile);
+    this.logger.info(
+      {
+        http: this.http === undefined ? null : `${host}:${this.httpPort}`,
+        grpc: this.grpc === undefined ? null : `${host}:${this.grpcPort}`,
+        store: this.opened?.description ?? this.store.name,
+        config: options.configFile ?? '(inline)',
+        domains: config.domains.map((d) => d.domain),
+      },
+      'floodgate is serving',
+    );
+    // Not awaited: a store that is down at start makes the service unready, not absent.
+    this.probeStore().then(
+      (up) => {
+        if (!up) this.logger.warn({ store: this.storeName }, 'the store does not answer yet: not ready until it does');
+      },
+      () => {},
+    );
+  }
+
+  /**
+   * Reloads the config file. A config that fails validation is rejected: the one in use keeps serving,
+   * and the error is logged and returned. Counters live in the store, so they survive a reload.
+   */
+  reload(): ReloadResult {
+    if (this.configFile === undefined) return { ok: false, changed: false };
+    let text: string;
+    let config: ServiceConfig;
+    try {
+      text = readConfigText(this.configFile);
+      const sha = sha256(text);
+      if (sha === this.configSha) {
+        this.logger.info({ file: this.options.configFile }, 'config unchanged');
+        return { ok: true, changed: false };
+      }
+      config = parseConfig(text, this.options.configFile);
+      this.engine = this.newEngine(config);
+      this.configSha = sha;
+    } catch (error) {
+      const configError =
+        error instanceof ConfigError
+          ? error
+          : new ConfigError([{ path: '', line: 0, column: 0, message: String(error) }], this.options.configFile);
+      this.metrics.configLoaded(false, undefined, true);
+      this.logger.error(
+        { file: this.options.configFile, issues: configError.issues },
+        'config rejected; the previous config keeps serving',
+      );
+      return { ok: false, changed: true, error: configError };
+    }
+    this.loadedAt = new Date();
+    this.metrics.configLoaded(true, this.configSha, true);
+    this.logger.info(
+      { file: this.options.configFile, sha256: this.configSha, domains: config.domains.map((d) => d.domain) },
+      'config reloaded',
+    );
+    return { ok: true, changed: true };
+  }
+
+  /** Replaces the config in use with an already parsed one (programmatic reload). */
+  applyConfig(config: ServiceConfig): void {
+    this.engine = this.newEngine(config);
+    this.configSha = sha256(JSON.stringify(config));
+    this.loadedAt = new Date();
+    this.metrics.configLoaded(true, this.configSha, true);
+  }
+
+  private newEngine(config: ServiceConfig): Engine {
+    return new Engine(config, this.store, this.stats);
+  }
+
+  private watchConfig(file: string): void {
+    // Editors and Kubernetes replace files rather than write them in place: watch the folder.
+    const name = basename(file);
+    try {
+      this.watcher = watch(dirname(file), (_event, changed) => {
+        if (changed !== null && changed !== name && !changed.startsWith('..')) return;
+        clearTimeout(this.debounce);
+        this.debounce = setTimeout(() => this.reload(), 100);
+        this.debounce.unref();
+      });
+      this.watcher.unref();
+      this.watcher.on('error', (error) => this.logger.warn({ err: error }, 'watching the config stopped'));
+    } catch (error) {
+      this.logger.warn({ err: error, file }, 'cannot watch the config file; reload with SIGHUP');
+    }
+  }
+
+  /** Probes the store with a check on a reserved key (no state changes); cached for a second. */
+  probeStore(): Promise<boolean> {
+    const now = Date.now();
+    if (this.probe !== undefined && now - this.probe.atMs < PROBE_CACHE_MS) return this.probe.result;
+    const result = this.runProbe();
+    this.probe = { atMs: now, result };
+    return result;
+  }
+
+  private async runProbe(): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((resolve) => {
+      timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS);
+    });
+    const check = this.engine.limiter.check('floodgate-service-probe', { policies: PROBE_POLICY }).then(
+      () => true,
+      (error: unknown) => {
+        this.logger.warn({ err: error }, 'store probe failed');
+        return false;
+      },
+    );
+    const up = await Promise.race([check, timeout]);
+    clearTimeout(timer);
+    this.metrics.setStoreUp(this.storeName, up);
+    return up;
+  }
+
+  storeFailed(error: unknown): void {
+    this.metrics.storeErrors.inc({ store: this.storeName });
+    this.probe = undefined;
+    // One line per second at most: a dead store under load must not flood the logs.
+    const now = Date.now();
+    if (now - this.lastStoreErrorLogMs >= 1000) {
+      this.logger.error({ err: error, suppressed: this.suppressedStoreErrors }, 'store failure');
+      this.lastStoreErrorLogMs = now;
+      this.suppressedStoreErrors = 0;
+    } else {
+      this.suppressedStoreErrors++;
+    }
+  }
+
+  configSummary(): unknown {
+    const config = this.engine.config;
+    return {
+      file: this.options.configFile ?? null,
+      sha256: this.configSha,
+      loadedAt: this.loadedAt.toISOString(),
+      prefix: config.prefix,
+      store: this.storeName,
+      domains: [...this.engine.domains.values()].map((d) => ({
+        domain: d.domain,
+        shadow: d.shadow,
+        rules: d.rules.map((r) => ({
+          rule: r.label,
+          line: r.line,
+          shadow: r.shadow,
+          unlimited: r.unlimited,
+          shared: r.sharedValue !== undefined,
+          policies: r.policies,
+        })),
+      })),
+    };
+  }
+
+  /**
+   * Stops gracefully: refuses new calls, lets in-flight ones finish (up to `drainTimeoutMs`), then
+   * closes the connections and the store.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.shutdown();
+    return this.closing;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.draining = true;
+    clearInterval(this.sampler);
+    clearTimeout(this.debounce);
+    this.watcher?.close();
+    const drainMs = this.options.drainTimeoutMs ?? 10_000;
+    const started = Date.now();
+    const waits: Promise<void>[] = [];
+    const http = this.http;
+    if (http?.listening) {
+      waits.push(
+        new Promise<void>((resolve) => {
+          // Connections of calls in flight turn idle when their answers are sent: close those too.
+          const idle = setInterval(() => http.closeIdleConnections(), 50);
+          http.close(() => {
+            clearInterval(idle);
+            resolve();
+          });
+          http.closeIdleConnections();
+        }),
+      );
+    }
+    const grpc = this.grpc;
+    if (grpc !== undefined && this.grpcPort !== 0) {
+      waits.push(new Promise<void>((resolve) => grpc.tryShutdown(() => resolve())));
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const drained = await Promise.race([
+      Promise.all(waits).then(() => true),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), drainMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!drained) {
+      this.logger.warn({ drainTimeoutMs: drainMs }, 'in-flight calls did not finish in time; closing connections');
+      http?.closeAllConnections();
+      grpc?.forceShutdown();
+    }
+    if (this.logger.isLevelEnabled('info') && this.metrics !== undefined) {
+      this.logger.info({ drainedInMs: Date.now() - started, drained }, 'floodgate stopped');
+    }
+    await this.opened?.close();
+  }
+}
+
+const PROBE_POLICY = gcra({ limit: 1, periodMs: 1000, name: 'probe' });
+
+function readConfigText(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new ConfigError([{ path: '', line: 0, column: 0, message: `cannot read the file: ${reason}` }], file);
+  }
+}
+
+function sha256(text: string): string {
+  return createHash('sha256').update(text).digest('hex');
+}
+
+function listenHttp(server: HttpServer, host: string, port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const onError = (error: Error) => reject(new ListenError('HTTP', host, port, error));
+    server.once('error', onError);
+    server.listen(port, host, () => {
+      server.off('error', onError);
+      resolve((server.address() as AddressInfo).port);
+    });
+  });
+}
+
+function bindGrpc(server: GrpcServer, host: string, port: number): Promise<number> {
+  const address = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+  return new Promise((resolve, reject) => {
+    server.bindAsync(address, ServerCredentials.createInsecure(), (error, bound) => {
+      if (error !== null) reject(new ListenError('gRPC', host, port, error));
+      else resolve(bound);
+    });
+  });
+}
+
+/** A port the service could not listen on; the CLI exits with code 5. */
+export class ListenError extends Error {
+  override readonly name = 'ListenError';
+  constructor(api: string, host: string, port: number, cause: Error) {
+    super(`cannot listen for ${api} on ${host}:${port}: ${cause.message}`, { cause });
+  }
+}

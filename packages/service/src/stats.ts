@@ -1,0 +1,101 @@
+/** Running counts of one policy of one rule; plain fields, so the hot path only increments numbers. */
+export class Tally {
+  allowed = 0;
+  denied = 0;
+  /** Denied by a rule in shadow mode: answered OK, counted here. */
+  shadowDenied = 0;
+}
+
+/** The labels of a {@link Tally}: all come from the config, never from request data. */
+export interface TallyLabels {
+  readonly domain: string;
+  readonly rule: string;
+  readonly policy: string;
+}
+
+/** Policy label of decisions made with a limit sent in the request (Envoy's descriptor `limit`). */
+export const OVERRIDE_POLICY_LABEL = 'request-override';
+
+/** One second's rates, as served by the live stats endpoint. */
+export interface PolicyRate extends TallyLabels {
+  allowedPerSecond: number;
+  deniedPerSecond: number;
+  shadowDeniedPerSecond: number;
+  allowedTotal: number;
+  deniedTotal: number;
+  shadowDeniedTotal: number;
+}
+
+/**
+ * Decision counts by (domain, rule, policy), kept across config reloads so counters stay monotonic, plus
+ * a short history of totals for per-second rates. The label set is bounded by the config.
+ */
+export class DecisionStats {
+  private readonly tallies = new Map<string, { labels: TallyLabels; tally: Tally }>();
+  /** Descriptors of a known domain that matched no rule with policies. */
+  readonly unmatched = new Map<string, Tally>();
+  /** Requests naming a domain the config does not define. */
+  unknownDomain = 0;
+  private history: { atMs: number; totals: Map<string, [number, number, number]> }[] = [];
+
+  /** The tally of a (domain, rule, policy), created on first use. */
+  tally(domain: string, rule: string, policy: string): Tally {
+    const id = `${domain}\0${rule}\0${policy}`;
+    let entry = this.tallies.get(id);
+    if (entry === undefined) {
+      entry = { labels: { domain, rule, policy }, tally: new Tally() };
+      this.tallies.set(id, entry);
+    }
+    return entry.tally;
+  }
+
+  /** The unmatched-descriptor tally of a known domain. */
+  unmatchedTally(domain: string): Tally {
+    let tally = this.unmatched.get(domain);
+    if (tally === undefined) {
+      tally = new Tally();
+      this.unmatched.set(domain, tally);
+    }
+    return tally;
+  }
+
+  /** Every tally with its labels. */
+  entries(): IterableIterator<{ labels: TallyLabels; tally: Tally }> {
+    return this.tallies.values();
+  }
+
+  /** Records the current totals; called about once a second. Keeps the last minute. */
+  sample(nowMs: number): void {
+    const totals = new Map<string, [number, number, number]>();
+    for (const [id, { tally }] of this.tallies) totals.set(id, [tally.allowed, tally.denied, tally.shadowDenied]);
+    this.history.push({ atMs: nowMs, totals });
+    if (this.history.length > 61) this.history = this.history.slice(-61);
+  }
+
+  /** Rates over the last `windowSeconds` of samples (by default the last second), per policy. */
+  rates(windowSeconds = 1): { windowSeconds: number; policies: PolicyRate[] } {
+    const last = this.history[this.history.length - 1];
+    const first = this.history[Math.max(0, this.history.length - 1 - windowSeconds)];
+    const spanS = last !== undefined && first !== undefined ? (last.atMs - first.atMs) / 1000 : 0;
+    const policies: PolicyRate[] = [];
+    for (const [id, { labels, tally }] of this.tallies) {
+      const now = last?.totals.get(id) ?? [tally.allowed, tally.denied, tally.shadowDenied];
+      const before = first?.totals.get(id) ?? [0, 0, 0];
+      const rate = (i: 0 | 1 | 2) => (spanS > 0 ? round((now[i] - before[i]) / spanS) : 0);
+      policies.push({
+        ...labels,
+        allowedPerSecond: rate(0),
+        deniedPerSecond: rate(1),
+        shadowDeniedPerSecond: rate(2),
+        allowedTotal: tally.allowed,
+        deniedTotal: tally.denied,
+        shadowDeniedTotal: tally.shadowDenied,
+      });
+    }
+    return { windowSeconds: spanS, policies };
+  }
+}
+
+function round(n: number): number {
+  return Math.round(n * 100) / 100;
+}

@@ -1,0 +1,80 @@
+import { memoryStore, type Store } from 'floodgate';
+
+/** A store opened from a URL, with what the service needs to release it. */
+export interface OpenedStore {
+  readonly store: Store;
+  /** The URL without its password, for logs. */
+  readonly description: string;
+  /** Closes the store and the client the service created for it. */
+  close(): Promise<void>;
+}
+
+/** A store URL the service cannot use (unknown scheme, bad form); the CLI exits with code 4. */
+export class StoreUrlError extends Error {
+  override readonly name = 'StoreUrlError';
+}
+
+/** Store URL schemes, in the form the CLI documents. */
+export const STORE_URL_FORMS: readonly string[] = [
+  'memory (the default; memory:?maxKeys=1000000)',
+  'redis://[user:password@]host:port[/db]  (rediss:// for TLS)',
+  'redis+cluster://host:port,host:port[,…]',
+  'postgres://user@host:port/db  (postgresql:// too)',
+  'sqlite:<path>  (sqlite::memory: for a private in-memory database)',
+];
+
+/**
+ * Opens the store a URL names. Only the store's own client library is loaded, on demand.
+ *
+ * @example
+ * ```ts
+ * const { store, close } = await openStore('redis://127.0.0.1:6379');
+ * ```
+ */
+export async function openStore(url: string | undefined): Promise<OpenedStore> {
+  const text = (url ?? 'memory').trim();
+  if (text === 'memory' || text.startsWith('memory:')) return openMemory(text);
+  const scheme = text.slice(0, Math.max(0, text.indexOf(':'))).toLowerCase();
+  switch (scheme) {
+    case 'redis':
+    case 'rediss':
+    case 'redis+cluster':
+    case 'postgres':
+    case 'postgresql':
+    case 'sqlite':
+      throw new StoreUrlError(
+        `the ${scheme.replace(/^rediss$|\+cluster$/, (m) => (m === 'rediss' ? 'redis' : ''))} store is not available in this build of the service yet; use the memory store`,
+      );
+    default:
+      throw new StoreUrlError(
+        `unknown store URL ${JSON.stringify(redact(text))}; expected one of:\n  ${STORE_URL_FORMS.join('\n  ')}`,
+      );
+  }
+}
+
+function openMemory(text: string): OpenedStore {
+  let maxKeys: number | undefined;
+  const query = text.indexOf('?');
+  if (query !== -1) {
+    const params = new URLSearchParams(text.slice(query + 1));
+    for (const [name, value] of params) {
+      if (name !== 'maxKeys')
+        throw new StoreUrlError(`memory store: unknown parameter ${JSON.stringify(name)} (known: maxKeys)`);
+      const n = Number(value);
+      if (!Number.isInteger(n) || n < 1)
+        throw new StoreUrlError(`memory store: maxKeys must be a positive integer, got ${JSON.stringify(value)}`);
+      maxKeys = n;
+    }
+  }
+  const store = memoryStore(maxKeys === undefined ? {} : { maxKeys });
+  return {
+    store,
+    description: maxKeys === undefined ? 'memory' : `memory (maxKeys ${maxKeys})`,
+    close: async () => {},
+  };
+}
+
+/** The URL with any password replaced by `***`. */
+export function redact(url: string): string {
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+}

@@ -1,0 +1,223 @@
+import { type ServiceError, status } from '@grpc/grpc-js';
+import type { Store } from 'floodgate';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Service } from '../src/service.js';
+import { grpcClient, type RateLimitClient, startTestService } from './helpers.js';
+
+let service: Service;
+let client: RateLimitClient;
+beforeAll(async () => {
+  service = await startTestService();
+  client = grpcClient(service.grpcPort);
+});
+afterAll(async () => {
+  client?.close();
+  await service?.close();
+});
+
+function entries(...pairs: [string, string][]) {
+  return { entries: pairs.map(([key, value]) => ({ key, value })) };
+}
+
+async function grpcError(promise: Promise<unknown>): Promise<ServiceError> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as ServiceError;
+  }
+  throw new Error('expected the call to fail');
+}
+
+describe('gRPC: envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit', () => {
+  it('answers OK until the limit, then OVER_LIMIT, with per-descriptor statuses and IETF headers', async () => {
+    const request = { domain: 'api', descriptors: [entries(['remote_address', '192.0.2.1'])] };
+    const codes: unknown[] = [];
+    for (let i = 0; i < 3; i++) codes.push((await client.shouldRateLimit(request)).overall_code);
+    expect(codes).toEqual(['OK', 'OK', 'OK']);
+    const denied = await client.shouldRateLimit(request);
+    expect(denied.overall_code).toBe('OVER_LIMIT');
+    const [s] = denied.statuses as Record<string, unknown>[];
+    expect(s).toMatchObject({
+      code: 'OVER_LIMIT',
+      current_limit: { name: 'per-ip', requests_per_unit: 3, unit: 'HOUR' },
+      limit_remaining: 0,
+    });
+    expect((s?.duration_until_reset as { seconds: number } | undefined)?.seconds).toBeGreaterThan(0);
+    const headers = Object.fromEntries(
+      (denied.response_headers_to_add as { key: string; value: string }[]).map((h) => [h.key, h.value]),
+    );
+    expect(headers['RateLimit-Policy']).toBe('"per-ip";q=3;w=3600');
+    expect(headers.RateLimit).toMatch(/^"per-ip";r=0;t=\d+$/);
+    expect(Number(headers['Retry-After'])).toBeGreaterThan(0);
+  });
+
+  it('decides every descriptor, in order, one status each', async () => {
+    const response = await client.shouldRateLimit({
+      domain: 'api',
+      descriptors: [
+        entries(['remote_address', '192.0.2.2']),
+        entries(['api_key', 'trusted']),
+        entries(['unknown', 'x']),
+        entries(['path', '/login'], ['remote_address', '192.0.2.2']),
+      ],
+    });
+    expect(response.overall_code).toBe('OK');
+    expect(
+      (response.statuses as { code: string; limit_remaining: number }[]).map((s) => [s.code, s.limit_remaining]),
+    ).toEqual([
+      ['OK', 2],
+      ['OK', 0],
+      ['OK', 0],
+      ['OK', 1],
+    ]);
+    expect((response.statuses as { current_limit: unknown }[]).map((s) => s.current_limit === null)).toEqual([
+      false,
+      true,
+      true,
+      false,
+    ]);
+  });
+
+  it('counts hits_addend, and a descriptor hits_addend wins over the request one', async () => {
+    const key = entries(['api_key', 'k-hits']);
+    const first = await client.shouldRateLimit({ domain: 'api', hits_addend: 2, descriptors: [key] });
+    expect((first.statuses as { limit_remaining: number }[])[0]?.limit_remaining).toBe(0);
+    const checked = await client.shouldRateLimit({
+      domain: 'api',
+      hits_addend: 5,
+      descriptors: [{ ...key, hits_addend: { value: 0 } }],
+    });
+    expect(checked.overall_code).toBe('OK');
+    const over = await client.shouldRateLimit({ domain: 'api', descriptors: [key] });
+    expect(over.overall_code).toBe('OVER_LIMIT');
+  });
+
+  it('answers a cost above capacity OVER_LIMIT without Retry-After (waiting never helps)', async () => {
+    const response = await client.shouldRateLimit({
+      domain: 'api',
+      hits_addend: 10,
+      descriptors: [entries(['api_key', 'k-huge'])],
+    });
+    expect(response.overall_code).toBe('OVER_LIMIT');
+    const keys = (response.response_headers_to_add as { key: string }[]).map((h) => h.key);
+    expect(keys).toEqual(['RateLimit-Policy', 'RateLimit']);
+  });
+
+  it('applies a limit override sent by Envoy', async () => {
+    const request = {
+      domain: 'api',
+      descriptors: [{ ...entries(['tenant', 'g-1']), limit: { requests_per_unit: 2, unit: 'MINUTE' } }],
+    };
+    await client.shouldRateLimit(request);
+    await client.shouldRateLimit(request);
+    const over = await client.shouldRateLimit(request);
+    expect(over.overall_code).toBe('OVER_LIMIT');
+    expect((over.statuses as { current_limit: unknown }[])[0]?.current_limit).toEqual({
+      name: 'override-2-per-minute',
+      requests_per_unit: 2,
+      unit: 'MINUTE',
+    });
+  });
+
+  it('answers OK for a domain it does not know, as Envoy expects', async () => {
+    const response = await client.shouldRateLimit({ domain: 'elsewhere', descriptors: [entries(['a', 'b'])] });
+    expect(response.overall_code).toBe('OK');
+  });
+
+  it('answers shadow-mode denials OK', async () => {
+    const request = { domain: 'api', descriptors: [entries(['plan', 'shadowed'])] };
+    await client.shouldRateLimit(request);
+    const second = await client.shouldRateLimit(request);
+    expect(second.overall_code).toBe('OK');
+    expect(second.response_headers_to_add).toEqual([]);
+  });
+
+  const invalid: [string, unknown, RegExp][] = [
+    ['no domain', { descriptors: [entries(['a', 'b'])] }, /domain is required/],
+    ['no descriptors', { domain: 'api' }, /descriptors is required/],
+    [
+      'a descriptor without entries',
+      { domain: 'api', descriptors: [{ entries: [] }] },
+      /entries must be a non-empty list/,
+    ],
+    [
+      'an empty value',
+      { domain: 'api', descriptors: [entries(['a', ''])] },
+      /value must be 1 to 1024 characters, got 0/,
+    ],
+    [
+      'a huge key',
+      { domain: 'api', descriptors: [entries(['k'.repeat(2000), 'v'])] },
+      /key must be 1 to 1024 characters, got 2000/,
+    ],
+    [
+      'too many descriptors',
+      { domain: 'api', descriptors: Array.from({ length: 100 }, () => entries(['a', 'b'])) },
+      /at most 64/,
+    ],
+  ];
+  for (const [name, request, message] of invalid) {
+    it(`answers INVALID_ARGUMENT for ${name}`, async () => {
+      const error = await grpcError(client.shouldRateLimit(request));
+      expect(error.code).toBe(status.INVALID_ARGUMENT);
+      expect(error.details).toMatch(message);
+    });
+  }
+
+  it('answers RESOURCE_EXHAUSTED for a message over 1 MiB, and keeps serving', async () => {
+    const error = await grpcError(
+      client.shouldRateLimit({ domain: 'api', descriptors: [entries(['a', 'x'.repeat(1_100_000)])] }),
+    );
+    expect(error.code).toBe(status.RESOURCE_EXHAUSTED);
+    const ok = await client.shouldRateLimit({
+      domain: 'api',
+      descriptors: [entries(['remote_address', '192.0.2.50'])],
+    });
+    expect(ok.overall_code).toBe('OK');
+  });
+
+  it('serves the gRPC health check', async () => {
+    expect(await client.check()).toEqual({ status: 'SERVING' });
+    expect(await client.check('envoy.service.ratelimit.v3.RateLimitService')).toEqual({ status: 'SERVING' });
+    expect((await grpcError(client.check('other.Service'))).code).toBe(status.NOT_FOUND);
+  });
+});
+
+describe('gRPC: a store that fails', () => {
+  // A store whose every call fails as an unreachable server does: the service must answer UNAVAILABLE
+  // (never UNKNOWN), count it, and report itself not ready.
+  const unreachable: Store = {
+    name: 'unreachable',
+    hasOwnClock: false,
+    decide: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:1')),
+    reset: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:1')),
+  };
+
+  it('answers UNAVAILABLE, counts the failure and turns not ready', async () => {
+    const broken = await startTestService(undefined, { store: unreachable });
+    const brokenClient = grpcClient(broken.grpcPort);
+    try {
+      const error = await grpcError(
+        brokenClient.shouldRateLimit({ domain: 'api', descriptors: [entries(['remote_address', '192.0.2.9'])] }),
+      );
+      expect(error.code).toBe(status.UNAVAILABLE);
+      expect(error.details).toMatch(/the unreachable store failed: connect ECONNREFUSED/);
+      expect(await brokenClient.check()).toEqual({ status: 'NOT_SERVING' });
+      const metrics = await (await fetch(`http://127.0.0.1:${broken.httpPort}/metrics`)).text();
+      expect(metrics).toMatch(/floodgate_store_errors_total\{store="unreachable"\} 1/);
+      expect(metrics).toMatch(
+        /floodgate_request_errors_total\{api="grpc",method="ShouldRateLimit",code="UNAVAILABLE"\} 1/,
+      );
+      const ready = await fetch(`http://127.0.0.1:${broken.httpPort}/readyz`);
+      expect(ready.status).toBe(503);
+      const http = await fetch(`http://127.0.0.1:${broken.httpPort}/v1/decide`, {
+        method: 'POST',
+        body: JSON.stringify({ domain: 'api', descriptors: [entries(['remote_address', '192.0.2.9'])] }),
+      });
+      expect(http.status).toBe(503);
+    } finally {
+      brokenClient.close();
+      await broken.close();
+    }
+  });
+});
