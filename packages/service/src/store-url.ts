@@ -18,7 +18,7 @@ export class StoreUrlError extends Error {
 export const STORE_URL_FORMS: readonly string[] = [
   'memory (the default; memory:?maxKeys=1000000)',
   'redis://[user:password@]host:port[/db]  (rediss:// for TLS)',
-  'redis+cluster://host:port,host:port[,…]',
+  'redis+cluster://[user:password@]host:port,host:port[,…]  (rediss+cluster:// for TLS)',
   'postgres://user@host:port/db  (postgresql:// too)',
   'sqlite:<path>  (sqlite::memory: for a private in-memory database)',
 ];
@@ -39,11 +39,15 @@ export async function openStore(url: string | undefined): Promise<OpenedStore> {
     case 'redis':
     case 'rediss':
     case 'redis+cluster':
+    case 'rediss+cluster': {
+      const { openRedis } = await import('./stores/redis.js');
+      return openRedis(text, scheme);
+    }
     case 'postgres':
     case 'postgresql':
     case 'sqlite':
       throw new StoreUrlError(
-        `the ${scheme.replace(/^rediss$|\+cluster$/, (m) => (m === 'rediss' ? 'redis' : ''))} store is not available in this build of the service yet; use the memory store`,
+        `the ${scheme.replace('postgresql', 'postgres')} store is not available in this build of the service yet; use memory or redis`,
       );
     default:
       throw new StoreUrlError(
