@@ -42,6 +42,10 @@ Options of serve (environment variable in brackets):
       --no-grpc            do not serve gRPC
       --no-watch           do not reload the config when the file changes (SIGHUP still does)
       --drain-timeout-ms <n>  how long shutdown waits for in-flight calls (default: 10000)
+      --store-timeout-ms <n>  longest wait for the store on one call, 0 for none (default: 1000)
+      --failure <mode>     when the store fails or times out: throw (answer UNAVAILABLE / 503, so
+                           Envoy applies its failure mode), open (admit) or closed (deny)
+                           [FLOODGATE_FAILURE] (default: throw)
       --static-dir <dir>   serve the files of <dir> at / (a web page)
       --log-level <level>  fatal, error, warn, info, debug, trace or silent [FLOODGATE_LOG_LEVEL] (default: info)
 
@@ -149,6 +153,8 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       'drain-timeout-ms': { type: 'string' },
       'static-dir': { type: 'string' },
       'log-level': { type: 'string' },
+      'store-timeout-ms': { type: 'string' },
+      failure: { type: 'string' },
     },
   });
   if (positionals.length > 0) throw new UsageError(`serve takes no arguments, got ${JSON.stringify(positionals[0])}`);
@@ -162,6 +168,17 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
     if (!Number.isInteger(drainTimeoutMs) || drainTimeoutMs < 0) {
       throw new UsageError('--drain-timeout-ms must be a whole number of milliseconds');
     }
+  }
+  let storeTimeoutMs: number | undefined;
+  if (values['store-timeout-ms'] !== undefined) {
+    storeTimeoutMs = Number(values['store-timeout-ms']);
+    if (!Number.isInteger(storeTimeoutMs) || storeTimeoutMs < 0) {
+      throw new UsageError('--store-timeout-ms must be a whole number of milliseconds (0: no limit)');
+    }
+  }
+  const failure = values.failure ?? env.FLOODGATE_FAILURE ?? 'throw';
+  if (failure !== 'throw' && failure !== 'open' && failure !== 'closed') {
+    throw new UsageError('--failure must be throw, open or closed');
   }
   const configFile = values.config ?? env.FLOODGATE_CONFIG ?? 'floodgate.yaml';
   const httpPort = values['no-http'] ? false : (port(values.port ?? env.FLOODGATE_PORT, '--port') ?? 8080);
@@ -179,6 +196,8 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       watch: !values['no-watch'],
       logger: logLevel,
       ...(drainTimeoutMs === undefined ? {} : { drainTimeoutMs }),
+      ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }),
+      failure,
       ...(values['static-dir'] === undefined ? {} : { staticDir: values['static-dir'] }),
     });
   } catch (error) {

@@ -29,6 +29,14 @@ export const MAX_ENTRY_LENGTH = 1024;
 /** What a call does: `limit` decides and consumes, `check` and `status` change nothing, `reset` forgets. */
 export type Mode = 'limit' | 'check' | 'status' | 'reset';
 
+/** How the engine's limiter treats a failing store. */
+export interface EngineOptions {
+  /** Longest wait for the store on one call, ms; unset for no timer. Ignored by synchronous stores. */
+  readonly storeTimeoutMs?: number | undefined;
+  /** What a call gets when the store fails: an error (`throw`), admitted (`open`) or denied (`closed`). @default 'throw' */
+  readonly failure?: 'throw' | 'open' | 'closed' | undefined;
+}
+
 /** A limit sent with a descriptor instead of the configured one (Envoy's descriptor `limit`). */
 export interface LimitOverride {
   readonly requestsPerUnit: number;
@@ -130,10 +138,16 @@ export class Engine {
     readonly config: ServiceConfig,
     store: Store,
     private readonly stats: DecisionStats,
+    options: EngineOptions = {},
   ) {
-    this.limiter = createLimiter({ store, prefix: config.prefix });
-    this.domains = compileRules(config, stats);
     this.sync = isSyncStore(store);
+    this.limiter = createLimiter({
+      store,
+      prefix: config.prefix,
+      ...(options.storeTimeoutMs === undefined || this.sync ? {} : { timeoutMs: options.storeTimeoutMs }),
+      ...(options.failure === undefined ? {} : { failure: options.failure }),
+    });
+    this.domains = compileRules(config, stats);
   }
 
   /** Decides synchronously; only when {@link sync} is true. Throws {@link RequestError} or store errors. */
@@ -180,7 +194,10 @@ export class Engine {
   private outcome(p: Planned, decision: Decision | undefined, mode: Mode): DescriptorOutcome {
     let code: 'OK' | 'OVER_LIMIT' = 'OK';
     if (decision !== undefined && !decision.allowed) code = p.shadow ? 'OK' : 'OVER_LIMIT';
-    if (mode === 'limit' && decision !== undefined) count(decision, p.tallies as readonly Tally[], p.shadow);
+    if (decision !== undefined) {
+      if (mode === 'limit') count(decision, p.tallies as readonly Tally[], p.shadow);
+      if (decision.reason === 'degraded') this.stats.degraded++;
+    }
     return {
       code,
       matched: true,

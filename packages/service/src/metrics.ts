@@ -63,6 +63,15 @@ export class Metrics {
         if (stats.unknownDomain > 0) this.inc(stats.unknownDomain);
       },
     });
+    new Counter({
+      name: 'floodgate_degraded_decisions_total',
+      help: 'Decisions made without the store, by the failure policy (--failure open or closed).',
+      registers,
+      collect() {
+        this.reset();
+        if (stats.degraded > 0) this.inc(stats.degraded);
+      },
+    });
     const inFlight = this.inFlight;
     new Gauge({
       name: 'floodgate_in_flight_requests',

@@ -37,6 +37,14 @@ export interface ServiceOptions {
   logger?: Logger | string;
   /** Serve the files of this directory at `/` (a web page). */
   staticDir?: string;
+  /** Longest wait for the store on one call, ms; 0 for no limit. Past it, `failure` applies. @default 1000 */
+  storeTimeoutMs?: number;
+  /**
+   * What a call gets when the store fails or times out: an error (`throw`: gRPC UNAVAILABLE or
+   * DEADLINE_EXCEEDED, HTTP 503 or 504, so Envoy applies its own failure mode), admitted (`open`) or
+   * denied (`closed`); the last two are counted as degraded decisions. @default 'throw'
+   */
+  failure?: 'throw' | 'open' | 'closed';
 }
 
 /** The outcome of a reload. */
@@ -214,7 +222,11 @@ export class Service implements ServiceContext {
   }
 
   private newEngine(config: ServiceConfig): Engine {
-    return new Engine(config, this.store, this.stats);
+    const timeout = this.options.storeTimeoutMs ?? 1000;
+    return new Engine(config, this.store, this.stats, {
+      storeTimeoutMs: timeout > 0 ? timeout : undefined,
+      failure: this.options.failure,
+    });
   }
 
   private watchConfig(file: string): void {

@@ -36,6 +36,8 @@ export class DecisionStats {
   readonly unmatched = new Map<string, Tally>();
   /** Requests naming a domain the config does not define. */
   unknownDomain = 0;
+  /** Decisions made without the store (its failure policy answered: `reason: 'degraded'`). */
+  degraded = 0;
   private history: { atMs: number; totals: Map<string, [number, number, number]> }[] = [];
 
   /** The tally of a (domain, rule, policy), created on first use. */

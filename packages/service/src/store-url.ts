@@ -20,7 +20,7 @@ export const STORE_URL_FORMS: readonly string[] = [
   'redis://[user:password@]host:port[/db]  (rediss:// for TLS)',
   'redis+cluster://[user:password@]host:port,host:port[,…]  (rediss+cluster:// for TLS)',
   'postgres://user@host:port/db  (postgresql:// too)',
-  'sqlite:<path>  (sqlite::memory: for a private in-memory database)',
+  'sqlite:<path>[?table=name]  (sqlite::memory: for a private in-memory database)',
 ];
 
 /**
@@ -43,11 +43,14 @@ export async function openStore(url: string | undefined): Promise<OpenedStore> {
       const { openRedis } = await import('./stores/redis.js');
       return openRedis(text, scheme);
     }
+    case 'sqlite': {
+      const { openSqlite } = await import('./stores/sqlite.js');
+      return openSqlite(text);
+    }
     case 'postgres':
     case 'postgresql':
-    case 'sqlite':
       throw new StoreUrlError(
-        `the ${scheme.replace('postgresql', 'postgres')} store is not available in this build of the service yet; use memory or redis`,
+        `the ${scheme.replace('postgresql', 'postgres')} store is not available in this build of the service yet; use memory, redis or sqlite`,
       );
     default:
       throw new StoreUrlError(

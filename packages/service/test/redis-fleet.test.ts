@@ -1,21 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisAvailable, requireServer } from '../../floodgate/test/stores/redis/servers.js';
 import type { Service } from '../src/service.js';
-import { openStore, StoreUrlError } from '../src/store-url.js';
 import { descriptor, grpcClient, post, startTestService } from './helpers.js';
 
 const REDIS_URL = 'redis://127.0.0.1:6379';
-// Pending until the service can open a Redis store (floodgate/redis): say so loudly rather than pass.
-const pending = await openStore(REDIS_URL).then(
-  async (opened) => {
-    await opened.close();
-    return undefined;
-  },
-  (error: unknown) => (error instanceof StoreUrlError ? error.message : undefined),
-);
-if (pending !== undefined) {
-  console.warn(`\n⚠ redis-fleet.test.ts is PENDING (${pending}): two service instances on one Redis are not tested.\n`);
-}
+const runRedis = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
 
 const prefix = `fleet-${randomBytes(6).toString('hex')}`;
 const config = `prefix: ${prefix}
@@ -28,7 +18,7 @@ domains:
           - { algorithm: gcra, name: per-tenant-rate, limit: 100, periodMs: 3600000 }
 `;
 
-describe.skipIf(pending !== undefined)('two service instances on one Redis', () => {
+describe.skipIf(!runRedis)('two service instances on one Redis', () => {
   let a: Service;
   let b: Service;
   beforeAll(async () => {
@@ -55,8 +45,14 @@ describe.skipIf(pending !== undefined)('two service instances on one Redis', () 
       expect(codes.filter((c) => c === 'OK')).toHaveLength(50);
       expect(codes.filter((c) => c === 'OVER_LIMIT')).toHaveLength(130);
       // Both instances see the same state.
-      const status = await post(b, '/v1/status', request);
-      expect((status.body.descriptors as Record<string, unknown>[])[0]).toMatchObject({ remaining: 0, allowed: false });
+      for (const instance of [a, b]) {
+        const check = await post(instance, '/v1/check', request);
+        expect(check.body.code).toBe('OVER_LIMIT');
+        expect((check.body.descriptors as Record<string, unknown>[])[0]).toMatchObject({
+          remaining: 0,
+          policy: 'per-tenant',
+        });
+      }
     } finally {
       clientA.close();
       clientB.close();

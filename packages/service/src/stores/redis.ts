@@ -57,7 +57,11 @@ export async function openRedis(url: string, scheme: string): Promise<OpenedStor
 }
 
 /** `redis+cluster://[user:password@]host:port,host:port` → seed nodes and credentials. */
-function parseClusterUrl(url: string): { nodes: { host: string; port: number }[]; username?: string; password?: string } {
+function parseClusterUrl(url: string): {
+  nodes: { host: string; port: number }[];
+  username?: string;
+  password?: string;
+} {
   const rest = url.slice(url.indexOf('://') + 3).replace(/\/.*$/, '');
   const at = rest.lastIndexOf('@');
   const hosts = at === -1 ? rest : rest.slice(at + 1);
@@ -72,7 +76,9 @@ function parseClusterUrl(url: string): { nodes: { host: string; port: number }[]
   const nodes = hosts.split(',').map((part) => {
     const match = /^(\[[^\]]+\]|[^:]+):(\d{1,5})$/.exec(part.trim());
     if (match === null) {
-      throw new StoreUrlError(`invalid Redis Cluster node ${JSON.stringify(part)} in ${JSON.stringify(redact(url))}: expected host:port`);
+      throw new StoreUrlError(
+        `invalid Redis Cluster node ${JSON.stringify(part)} in ${JSON.stringify(redact(url))}: expected host:port`,
+      );
     }
     return { host: (match[1] as string).replace(/^\[|\]$/g, ''), port: Number(match[2]) };
   });

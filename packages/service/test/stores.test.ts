@@ -1,0 +1,175 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { status } from '@grpc/grpc-js';
+import { afterAll, describe, expect, it } from 'vitest';
+import { redisAvailable, requireServer, startCluster } from '../../floodgate/test/stores/redis/servers.js';
+import type { Service } from '../src/service.js';
+import { descriptor, get, grpcClient, post, startTestService, waitFor } from './helpers.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'floodgate-stores-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const runRedis = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
+
+function configFor(prefix: string): string {
+  return `prefix: ${prefix}
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        policies:
+          - { algorithm: sliding-window, name: per-user, limit: 3, windowMs: 3600000 }
+          - { algorithm: token-bucket, name: per-user-bucket, capacity: 10, refillAmount: 1, refillIntervalMs: 60000 }
+`;
+}
+
+/** Runs the same scenario through a service on `url`: three admitted, one denied, reset, admitted. */
+async function scenario(url: string): Promise<void> {
+  const prefix = `svc-${randomBytes(6).toString('hex')}`;
+  const service = await startTestService(configFor(prefix), { store: url });
+  const client = grpcClient(service.grpcPort);
+  try {
+    await waitFor(async () => (await get(service, '/readyz')).status === 200, 10_000);
+    const request = { domain: 'api', descriptors: [descriptor(['user', 'ada'])] };
+    const codes: unknown[] = [];
+    for (let i = 0; i < 4; i++) codes.push((await client.shouldRateLimit(request)).overall_code);
+    expect(codes).toEqual(['OK', 'OK', 'OK', 'OVER_LIMIT']);
+    expect((await post(service, '/v1/reset', request)).status).toBe(200);
+    expect((await client.shouldRateLimit(request)).overall_code).toBe('OK');
+  } finally {
+    client.close();
+    await service.close();
+  }
+}
+
+describe('stores by URL', () => {
+  it('memory', () => scenario('memory:?maxKeys=1000'));
+
+  it('sqlite', () => scenario(`sqlite:${join(dir, 'floodgate.db')}?table=service_state`));
+
+  it.skipIf(!runRedis)('redis', () => scenario('redis://127.0.0.1:6379'));
+
+  it.skipIf(!runRedis)('redis+cluster (a real 6-node cluster)', { timeout: 120_000 }, async () => {
+    const cluster = await startCluster();
+    try {
+      await scenario(
+        `redis+cluster://${cluster.ports
+          .slice(0, 2)
+          .map((p) => `127.0.0.1:${p}`)
+          .join(',')}`,
+      );
+    } finally {
+      await cluster.stop();
+    }
+  });
+});
+
+/** A free port on loopback. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** A redis-server of this test, on a spare port, that the test stops and starts again. */
+function redisServer(port: number): { stop(): Promise<void>; start(): void } {
+  let child: ChildProcess | undefined;
+  const start = () => {
+    child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+      stdio: 'ignore',
+    });
+  };
+  const stop = () =>
+    new Promise<void>((resolve) => {
+      const current = child;
+      if (current === undefined || current.exitCode !== null || current.signalCode !== null) return resolve();
+      current.once('exit', () => resolve());
+      current.kill('SIGKILL');
+    });
+  start();
+  return { stop, start };
+}
+
+describe.skipIf(!runRedis)('Redis stopped and started under a running service', () => {
+  const servers: { stop(): Promise<void> }[] = [];
+  const services: Service[] = [];
+  afterAll(async () => {
+    await Promise.all(services.map((s) => s.close()));
+    await Promise.all(servers.map((s) => s.stop()));
+  });
+
+  it('answers UNAVAILABLE (never UNKNOWN) while Redis is down, turns unready, and recovers', {
+    timeout: 30_000,
+  }, async () => {
+    const port = await freePort();
+    const redis = redisServer(port);
+    servers.push(redis);
+    const service = await startTestService(configFor(`down-${randomBytes(4).toString('hex')}`), {
+      store: `redis://127.0.0.1:${port}`,
+    });
+    services.push(service);
+    const client = grpcClient(service.grpcPort);
+    const request = { domain: 'api', descriptors: [descriptor(['user', 'grace'])] };
+    try {
+      await waitFor(async () => (await get(service, '/readyz')).status === 200, 10_000);
+      expect((await client.shouldRateLimit(request)).overall_code).toBe('OK');
+
+      await redis.stop();
+      const failure = await client.shouldRateLimit(request).then(
+        () => undefined,
+        (error: { code: number; details: string }) => error,
+      );
+      expect(failure?.code).toBe(status.UNAVAILABLE);
+      expect(failure?.details).toMatch(/redis store/);
+      const http = await post(service, '/v1/decide', request);
+      expect(http.status).toBe(503);
+      await waitFor(async () => (await get(service, '/readyz')).status === 503, 5000);
+
+      redis.start();
+      await waitFor(async () => (await get(service, '/readyz')).status === 200, 15_000);
+      // A fresh server: the key starts over.
+      expect((await client.shouldRateLimit(request)).overall_code).toBe('OK');
+    } finally {
+      client.close();
+    }
+  });
+
+  it('with --failure open, admits while Redis is down and counts the decisions as degraded', {
+    timeout: 30_000,
+  }, async () => {
+    const port = await freePort();
+    const redis = redisServer(port);
+    servers.push(redis);
+    const { startService } = await import('../src/service.js');
+    const service = await startService({
+      config: configFor(`open-${randomBytes(4).toString('hex')}`),
+      store: `redis://127.0.0.1:${port}`,
+      httpPort: 0,
+      grpcPort: 0,
+      logger: 'silent',
+      failure: 'open',
+    });
+    services.push(service);
+    const client = grpcClient(service.grpcPort);
+    try {
+      await waitFor(async () => (await get(service, '/readyz')).status === 200, 10_000);
+      await redis.stop();
+      const request = { domain: 'api', descriptors: [descriptor(['user', 'hopper'])] };
+      for (let i = 0; i < 5; i++) expect((await client.shouldRateLimit(request)).overall_code).toBe('OK');
+      const decided = await post(service, '/v1/decide', request);
+      expect((decided.body.descriptors as Record<string, unknown>[])[0]).toMatchObject({ reason: 'degraded' });
+      expect((await get(service, '/metrics')).text).toMatch(/floodgate_degraded_decisions_total 6/);
+    } finally {
+      client.close();
+    }
+  });
+});
