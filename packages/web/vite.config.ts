@@ -21,7 +21,8 @@ export default defineConfig({
   // `npm run dev -w packages/web`: the live view asks a running service (FLOODGATE_URL, or npm start's).
   server: { proxy: { '/v1': process.env.FLOODGATE_URL ?? 'http://127.0.0.1:8080' } },
   build: {
-    outDir: 'dist',
+    // The page ships inside the service package: `floodgate serve` serves dist/web at `/`.
+    outDir: '../service/dist/web',
     emptyOutDir: true,
     target: 'es2022',
     chunkSizeWarningLimit: 400,

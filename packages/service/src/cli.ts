@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { realpathSync } from 'node:fs';
+import { existsSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfigFile } from './config.js';
@@ -8,6 +8,9 @@ import { ListenError, type Service, startService } from './service.js';
 import { DecisionStats } from './stats.js';
 import { STORE_URL_FORMS, StoreUrlError } from './store-url.js';
 import { VERSION } from './version.js';
+
+/** The web page (simulator and live view), built by the web package next to the compiled CLI. */
+const PAGE_DIR = fileURLToPath(new URL('./web/', import.meta.url));
 
 /** Exit codes of the `floodgate` command. */
 export const EXIT = {
@@ -46,7 +49,8 @@ Options of serve (environment variable in brackets):
       --failure <mode>     when the store fails or times out: throw (answer UNAVAILABLE / 503, so
                            Envoy applies its failure mode), open (admit) or closed (deny)
                            [FLOODGATE_FAILURE] (default: throw)
-      --static-dir <dir>   serve the files of <dir> at / (a web page)
+      --static-dir <dir>   serve the files of <dir> at / instead of the floodgate page (the simulator
+                           and the live view, built into dist/web)
       --log-level <level>  fatal, error, warn, info, debug, trace or silent [FLOODGATE_LOG_LEVEL] (default: info)
 
 Store URLs:
@@ -185,6 +189,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
   const grpcPort = values['no-grpc']
     ? false
     : (port(values['grpc-port'] ?? env.FLOODGATE_GRPC_PORT, '--grpc-port') ?? 8081);
+  const staticDir = values['static-dir'] ?? (existsSync(PAGE_DIR) ? PAGE_DIR : undefined);
   let service: Service;
   try {
     service = await startService({
@@ -198,7 +203,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       ...(drainTimeoutMs === undefined ? {} : { drainTimeoutMs }),
       ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }),
       failure,
-      ...(values['static-dir'] === undefined ? {} : { staticDir: values['static-dir'] }),
+      ...(staticDir === undefined ? {} : { staticDir }),
     });
   } catch (error) {
     if (error instanceof ConfigError) {

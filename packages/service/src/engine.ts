@@ -152,6 +152,7 @@ export class Engine {
 
   /** Decides synchronously; only when {@link sync} is true. Throws {@link RequestError} or store errors. */
   decideSync(request: DecisionRequest, mode: Mode): DescriptorOutcome[] {
+    const started = performance.now();
     const plan = this.plan(request, mode);
     const out = new Array<DescriptorOutcome>(plan.length);
     const limiter = this.limiter;
@@ -169,15 +170,17 @@ export class Engine {
       else limiter.resetSync(p.key, options);
       out[i] = this.outcome(p, decision, mode);
     }
+    this.stats.latency.record(performance.now() - started);
     return out;
   }
 
   /** Decides all descriptors concurrently (one round trip to the store in the common case). */
   async decide(request: DecisionRequest, mode: Mode): Promise<DescriptorOutcome[]> {
     if (this.sync) return this.decideSync(request, mode);
+    const started = performance.now();
     const plan = this.plan(request, mode);
     const limiter = this.limiter;
-    return Promise.all(
+    const outcomes = await Promise.all(
       plan.map(async (p): Promise<DescriptorOutcome> => {
         if (p.policies === undefined) return p.rule === undefined ? UNMATCHED : unlimitedOutcome(p.rule);
         const options = { policies: p.policies, cost: p.cost };
@@ -189,6 +192,8 @@ export class Engine {
         return this.outcome(p, decision, mode);
       }),
     );
+    this.stats.latency.record(performance.now() - started);
+    return outcomes;
   }
 
   private outcome(p: Planned, decision: Decision | undefined, mode: Mode): DescriptorOutcome {

@@ -89,7 +89,7 @@ export function createHttpApi(context: () => ServiceContext, options: HttpApiOpt
         const params = new URLSearchParams(q === -1 ? '' : url.slice(q + 1));
         const window = Number(params.get('window') ?? '1');
         const seconds = Number.isInteger(window) && window >= 1 && window <= 60 ? window : 1;
-        json(res, 200, { store: ctx.storeName, ...ctx.stats.rates(seconds) });
+        void stats(ctx, res, seconds);
         return;
       }
     }
@@ -305,6 +305,19 @@ async function ready(ctx: ServiceContext, res: ServerResponse): Promise<void> {
     up ? 200 : 503,
     up ? { ready: true, store: ctx.storeName } : { ready: false, reason: `the ${ctx.storeName} store is unreachable` },
   );
+}
+
+/** Decision rates by policy, store health, latency and the most denied keys: what the live page polls. */
+async function stats(ctx: ServiceContext, res: ServerResponse, seconds: number): Promise<void> {
+  const up = ctx.draining ? false : await ctx.probeStore();
+  const { deniedKeys, deniedKeysTotal, ...health } = ctx.stats.live(seconds);
+  json(res, 200, {
+    store: ctx.storeName,
+    ...ctx.stats.rates(seconds),
+    health: { up, breaker: ctx.engine.limiter.breakerState, ...health },
+    deniedKeys,
+    deniedKeysTotal,
+  });
 }
 
 async function metrics(ctx: ServiceContext, res: ServerResponse): Promise<void> {

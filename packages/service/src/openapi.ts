@@ -103,7 +103,12 @@ function build(): unknown {
               description: 'Seconds to average over.',
             },
           ],
-          responses: { '200': { description: 'Allowed, denied and shadow-denied decisions per second by policy.' } },
+          responses: {
+            '200': {
+              description:
+                'Allowed, denied and shadow-denied decisions per second by policy; store health (reachable, circuit breaker, errors, degraded decisions) and decision latency percentiles; the most denied keys of the last 30 to 60 s (a bounded sketch).',
+            },
+          },
         },
       },
       '/healthz': { get: { summary: 'Liveness', responses: { '200': { description: 'The process answers.' } } } },

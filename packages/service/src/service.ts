@@ -223,10 +223,20 @@ export class Service implements ServiceContext {
 
   private newEngine(config: ServiceConfig): Engine {
     const timeout = this.options.storeTimeoutMs ?? 1000;
-    return new Engine(config, this.store, this.stats, {
+    const engine = new Engine(config, this.store, this.stats, {
       storeTimeoutMs: timeout > 0 ? timeout : undefined,
       failure: this.options.failure,
     });
+    // The live view's most denied keys and store errors come from the limiter's own events. Denials made
+    // without the store (failure 'closed') say nothing about a key, so they are not counted against it.
+    const stats = this.stats;
+    engine.limiter.on('decision', (event) => {
+      if (event.commit && !event.decision.allowed && event.source !== 'degraded') stats.deniedKeys.add(event.key);
+    });
+    engine.limiter.on('storeError', () => {
+      stats.storeErrors++;
+    });
+    return engine;
   }
 
   private watchConfig(file: string): void {
@@ -261,7 +271,8 @@ export class Service implements ServiceContext {
       timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS);
     });
     const check = this.engine.limiter.check('floodgate-service-probe', { policies: PROBE_POLICY }).then(
-      () => true,
+      // With failure 'open' or 'closed' the limiter answers without the store: that is not a store up.
+      (decision) => decision.reason !== 'degraded',
       (error: unknown) => {
         this.logger.warn({ err: error }, 'store probe failed');
         return false;

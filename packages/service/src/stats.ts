@@ -1,3 +1,5 @@
+import { type DeniedKey, DeniedKeys, LatencyHistogram, type LatencySummary } from './live-stats.js';
+
 /** Running counts of one policy of one rule; plain fields, so the hot path only increments numbers. */
 export class Tally {
   allowed = 0;
@@ -15,6 +17,22 @@ export interface TallyLabels {
 
 /** Policy label of decisions made with a limit sent in the request (Envoy's descriptor `limit`). */
 export const OVERRIDE_POLICY_LABEL = 'request-override';
+
+/** Samples (about one a second) per epoch of the denied-keys sketch. */
+const DENIED_KEYS_EPOCH_SAMPLES = 30;
+
+/** Store health, latency and the most denied keys, as served by the live stats endpoint. */
+export interface LiveStats {
+  readonly storeErrorsPerSecond: number;
+  readonly storeErrorsTotal: number;
+  readonly degradedPerSecond: number;
+  readonly degradedTotal: number;
+  readonly latency: LatencySummary;
+  /** Most denied first; counts may be over by `error` (a bounded sketch, not a list of every key). */
+  readonly deniedKeys: readonly DeniedKey[];
+  /** Denials the sketch counted over the same span. */
+  readonly deniedKeysTotal: number;
+}
 
 /** One second's rates, as served by the live stats endpoint. */
 export interface PolicyRate extends TallyLabels {
@@ -38,7 +56,19 @@ export class DecisionStats {
   unknownDomain = 0;
   /** Decisions made without the store (its failure policy answered: `reason: 'degraded'`). */
   degraded = 0;
-  private history: { atMs: number; totals: Map<string, [number, number, number]> }[] = [];
+  /** Store operations that failed or timed out (fed by the limiter's `storeError` events). */
+  storeErrors = 0;
+  /** The most denied keys, in bounded memory (fed by the limiter's `decision` events). */
+  readonly deniedKeys = new DeniedKeys();
+  /** Time the engine takes per request (limiter and store), per second. */
+  readonly latency = new LatencyHistogram();
+  private history: {
+    atMs: number;
+    totals: Map<string, [number, number, number]>;
+    storeErrors: number;
+    degraded: number;
+  }[] = [];
+  private samples = 0;
 
   /** The tally of a (domain, rule, policy), created on first use. */
   tally(domain: string, rule: string, policy: string): Tally {
@@ -70,8 +100,32 @@ export class DecisionStats {
   sample(nowMs: number): void {
     const totals = new Map<string, [number, number, number]>();
     for (const [id, { tally }] of this.tallies) totals.set(id, [tally.allowed, tally.denied, tally.shadowDenied]);
-    this.history.push({ atMs: nowMs, totals });
+    this.history.push({ atMs: nowMs, totals, storeErrors: this.storeErrors, degraded: this.degraded });
     if (this.history.length > 61) this.history = this.history.slice(-61);
+    this.latency.rotate();
+    // The denied-keys list covers the last 30 to 60 seconds.
+    if (++this.samples % DENIED_KEYS_EPOCH_SAMPLES === 0) this.deniedKeys.rotate();
+  }
+
+  /**
+   * Store health and decision latency over the last `windowSeconds` of samples, and the most denied
+   * keys of the last 30 to 60 seconds.
+   */
+  live(windowSeconds = 1, topKeys = 10): LiveStats {
+    const last = this.history[this.history.length - 1];
+    const first = this.history[Math.max(0, this.history.length - 1 - windowSeconds)];
+    const spanS = last !== undefined && first !== undefined ? (last.atMs - first.atMs) / 1000 : 0;
+    const rate = (now: number, before: number) => (spanS > 0 ? round((now - before) / spanS) : 0);
+    const denied = this.deniedKeys.top(topKeys);
+    return {
+      storeErrorsPerSecond: rate(last?.storeErrors ?? 0, first?.storeErrors ?? 0),
+      storeErrorsTotal: this.storeErrors,
+      degradedPerSecond: rate(last?.degraded ?? 0, first?.degraded ?? 0),
+      degradedTotal: this.degraded,
+      latency: this.latency.summary(Math.max(1, windowSeconds)),
+      deniedKeys: denied.keys,
+      deniedKeysTotal: denied.total,
+    };
   }
 
   /** Rates over the last `windowSeconds` of samples (by default the last second), per policy. */

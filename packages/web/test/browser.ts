@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { build } from 'vite';
-import { type PageServer, servePage } from './page-server.js';
+import { type Service, startService } from '../../service/src/service.js';
 
 /** Debian's Chromium: `.ci/run` installs it (`apt-get install -y chromium`). */
 export const CHROMIUM = '/usr/bin/chromium';
@@ -58,8 +58,9 @@ export function artifact(name: string): string {
   return join(ARTIFACTS, name);
 }
 
-/** A freshly built page served on a free port, and a browser tab at 1366 × 768 (a laptop). */
+/** A freshly built page served by a service on a free port, and a browser tab at 1366 × 768 (a laptop). */
 export interface PageSession {
+  readonly service: Service;
   readonly browser: Browser;
   readonly page: Page;
   /** The page's address. */
@@ -69,22 +70,30 @@ export interface PageSession {
   close(): Promise<void>;
 }
 
-/** Builds the page, serves it, and opens a tab. */
-export async function openPage(): Promise<PageSession> {
+/** Builds the page, serves it with `floodgate serve`'s code at `/` under `config`, and opens a tab. */
+export async function openPage(config: string): Promise<PageSession> {
   const built = await buildPage();
-  const opened: { server?: PageServer; browser?: Browser } = {};
+  const opened: { service?: Service; browser?: Browser } = {};
   const close = async () => {
     await opened.browser?.close();
-    await opened.server?.close();
+    await opened.service?.close();
     built.remove();
   };
   try {
-    opened.server = await servePage(built.dir);
+    opened.service = await startService({
+      config,
+      store: 'memory',
+      httpPort: 0,
+      grpcPort: false,
+      logger: 'silent',
+      staticDir: built.dir,
+    });
     opened.browser = await launchBrowser();
     const page = await opened.browser.newPage({ viewport: { width: 1366, height: 768 } });
     const errors: string[] = [];
     page.on('pageerror', (error) => errors.push(error.message));
-    return { browser: opened.browser, page, url: opened.server.url, errors, close };
+    const { service, browser } = opened;
+    return { service, browser, page, url: `http://127.0.0.1:${service.httpPort}/`, errors, close };
   } catch (error) {
     await close();
     throw error;

@@ -78,7 +78,8 @@ describe.skipIf(!enabled)('the simulator page in Chromium', () => {
   let page: Page;
 
   beforeAll(async () => {
-    session = await openPage();
+    // Served as users get it: by the service, at `/`.
+    session = await openPage('domains: [{ domain: api, descriptors: [] }]');
     page = session.page;
     await page.goto(session.url);
     await page.waitForSelector('#simulator[data-probed-version="1"]');
