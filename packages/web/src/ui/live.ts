@@ -1,35 +1,15 @@
 import type uPlot from 'uplot';
+import type { PolicyRate, LiveStats as ServiceLiveStats } from '../../../service/src/stats.js';
 import { COLORS, type Frame, frameOf, type PlottedElement } from './charts.js';
 import { h } from './dom.js';
 
-/** One policy's rates, as `GET /v1/stats` serves them. */
-export interface PolicyRate {
-  domain: string;
-  rule: string;
-  policy: string;
-  allowedPerSecond: number;
-  deniedPerSecond: number;
-  shadowDeniedPerSecond: number;
-  allowedTotal: number;
-  deniedTotal: number;
-  shadowDeniedTotal: number;
-}
-
-/** What `GET /v1/stats` answers. */
+/** What `GET /v1/stats` answers (the service's own types, so a change of the API breaks this build). */
 export interface LiveStats {
   store: string;
   windowSeconds: number;
   policies: PolicyRate[];
-  health: {
-    up: boolean;
-    breaker: string;
-    storeErrorsPerSecond: number;
-    storeErrorsTotal: number;
-    degradedPerSecond: number;
-    degradedTotal: number;
-    latency: { count: number; p50Ms: number; p90Ms: number; p99Ms: number; maxMs: number };
-  };
-  deniedKeys: { key: string; count: number; error: number }[];
+  health: { up: boolean; breaker: string } & Omit<ServiceLiveStats, 'deniedKeys' | 'deniedKeysTotal'>;
+  deniedKeys: ServiceLiveStats['deniedKeys'];
   deniedKeysTotal: number;
 }
 
