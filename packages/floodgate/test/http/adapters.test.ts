@@ -1,7 +1,10 @@
+import { type AddressInfo, createServer as createTcpServer, type Socket, type Server as TcpServer } from 'node:net';
+import { Redis } from 'ioredis';
 import { type Item, parseDictionary, parseItem, parseList } from 'structured-headers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type HeaderFormat, QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY } from '../../src/http/index.js';
 import { fixedWindow, gcra, type Policy, type Store, tokenBucket } from '../../src/index.js';
+import { fromIoredis, redisStore } from '../../src/stores/redis/index.js';
 import { type ManualClock, manualClock } from '../../src/testing/index.js';
 import { type App, type Harness, harnesses, type NeutralOptions, type Running } from './harness.js';
 
@@ -32,17 +35,51 @@ const RATE_HEADERS = [
   'x-ratelimit-reset',
 ];
 
-/** A store whose server is gone: every call fails, or never answers. */
-function deadStore(mode: 'refuse' | 'hang'): Store {
-  return {
-    name: 'dead',
-    hasOwnClock: false,
-    decide: () =>
-      mode === 'hang'
-        ? new Promise(() => {})
-        : Promise.reject(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' })),
-    reset: async () => {},
+/**
+ * Redis stores whose server is gone, through a real client: one on a port nothing listens on (every call
+ * fails at once), one on a server that accepts connections and never answers (every call hangs).
+ */
+const outage = {
+  refused: undefined as Store | undefined,
+  hung: undefined as Store | undefined,
+  close: async () => {},
+};
+
+beforeAll(async () => {
+  const listen = (server: TcpServer) =>
+    new Promise<number>((resolve) =>
+      server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)),
+    );
+  const probe = createTcpServer();
+  const closedPort = await listen(probe);
+  await new Promise((resolve) => probe.close(resolve));
+  const sockets = new Set<Socket>();
+  const blackHole = createTcpServer((socket) => sockets.add(socket));
+  const blackHolePort = await listen(blackHole);
+  const refused = new Redis({
+    host: '127.0.0.1',
+    port: closedPort,
+    retryStrategy: () => null,
+    maxRetriesPerRequest: 0,
+  });
+  const hung = new Redis({ host: '127.0.0.1', port: blackHolePort, retryStrategy: () => null });
+  // Connection errors are what this test is about; they must not surface as unhandled 'error' events.
+  refused.on('error', () => {});
+  hung.on('error', () => {});
+  outage.refused = redisStore({ client: fromIoredis(refused) });
+  outage.hung = redisStore({ client: fromIoredis(hung) });
+  outage.close = async () => {
+    refused.disconnect();
+    hung.disconnect();
+    for (const socket of sockets) socket.destroy();
+    await new Promise((resolve) => blackHole.close(resolve));
   };
+});
+
+afterAll(() => outage.close());
+
+function down(which: 'refused' | 'hung'): Store {
+  return outage[which] ?? expect.unreachable('the outage stores are made before any server starts');
 }
 
 function scenarioApp(clock: ManualClock, headers: HeaderFormat): App {
@@ -103,17 +140,17 @@ function scenarioApp(clock: ManualClock, headers: HeaderFormat): App {
       {
         method: 'GET',
         path: '/closed',
-        limit: { ...common, policies: closed, store: deadStore('refuse'), failure: 'closed' },
+        limit: { ...common, policies: closed, store: down('refused'), failure: 'closed' },
       },
       {
         method: 'GET',
         path: '/open',
-        limit: { ...common, policies: closed, store: deadStore('refuse'), failure: 'open' },
+        limit: { ...common, policies: closed, store: down('refused'), failure: 'open' },
       },
       {
         method: 'GET',
         path: '/hang',
-        limit: { ...common, policies: closed, store: deadStore('hang'), timeoutMs: 50, failure: 'closed' },
+        limit: { ...common, policies: closed, store: down('hung'), timeoutMs: 50, failure: 'closed' },
       },
       {
         method: 'GET',
@@ -287,7 +324,7 @@ const STEPS: Step[] = [
     retryAfter: 30,
     violated: ['proxied'],
   },
-  // Store down: failure 'closed' answers 503 with no quota numbers; 'open' admits; a hung store times out.
+  // Redis down: failure 'closed' answers 503 with no quota numbers; 'open' admits; a hung server times out.
   { path: '/closed', status: 503, retryAfter: 1, violated: ['closed'] },
   { path: '/open', status: 200 },
   { path: '/hang', status: 503, retryAfter: 1, violated: ['closed'] },

@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Fastify from 'fastify';
+import { Redis } from 'ioredis';
 import { parseList } from 'structured-headers';
 import { describe, expect, it } from 'vitest';
 import { rateLimit as fastifyRateLimit } from '../../src/http/fastify.js';
@@ -18,6 +19,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from '../../src/index.js';
+import { fromIoredis, redisStore } from '../../src/stores/redis/index.js';
 import { manualClock } from '../../src/testing/index.js';
 
 /** Requests as plain objects: the core needs only a peer address and headers. */
@@ -118,15 +120,21 @@ describe('the core', () => {
   });
 
   it('rejects when the caller limiter throws on a store failure, for the framework to report', async () => {
-    const dead = {
-      name: 'dead',
-      hasOwnClock: false,
-      decide: () => Promise.reject(new Error('connect ECONNREFUSED')),
-      reset: async () => {},
-    };
-    const limiter = createLimiter({ store: dead, policies: perMinute, failure: 'throw', breaker: false });
-    const decide = createHttpRateLimiter({ limiter }, access);
-    await expect(decide(client)).rejects.toMatchObject({ code: 'ERR_STORE_UNAVAILABLE' });
+    // A Redis client on a port nothing listens on: every call fails.
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as AddressInfo).port;
+    await new Promise((resolve) => probe.close(resolve));
+    const redis = new Redis({ host: '127.0.0.1', port, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+    redis.on('error', () => {});
+    try {
+      const store = redisStore({ client: fromIoredis(redis) });
+      const limiter = createLimiter({ store, policies: perMinute, failure: 'throw', breaker: false });
+      const decide = createHttpRateLimiter({ limiter }, access);
+      await expect(decide(client)).rejects.toMatchObject({ code: 'ERR_STORE_UNAVAILABLE' });
+    } finally {
+      redis.disconnect();
+    }
   });
 
   it('refuses to guess a key when the peer address is unknown', async () => {
