@@ -413,9 +413,9 @@ table(
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// 8b. Decimal amounts that add up to exactly the limit, spent one after the other on an untouched key. Binary
-// floating point cannot hold most decimal fractions exactly, so the running total may land a hair above the
-// limit; whole units (cents) are exact.
+// 8b. Decimal amounts that add up to exactly the limit, spent one after the other on an untouched key. The
+// meters charge whole µs and fit them exactly; the windows add doubles, whose running total may land a hair
+// above the limit; whole units (cents) are exact everywhere.
 
 {
   const THIRTY_DAYS = 30 * 24 * HOUR;

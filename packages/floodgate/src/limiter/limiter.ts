@@ -315,7 +315,9 @@ export class Limiter {
       );
     }
     if (maxDelayUs > 0) requireReservable(policies);
-    const nowUs = this.clock?.nowUs();
+    let nowUs = this.clock?.nowUs();
+    // Every store computes on whole µs; a custom clock's fraction is dropped, a broken clock refused.
+    if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
     if (this.syncStore !== undefined) {
       // A synchronous store is done with the request before the call returns: reuse one object.
       const reused = this.reusable;
@@ -549,12 +551,21 @@ export function normalizePolicies(input: Policy | readonly Policy[], path: strin
   return Object.freeze(policies);
 }
 
-/** A cost: a finite number ≥ 0. */
+function wholeClockUs(nowUs: number): number {
+  if (!Number.isFinite(nowUs) || nowUs < 0 || nowUs > Number.MAX_SAFE_INTEGER) {
+    throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of µs since the epoch');
+  }
+  return Math.floor(nowUs);
+}
+
+/** A cost: a finite number from 0 to 2^53 (so that cost × T stays finite in every store's arithmetic). */
 export function validateCost(cost: unknown): number {
-  if (typeof cost !== 'number' || !Number.isFinite(cost) || cost < 0) {
-    throw new FloodgateError('ERR_INVALID_COST', `cost must be a finite number ≥ 0, got ${describeValue(cost)}`, {
-      option: 'cost',
-    });
+  if (typeof cost !== 'number' || !Number.isFinite(cost) || cost < 0 || cost > Number.MAX_SAFE_INTEGER) {
+    throw new FloodgateError(
+      'ERR_INVALID_COST',
+      `cost must be a finite number from 0 to ${Number.MAX_SAFE_INTEGER}, got ${describeValue(cost)}`,
+      { option: 'cost' },
+    );
   }
   return cost;
 }

@@ -107,7 +107,8 @@ export function settleDenied(
   const allowedHere = out.allowed;
   if (allowedHere) reportAsAllowed(c, s, nowUs, out);
   out.next = undefined;
-  if (!commit || out.reason === 'exceeds-capacity' || out.reason === 'blocked') return;
+  // A cost-0 call is a check: it never starts a penalty or logs an attempt.
+  if (!commit || cost === 0 || out.reason === 'exceeds-capacity' || out.reason === 'blocked') return;
   let next = s;
   if (c.kind === KIND_SLIDING_LOG && c.c === 1 && cost > 0) {
     next = logDeniedAttempt(c, s, nowUs, cost);

@@ -52,7 +52,12 @@ export function evaluateMeter(
   }
 }
 
-/** What a cost adds to the TAT: whole µs, rounded up. */
+/**
+ * What a cost adds to the TAT: whole µs, rounded up. A product within a few ulps above a whole number is
+ * that number: 184.58 × 2 592 000 000 is exactly 478 431 360 000 in decimal but 478 431 360 000.00006 in
+ * binary, and decimal amounts that add up to a budget must fit it. (Ports repeat `x − x·1e-15`.)
+ */
 export function meterCharge(cost: number, t: number): number {
-  return Math.ceil(cost * t);
+  const x = cost * t;
+  return Math.ceil(x - x * 1e-15);
 }

@@ -165,6 +165,16 @@ export const scenarios: Scenario[] = [
     ],
   },
   {
+    // Decimal amounts that add up to the budget exactly must fit it, whatever binary rounding says.
+    name: 'leaky bucket: decimal amounts that add up to the budget fit it exactly',
+    policies: [leakyBucket({ capacity: 1000, leakPerSecond: 1000 / (30 * 86_400), name: 'budget' })],
+    steps: [
+      ...[184.58, 207.21, 226.7, 322].map((cost) => ({ at: 0, cost, expect: { allowed: true } })),
+      { at: 0, cost: 59.51, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 0.01, expect: deny(25_920) },
+    ],
+  },
+  {
     name: 'leaky bucket queue: admitted calls are spaced by delayMs, constant outflow',
     policies: [leakyBucket({ capacity: 3, leakPerSecond: 1, mode: 'queue' })],
     steps: [
@@ -269,6 +279,17 @@ export const scenarios: Scenario[] = [
       { at: 5000, expect: { allowed: true, remaining: 1 } },
       { at: 5000, op: 'reset' },
       { at: 5000, op: 'status', expect: { allowed: true, remaining: 2, resetAfterMs: 0 } },
+    ],
+  },
+  {
+    // Cost 0 is a check: even on a key that owes more than its burst (a reservation), it starts no penalty.
+    name: 'penalty box: a cost-0 call never starts a block',
+    policies: [gcra({ limit: 2, periodMs: 1000, blockMs: 60_000 })],
+    steps: [
+      { at: 0, repeat: 2, expect: { allowed: true } },
+      { at: 0, maxDelayMs: 500, expect: { allowed: true, delayMs: 500 } },
+      { at: 0, cost: 0, expect: { allowed: false, reason: 'limit', retryAfterMs: 500 } },
+      { at: 1000, op: 'status', expect: { allowed: true, remaining: 1 } },
     ],
   },
   {

@@ -263,7 +263,7 @@ describe.skipIf(!available)('redis store', () => {
       const limiter = createLimiter({
         store: held.store,
         policies: [gcra({ limit: 1, periodMs: 1000 })],
-        clock: { nowUs: () => 1.5, sleep: () => Promise.resolve() },
+        clock: { nowUs: () => Number.NaN, sleep: () => Promise.resolve() },
       });
       await expect(limiter.limit('k')).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'clock.nowUs()' });
     });

@@ -163,7 +163,7 @@ function runFunction(n: SqlNames): string {
       -- meter.ts: GCRA, continuous token bucket, leaky bucket (a = T, b = tau, c = 1 queue mode)
       tat := CASE WHEN s IS NULL THEN now ELSE s[2] END;
       base := greatest(tat, now);
-      newtat := base + ceil(cost * a);
+      newtat := base + ceil(cost * a - cost * a * 1e-15);
       owed := newtat - now;
       owed_before := base - now;
       queue := c = 1;
@@ -338,7 +338,7 @@ function policyFunction(n: SqlNames): string {
     r float8[];
     blocked_until float8;
   BEGIN
-    IF (kind = 1 AND ceil(cost * a) > b) OR (kind <> 1 AND cost > lim) THEN
+    IF (kind = 1 AND ceil(cost * a - cost * a * 1e-15) > b) OR (kind <> 1 AND cost > lim) THEN
       r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
       RETURN ARRAY[0, 3, r[3], 'Infinity', r[5], 0, -1]::float8[];
     END IF;
@@ -371,7 +371,7 @@ function settleFunction(n: SqlNames): string {
     ELSE
       e := e[1:6];
     END IF;
-    IF NOT do_commit OR e[2] = 3 OR e[2] = 2 THEN RETURN e || ARRAY[-1]::float8[]; END IF;
+    IF NOT do_commit OR cost = 0 OR e[2] = 3 OR e[2] = 2 THEN RETURN e || ARRAY[-1]::float8[]; END IF;
     IF kind = 5 AND c = 1 AND cost > 0 THEN
       nx := ${n.logDenied}(lim, a, s, now, cost);
       IF allowed_here THEN
@@ -534,7 +534,7 @@ function decideFunction(n: SqlNames): string {
           c := p_pol[base + 7];
           s := (st[ki]).s;
           blocked_until := coalesce(s[1], 0);
-          IF (kind = 1 AND ceil(cost * a) > b) OR (kind <> 1 AND cost > lim) THEN
+          IF (kind = 1 AND ceil(cost * a - cost * a * 1e-15) > b) OR (kind <> 1 AND cost > lim) THEN
             r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
             r := ARRAY[0, 3, r[3], 'Infinity', r[5], 0, -1]::float8[];
           ELSIF blocked_until > now THEN
@@ -675,7 +675,7 @@ function cancelFunction(n: SqlNames): string {
       base := k * 5;
       IF p_pol[base + 1] = 1 THEN
         IF p_pol[base + 4] = 1 THEN
-          at := p_pol[base + 5] - ceil(p_cost * p_pol[base + 2]);
+          at := p_pol[base + 5] - ceil(p_cost * p_pol[base + 2] - p_cost * p_pol[base + 2] * 1e-15);
         ELSE
           at := p_pol[base + 5] - p_pol[base + 3];
         END IF;
@@ -689,7 +689,7 @@ function cancelFunction(n: SqlNames): string {
       IF p_pol[base + 1] <> 1 OR now >= due OR st IS NULL OR st[2] <> tat THEN
         all_ok := false;
       ELSE
-        back := tat - ceil(p_cost * p_pol[base + 2]);
+        back := tat - ceil(p_cost * p_pol[base + 2] - p_cost * p_pol[base + 2] * 1e-15);
         reset := greatest(0, back - now, st[1] - now);
         -- Rounded up to a whole minute: see expiryOf() in sql/common.ts.
         UPDATE ${n.qualified} t SET state = ARRAY[st[1], back]::float8[],

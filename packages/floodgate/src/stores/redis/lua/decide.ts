@@ -65,7 +65,7 @@ local function settle_denied(c, s, now, cost, commit, out)
   local allowed_here = out.allowed
   if allowed_here then report_as_allowed(c, s, now, out) end
   out.nxt = false
-  if not commit or out.reason == EXCEEDS or out.reason == BLOCKED then return end
+  if not commit or cost == 0 or out.reason == EXCEEDS or out.reason == BLOCKED then return end
   local nxt = s
   if c.kind == KIND_SLIDING_LOG and c.c == 1 and cost > 0 then
     nxt = log_denied_attempt(c, s, now, cost)

@@ -65,7 +65,8 @@ end
 local base = tat
 if now > base then base = now end
 local owed_before = base - now
-local charge = ceil(cost * t)
+local charge = cost * t
+charge = ceil(charge - charge * 1e-15)
 local next_value = nil
 local reset
 local reply
@@ -91,7 +92,7 @@ else
   else
     reset = owed_before
     reply = { 0, now, 1, clamp((tau - owed_before) / t), owed - tau - slack, owed_before, 0 }
-    if commit and block > 0 then
+    if commit and block > 0 and cost ~= 0 then
       -- settleDenied: the penalty box keeps the state as it stood, blocked until now + blockMs.
       local kept = 0
       if has_state then kept = tat end

@@ -9,7 +9,8 @@
  */
 export const METER_LUA = `
 local function meter_charge(cost, t)
-  return ceil(cost * t)
+  local x = cost * t
+  return ceil(x - x * 1e-15)
 end
 
 local function meter(c, s, now, cost, max_delay, out)
