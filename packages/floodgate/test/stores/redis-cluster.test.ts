@@ -91,16 +91,18 @@ for (const driver of DRIVERS) {
     it('follows a failover: the promoted replica has the state, and gets the scripts by EVAL', async () => {
       const nodes = cluster as TestCluster;
       const prefix = uniquePrefix('failover');
+      // Hour-long policies: on a loaded machine the failover may take long, and the keys must not expire
+      // meanwhile (an expired key would read as fresh and hide a lost write).
       const single = createLimiter({
         store: held.store,
-        policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })],
+        policies: [gcra({ limit: 5, periodMs: 3_600_000, name: 'g' })],
         prefix,
       });
       const double = createLimiter({
         store: held.store,
         policies: [
-          gcra({ limit: 5, periodMs: 60_000, name: 'g' }),
-          slidingLog({ limit: 5, windowMs: 60_000, name: 'l' }),
+          gcra({ limit: 5, periodMs: 3_600_000, name: 'g' }),
+          slidingLog({ limit: 5, windowMs: 3_600_000, name: 'l' }),
         ],
         prefix,
       });
