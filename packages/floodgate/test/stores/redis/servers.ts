@@ -170,19 +170,31 @@ export async function startCluster(): Promise<TestCluster> {
     onEveryNode: (...args) => Promise.all(ports.map((port) => redisCli(port, ...args))),
     onNode: (port, ...args) => redisCli(port, ...args),
     shardOf: async (slot) => {
-      const lines = (await redisCli(ports[0] as number, 'CLUSTER', 'NODES')).split('\n').map((line) => line.split(' '));
+      // cluster_state:ok comes before every replica is attached: wait until the slot's shard has both.
       const portOf = (address: string) => Number(address.split('@')[0]?.split(':')[1]);
-      const primary = lines.find(
-        (fields) =>
-          fields[2]?.includes('master') &&
-          fields.slice(8).some((range) => {
-            const [from, to] = range.split('-').map(Number);
-            return from !== undefined && slot >= from && slot <= (to ?? from);
-          }),
+      let shard: { primary: number; replica: number } | undefined;
+      await waitFor(
+        `a primary and a replica for slot ${slot}`,
+        async () => {
+          const lines = (await redisCli(ports[0] as number, 'CLUSTER', 'NODES'))
+            .split('\n')
+            .map((line) => line.split(' '));
+          const primary = lines.find(
+            (fields) =>
+              fields[2]?.includes('master') &&
+              fields.slice(8).some((range) => {
+                const [from, to] = range.split('-').map(Number);
+                return from !== undefined && slot >= from && slot <= (to ?? from);
+              }),
+          );
+          const replica = lines.find((fields) => primary !== undefined && fields[3] === primary[0]);
+          if (primary === undefined || replica === undefined) return false;
+          shard = { primary: portOf(primary[1] as string), replica: portOf(replica[1] as string) };
+          return true;
+        },
+        30_000,
       );
-      const replica = lines.find((fields) => primary !== undefined && fields[3] === primary[0]);
-      if (primary === undefined || replica === undefined) throw new Error(`no primary and replica for slot ${slot}`);
-      return { primary: portOf(primary[1] as string), replica: portOf(replica[1] as string) };
+      return shard as { primary: number; replica: number };
     },
     stop,
   };
