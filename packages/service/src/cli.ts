@@ -2,7 +2,9 @@
 import { existsSync, realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import type { HeaderFormat } from 'floodgate/http';
 import { ConfigError, loadConfigFile } from './config.js';
+import { HEADER_FORMATS } from './headers.js';
 import { compileRules } from './rules.js';
 import { ListenError, type Service, startService } from './service.js';
 import { DecisionStats } from './stats.js';
@@ -49,6 +51,9 @@ Options of serve (environment variable in brackets):
       --failure <mode>     when the store fails or times out: throw (answer UNAVAILABLE / 503, so
                            Envoy applies its failure mode), open (admit) or closed (deny)
                            [FLOODGATE_FAILURE] (default: throw)
+      --headers <format>   rate-limit headers sent with decisions: ietf (RateLimit-Policy and RateLimit
+                           of the IETF draft), draft-7, draft-6, legacy (X-RateLimit-*) or none
+                           [FLOODGATE_HEADERS] (default: ietf)
       --static-dir <dir>   serve the files of <dir> at / instead of the floodgate page (the simulator
                            and the live view, built into dist/web)
       --log-level <level>  fatal, error, warn, info, debug, trace or silent [FLOODGATE_LOG_LEVEL] (default: info)
@@ -159,6 +164,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       'log-level': { type: 'string' },
       'store-timeout-ms': { type: 'string' },
       failure: { type: 'string' },
+      headers: { type: 'string' },
     },
   });
   if (positionals.length > 0) throw new UsageError(`serve takes no arguments, got ${JSON.stringify(positionals[0])}`);
@@ -184,6 +190,10 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
   if (failure !== 'throw' && failure !== 'open' && failure !== 'closed') {
     throw new UsageError('--failure must be throw, open or closed');
   }
+  const headers = values.headers ?? env.FLOODGATE_HEADERS ?? 'ietf';
+  if (!(HEADER_FORMATS as readonly string[]).includes(headers)) {
+    throw new UsageError(`--headers must be one of ${HEADER_FORMATS.join(', ')}`);
+  }
   const configFile = values.config ?? env.FLOODGATE_CONFIG ?? 'floodgate.yaml';
   const httpPort = values['no-http'] ? false : (port(values.port ?? env.FLOODGATE_PORT, '--port') ?? 8080);
   const grpcPort = values['no-grpc']
@@ -203,6 +213,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       ...(drainTimeoutMs === undefined ? {} : { drainTimeoutMs }),
       ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }),
       failure,
+      headers: headers as HeaderFormat,
       ...(staticDir === undefined ? {} : { staticDir }),
     });
   } catch (error) {

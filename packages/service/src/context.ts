@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { Engine } from './engine.js';
+import type { RateLimitHeaders } from './headers.js';
 import type { Metrics } from './metrics.js';
 import type { DecisionStats } from './stats.js';
 
@@ -9,6 +10,8 @@ export interface ServiceContext {
   readonly engine: Engine;
   readonly metrics: Metrics;
   readonly stats: DecisionStats;
+  /** Turns outcomes into rate-limit response headers, in the configured format. */
+  readonly headers: RateLimitHeaders;
   readonly logger: Logger;
   /** True once shutdown began: new calls are refused, in-flight ones finish. */
   readonly draining: boolean;

@@ -4,7 +4,7 @@ import { extname, join, resolve, sep } from 'node:path';
 import type { ServiceContext } from './context.js';
 import type { DecisionRequest, DescriptorOutcome, DescriptorRequest, LimitOverride, Mode } from './engine.js';
 import { classify, HTTP_STATUS } from './failures.js';
-import { rateLimitHeaders } from './headers.js';
+import type { RateLimitHeaders } from './headers.js';
 import { openApiDocument } from './openapi.js';
 
 /** Largest request body accepted, in bytes. */
@@ -152,11 +152,11 @@ function handleDecision(ctx: ServiceContext, req: IncomingMessage, res: ServerRe
         fail(ctx, res, e);
         return;
       }
-      json(res, 200, decisionBody(outcomes, mode));
+      json(res, 200, decisionBody(outcomes, mode, ctx.headers));
       return;
     }
     engine.decide(request, mode).then(
-      (outcomes) => json(res, 200, decisionBody(outcomes, mode)),
+      (outcomes) => json(res, 200, decisionBody(outcomes, mode, ctx.headers)),
       (e: unknown) => fail(ctx, res, e),
     );
   });
@@ -178,7 +178,7 @@ function fail(ctx: ServiceContext, res: ServerResponse, error: unknown): void {
 }
 
 /** The JSON answer of a decision call. */
-function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode): unknown {
+function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode, headerMaker: RateLimitHeaders): unknown {
   if (mode === 'reset') {
     return { descriptors: outcomes.map((o) => ({ matched: o.matched, rule: o.rule ?? null })) };
   }
@@ -208,7 +208,7 @@ function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode): unkno
     };
   });
   const headers: Record<string, string> = {};
-  for (const h of rateLimitHeaders(outcomes)) headers[h.key] = h.value;
+  for (const h of headerMaker.of(outcomes)) headers[h.key] = h.value;
   return { code: over ? 'OVER_LIMIT' : 'OK', allowed: !over, descriptors, headers };
 }
 

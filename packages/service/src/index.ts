@@ -21,8 +21,8 @@ export {
   type Mode,
   RequestError,
 } from './engine.js';
-export { MAX_GRPC_MESSAGE_BYTES, PROTO_DIR, RATE_LIMIT_SERVICE } from './grpc-api.js';
-export { type Header, rateLimitHeaders } from './headers.js';
+export { GrpcStatus, MAX_GRPC_MESSAGE_BYTES, RATE_LIMIT_SERVICE } from './grpc/server.js';
+export { HEADER_FORMATS, type Header, RateLimitHeaders } from './headers.js';
 export { MAX_BODY_BYTES } from './http-api.js';
 export { openApiDocument } from './openapi.js';
 export type { DescriptorEntry } from './rules.js';

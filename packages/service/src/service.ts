@@ -3,13 +3,14 @@ import { type FSWatcher, readFileSync, watch } from 'node:fs';
 import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
-import { type Server as GrpcServer, ServerCredentials } from '@grpc/grpc-js';
 import { gcra, type Store } from 'floodgate';
+import type { HeaderFormat } from 'floodgate/http';
 import { type Logger, pino } from 'pino';
 import { ConfigError, parseConfig, type ServiceConfig } from './config.js';
 import type { ServiceContext } from './context.js';
 import { Engine } from './engine.js';
-import { createGrpcApi } from './grpc-api.js';
+import { createGrpcServer, type GrpcServer } from './grpc/server.js';
+import { RateLimitHeaders } from './headers.js';
 import { createHttpApi } from './http-api.js';
 import { Metrics } from './metrics.js';
 import { DecisionStats } from './stats.js';
@@ -45,6 +46,12 @@ export interface ServiceOptions {
    * denied (`closed`); the last two are counted as degraded decisions. @default 'throw'
    */
   failure?: 'throw' | 'open' | 'closed';
+  /**
+   * Rate-limit headers sent with decisions (gRPC `response_headers_to_add`, HTTP `headers`): the IETF
+   * draft's `RateLimit-Policy` and `RateLimit`, an older draft, the legacy `X-RateLimit-*`, or none.
+   * @default 'ietf'
+   */
+  headers?: HeaderFormat;
 }
 
 /** The outcome of a reload. */
@@ -83,6 +90,7 @@ export async function startService(options: ServiceOptions): Promise<Service> {
 export class Service implements ServiceContext {
   readonly logger: Logger;
   readonly stats = new DecisionStats();
+  readonly headers: RateLimitHeaders;
   metrics!: Metrics;
   engine!: Engine;
   draining = false;
@@ -107,6 +115,7 @@ export class Service implements ServiceContext {
   constructor(private readonly options: ServiceOptions) {
     const logger = options.logger;
     this.logger = typeof logger === 'object' ? logger : pino({ name: 'floodgate', level: logger ?? 'info' });
+    this.headers = new RateLimitHeaders(options.headers ?? 'ietf');
   }
 
   get storeName(): string {
@@ -148,8 +157,11 @@ export class Service implements ServiceContext {
       this.httpPort = await listenHttp(this.http, host, options.httpPort ?? 8080);
     }
     if (options.grpcPort !== false) {
-      this.grpc = createGrpcApi(context);
-      this.grpcPort = await bindGrpc(this.grpc, host, options.grpcPort ?? 8081);
+      this.grpc = createGrpcServer(context);
+      const port = options.grpcPort ?? 8081;
+      this.grpcPort = await this.grpc.listen(host, port).catch((error: Error) => {
+        throw new ListenError('gRPC', host, port, error);
+      });
     }
     this.sampler = setInterval(() => this.stats.sample(Date.now()), 1000);
     this.sampler.unref();
@@ -270,14 +282,17 @@ export class Service implements ServiceContext {
     const timeout = new Promise<boolean>((resolve) => {
       timer = setTimeout(() => resolve(false), PROBE_TIMEOUT_MS);
     });
-    const check = this.engine.limiter.check('floodgate-service-probe', { policies: PROBE_POLICY }).then(
-      // With failure 'open' or 'closed' the limiter answers without the store: that is not a store up.
-      (decision) => decision.reason !== 'degraded',
-      (error: unknown) => {
-        this.logger.warn({ err: error }, 'store probe failed');
-        return false;
-      },
-    );
+    const prepare = this.opened?.prepare?.() ?? Promise.resolve();
+    const check = prepare
+      .then(() => this.engine.limiter.check('floodgate-service-probe', { policies: PROBE_POLICY }))
+      .then(
+        // With failure 'open' or 'closed' the limiter answers without the store: that is not a store up.
+        (decision) => decision.reason !== 'degraded',
+        (error: unknown) => {
+          this.logger.warn({ err: error }, 'store probe failed');
+          return false;
+        },
+      );
     const up = await Promise.race([check, timeout]);
     clearTimeout(timer);
     this.metrics.setStoreUp(this.storeName, up);
@@ -353,9 +368,7 @@ export class Service implements ServiceContext {
       );
     }
     const grpc = this.grpc;
-    if (grpc !== undefined && this.grpcPort !== 0) {
-      waits.push(new Promise<void>((resolve) => grpc.tryShutdown(() => resolve())));
-    }
+    if (grpc !== undefined && this.grpcPort !== 0) waits.push(grpc.close(drainMs).then(() => {}));
     let timer: NodeJS.Timeout | undefined;
     const drained = await Promise.race([
       Promise.all(waits).then(() => true),
@@ -367,7 +380,6 @@ export class Service implements ServiceContext {
     if (!drained) {
       this.logger.warn({ drainTimeoutMs: drainMs }, 'in-flight calls did not finish in time; closing connections');
       http?.closeAllConnections();
-      grpc?.forceShutdown();
     }
     if (this.logger.isLevelEnabled('info') && this.metrics !== undefined) {
       this.logger.info({ drainedInMs: Date.now() - started, drained }, 'floodgate stopped');
@@ -398,16 +410,6 @@ function listenHttp(server: HttpServer, host: string, port: number): Promise<num
     server.listen(port, host, () => {
       server.off('error', onError);
       resolve((server.address() as AddressInfo).port);
-    });
-  });
-}
-
-function bindGrpc(server: GrpcServer, host: string, port: number): Promise<number> {
-  const address = host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-  return new Promise((resolve, reject) => {
-    server.bindAsync(address, ServerCredentials.createInsecure(), (error, bound) => {
-      if (error !== null) reject(new ListenError('gRPC', host, port, error));
-      else resolve(bound);
     });
   });
 }

@@ -7,6 +7,8 @@ export interface OpenedStore {
   readonly description: string;
   /** Closes the store and the client the service created for it. */
   close(): Promise<void>;
+  /** Readies the store (creates its tables); retried by readiness probes until it succeeds. */
+  prepare?(): Promise<void>;
 }
 
 /** A store URL the service cannot use (unknown scheme, bad form); the CLI exits with code 4. */
@@ -19,7 +21,7 @@ export const STORE_URL_FORMS: readonly string[] = [
   'memory (the default; memory:?maxKeys=1000000)',
   'redis://[user:password@]host:port[/db]  (rediss:// for TLS)',
   'redis+cluster://[user:password@]host:port,host:port[,…]  (rediss+cluster:// for TLS)',
-  'postgres://user@host:port/db  (postgresql:// too)',
+  'postgres://user:password@host:port/db[?table=name&schema=name&unlogged=true]  (postgresql:// too)',
   'sqlite:<path>[?table=name]  (sqlite::memory: for a private in-memory database)',
 ];
 
@@ -48,10 +50,10 @@ export async function openStore(url: string | undefined): Promise<OpenedStore> {
       return openSqlite(text);
     }
     case 'postgres':
-    case 'postgresql':
-      throw new StoreUrlError(
-        `the ${scheme.replace('postgresql', 'postgres')} store is not available in this build of the service yet; use memory, redis or sqlite`,
-      );
+    case 'postgresql': {
+      const { openPostgres } = await import('./stores/postgres.js');
+      return openPostgres(text);
+    }
     default:
       throw new StoreUrlError(
         `unknown store URL ${JSON.stringify(redact(text))}; expected one of:\n  ${STORE_URL_FORMS.join('\n  ')}`,

@@ -2,7 +2,7 @@ import { type ServiceError, status } from '@grpc/grpc-js';
 import type { Store } from 'floodgate';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Service } from '../src/service.js';
-import { grpcClient, type RateLimitClient, startTestService } from './helpers.js';
+import { grpcClient, type RateLimitClient, startTestService, TEST_CONFIG } from './helpers.js';
 
 let service: Service;
 let client: RateLimitClient;
@@ -219,5 +219,49 @@ describe('gRPC: a store that fails', () => {
       brokenClient.close();
       await broken.close();
     }
+  });
+});
+
+describe('gRPC: header formats', () => {
+  it('sends the legacy X-RateLimit headers when asked, and none with `none`', async () => {
+    const { startService } = await import('../src/service.js');
+    for (const [format, expected] of [
+      ['legacy', ['X-RateLimit-Limit', 'X-RateLimit-Remaining', 'X-RateLimit-Reset']],
+      ['none', []],
+    ] as const) {
+      const other = await startService({
+        config: TEST_CONFIG,
+        httpPort: false,
+        grpcPort: 0,
+        logger: 'silent',
+        headers: format,
+      });
+      const otherClient = grpcClient(other.grpcPort);
+      try {
+        const response = await otherClient.shouldRateLimit({
+          domain: 'api',
+          descriptors: [entries(['remote_address', '192.0.2.70'])],
+        });
+        expect((response.response_headers_to_add as { key: string }[]).map((h) => h.key)).toEqual(expected);
+      } finally {
+        otherClient.close();
+        await other.close();
+      }
+    }
+  });
+
+  it('lists every policy of several descriptors in the IETF headers, the binding descriptor first', async () => {
+    const response = await client.shouldRateLimit({
+      domain: 'api',
+      descriptors: [
+        entries(['remote_address', '192.0.2.71']),
+        entries(['path', '/login'], ['remote_address', '192.0.2.71']),
+      ],
+    });
+    const headers = Object.fromEntries(
+      (response.response_headers_to_add as { key: string; value: string }[]).map((h) => [h.key, h.value]),
+    );
+    expect(headers['RateLimit-Policy']).toBe('"login";q=2;w=3600, "per-ip";q=3;w=3600');
+    expect(headers.RateLimit).toMatch(/^"login";r=1;t=\d+, "per-ip";r=2;t=\d+$/);
   });
 });

@@ -1,8 +1,11 @@
+import { fileURLToPath } from 'node:url';
 import { credentials, loadPackageDefinition, type ServiceError } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
 import type { Store } from 'floodgate';
-import { PROTO_DIR } from '../src/grpc-api.js';
 import { type Service, startService } from '../src/service.js';
+
+/** The service's .proto files: the tests' gRPC client is generated from them. */
+export const PROTO_DIR = fileURLToPath(new URL('../proto', import.meta.url));
 
 /** A config used by most service tests: long periods, so the wall clock never changes an outcome. */
 export const TEST_CONFIG = `

@@ -5,8 +5,10 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { status } from '@grpc/grpc-js';
+import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { redisAvailable, requireServer, startCluster } from '../../floodgate/test/stores/redis/servers.js';
+import { PG_CONFIG, requirePostgres, uniqueSchema } from '../../floodgate/test/stores/sql/postgres-env.js';
 import type { Service } from '../src/service.js';
 import { descriptor, get, grpcClient, post, startTestService, waitFor } from './helpers.js';
 
@@ -14,6 +16,7 @@ const dir = mkdtempSync(join(tmpdir(), 'floodgate-stores-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const runRedis = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
+const runPostgres = await requirePostgres();
 
 function configFor(prefix: string): string {
   return `prefix: ${prefix}
@@ -52,6 +55,17 @@ describe('stores by URL', () => {
   it('sqlite', () => scenario(`sqlite:${join(dir, 'floodgate.db')}?table=service_state`));
 
   it.skipIf(!runRedis)('redis', () => scenario('redis://127.0.0.1:6379'));
+
+  it.skipIf(!runPostgres)('postgres (migrated on start)', async () => {
+    const schema = uniqueSchema('service');
+    try {
+      await scenario(`postgres://postgres@127.0.0.1:5432/test?schema=${schema}&unlogged=true`);
+    } finally {
+      const pool = new pg.Pool({ ...PG_CONFIG, max: 1 });
+      await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await pool.end();
+    }
+  });
 
   it.skipIf(!runRedis)('redis+cluster (a real 6-node cluster)', { timeout: 120_000 }, async () => {
     const cluster = await startCluster();

@@ -1,0 +1,150 @@
+import { loadSync } from '@grpc/proto-loader';
+import fc from 'fast-check';
+import { gcra } from 'floodgate';
+import { describe, expect, it } from 'vitest';
+import type { DescriptorOutcome } from '../src/engine.js';
+import { DecodeError, decodeRateLimitRequest, Writer } from '../src/grpc/codec.js';
+import { encodeRateLimitResponse } from '../src/grpc/rate-limit.js';
+import { RateLimitHeaders } from '../src/headers.js';
+import { PROTO_DIR } from './helpers.js';
+
+// The hand-written codec against a generic one generated from the same .proto files.
+const definition = loadSync(['envoy/service/ratelimit/v3/rls.proto'], {
+  includeDirs: [PROTO_DIR],
+  keepCase: true,
+  longs: Number,
+  enums: String,
+  defaults: true,
+});
+const method = (
+  definition['envoy.service.ratelimit.v3.RateLimitService'] as unknown as Record<
+    string,
+    { requestSerialize(m: unknown): Buffer; responseDeserialize(b: Buffer): Record<string, unknown> }
+  >
+).ShouldRateLimit as {
+  requestSerialize(m: unknown): Buffer;
+  responseDeserialize(b: Buffer): Record<string, unknown>;
+};
+
+const text = fc.string({ unit: 'binary', maxLength: 40 });
+const descriptorArb = fc.record({
+  entries: fc.array(fc.record({ key: text, value: text }), { maxLength: 4 }),
+  limit: fc.option(
+    fc.record({
+      requests_per_unit: fc.integer({ min: 0, max: 2 ** 32 - 1 }),
+      unit: fc.constantFrom('UNKNOWN', 'SECOND', 'MINUTE', 'HOUR', 'DAY', 'MONTH', 'YEAR', 'WEEK'),
+    }),
+    { nil: null },
+  ),
+  hits_addend: fc.option(fc.record({ value: fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }) }), { nil: null }),
+});
+const UNIT_NUMBERS: Record<string, number> = {
+  UNKNOWN: 0,
+  SECOND: 1,
+  MINUTE: 2,
+  HOUR: 3,
+  DAY: 4,
+  MONTH: 5,
+  YEAR: 6,
+  WEEK: 7,
+};
+
+describe('gRPC codec', () => {
+  it('decodes any RateLimitRequest exactly as the generic codec encodes it', () => {
+    fc.assert(
+      fc.property(
+        text,
+        fc.array(descriptorArb, { maxLength: 5 }),
+        fc.integer({ min: 0, max: 2 ** 32 - 1 }),
+        (domain, descriptors, hits) => {
+          const bytes = method.requestSerialize({ domain, descriptors, hits_addend: hits });
+          const decoded = decodeRateLimitRequest(bytes);
+          expect(decoded.domain).toBe(domain);
+          expect(decoded.hitsAddend).toBe(hits);
+          expect(decoded.descriptors).toEqual(
+            descriptors.map((d) => ({
+              entries: d.entries,
+              requestsPerUnit: d.limit?.requests_per_unit ?? 0,
+              unit: UNIT_NUMBERS[d.limit?.unit ?? 'UNKNOWN'],
+              hitsAddend: d.hits_addend === null ? undefined : d.hits_addend.value,
+            })),
+          );
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('skips unknown fields of every wire type and refuses malformed input', () => {
+    // domain "a", then field 9 varint, field 10 fixed64, field 11 bytes, field 12 fixed32, then hits_addend 7.
+    const bytes = Buffer.from([
+      0x0a, 0x01, 0x61, 0x48, 0x96, 0x01, 0x51, 1, 2, 3, 4, 5, 6, 7, 8, 0x5a, 0x02, 0x00, 0x00, 0x65, 1, 2, 3, 4, 0x18,
+      0x07,
+    ]);
+    expect(decodeRateLimitRequest(bytes)).toEqual({ domain: 'a', descriptors: [], hitsAddend: 7 });
+    expect(() => decodeRateLimitRequest(Buffer.from([0x0a, 0x05, 0x61]))).toThrow(DecodeError);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x18, 0x80]))).toThrow(/truncated varint/);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x0b]))).toThrow(/wire type 3/);
+  });
+
+  it('encodes responses the generic codec reads back, long headers and all', () => {
+    const policy = gcra({ limit: 100, periodMs: 60_000, name: 'p'.repeat(60) });
+    const policies = Array.from({ length: 30 }, (_, i) =>
+      gcra({ limit: 100 + i, periodMs: 60_000, name: `policy-${i}` }),
+    );
+    const outcome = (allowed: boolean, ps: readonly (typeof policy)[]): DescriptorOutcome => ({
+      code: allowed ? 'OK' : 'OVER_LIMIT',
+      matched: true,
+      rule: 'r',
+      shadow: false,
+      unlimited: false,
+      policies: ps,
+      decision: {
+        allowed,
+        limit: 100,
+        remaining: allowed ? 42 : 0,
+        retryAfterMs: allowed ? 0 : 1500,
+        resetAfterMs: 61_234,
+        policy: (ps[0] as typeof policy).name,
+        policies: ps.map((p) => ({
+          policy: p.name,
+          allowed,
+          limit: 100,
+          remaining: allowed ? 42 : 0,
+          retryAfterMs: allowed ? 0 : 1500,
+          resetAfterMs: 61_234,
+        })),
+      },
+    });
+    const outcomes = [
+      outcome(true, [policy]),
+      { ...outcome(true, [policy]), decision: undefined, policies: undefined, matched: false, rule: undefined },
+      outcome(false, policies),
+    ];
+    const w = new Writer(16);
+    encodeRateLimitResponse(w, outcomes, new RateLimitHeaders('ietf'));
+    const decoded = method.responseDeserialize(w.bytes());
+    expect(decoded.overall_code).toBe('OVER_LIMIT');
+    expect(decoded.statuses).toEqual([
+      {
+        code: 'OK',
+        current_limit: { name: 'p'.repeat(60), requests_per_unit: 100, unit: 'MINUTE' },
+        limit_remaining: 42,
+        duration_until_reset: { seconds: 61, nanos: 234_000_000 },
+      },
+      { code: 'OK', current_limit: null, limit_remaining: 0, duration_until_reset: null },
+      {
+        code: 'OVER_LIMIT',
+        current_limit: { name: 'policy-0', requests_per_unit: 100, unit: 'MINUTE' },
+        limit_remaining: 0,
+        duration_until_reset: { seconds: 61, nanos: 234_000_000 },
+      },
+    ]);
+    const headers = decoded.response_headers_to_add as { key: string; value: string }[];
+    expect(headers.map((h) => h.key)).toEqual(['RateLimit-Policy', 'RateLimit', 'Retry-After']);
+    // The denied descriptor binds: its 30 policies first, then the other descriptor's one.
+    expect(headers[1]?.value.split(', ')).toHaveLength(31);
+    expect(headers[1]?.value.startsWith('"policy-0";r=0;t=2')).toBe(true);
+    expect(headers[2]?.value).toBe('2');
+  });
+});
