@@ -114,15 +114,18 @@ function onStream(ctx: ServiceContext, stream: ServerHttp2Stream, headers: Incom
   const path = headers[':path'];
   const method = path === SHOULD_RATE_LIMIT ? 'ShouldRateLimit' : path === HEALTH_CHECK ? 'Check' : undefined;
   if (method === undefined) {
-    return fail(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`);
+    fail(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`);
+    return;
   }
   if (ctx.draining) {
     ctx.metrics.error('grpc', method, 'UNAVAILABLE');
-    return fail(stream, GrpcStatus.UNAVAILABLE, 'the service is shutting down');
+    fail(stream, GrpcStatus.UNAVAILABLE, 'the service is shutting down');
+    return;
   }
   const encoding = headers['grpc-encoding'];
   if (encoding !== undefined && encoding !== 'identity') {
-    return fail(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(encoding)} is not supported (identity only)`);
+    fail(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(encoding)} is not supported (identity only)`);
+    return;
   }
   readMessage(stream, (status, message, body) => {
     if (body === undefined) {
@@ -152,8 +155,12 @@ function readMessage(
       done(GrpcStatus.RESOURCE_EXHAUSTED, `message larger than ${MAX_GRPC_MESSAGE_BYTES} bytes`, undefined);
       return;
     }
-    if (first === undefined) first = chunk;
-    else (chunks ??= [first]).push(chunk);
+    if (first === undefined) {
+      first = chunk;
+    } else {
+      chunks ??= [first];
+      chunks.push(chunk);
+    }
   });
   stream.on('end', () => {
     if (failed) return;
