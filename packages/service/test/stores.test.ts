@@ -68,7 +68,8 @@ describe('stores by URL', () => {
   });
 
   it.skipIf(!runRedis)('redis+cluster (a real 6-node cluster)', { timeout: 120_000 }, async () => {
-    const cluster = await startCluster();
+    // Ports 7200–7299: the library's cluster tests, which may run at the same time, use 7000–7099.
+    const cluster = await startCluster(7200);
     try {
       await scenario(
         `redis+cluster://${cluster.ports

@@ -51,7 +51,11 @@ function portFree(port: number): Promise<boolean> {
   });
 }
 
-/** A Redis Cluster of redis-server processes on spare ports in 7000–7099, owned by this test run. */
+/**
+ * A Redis Cluster of redis-server processes on spare ports in 7000–7099 (or the 100 ports from `basePort`:
+ * test files that run at the same time take distinct ranges, so two clusters never grab one port), owned
+ * by this test run.
+ */
 export interface TestCluster {
   readonly ports: readonly number[];
   /** Runs a command on every node (e.g. SCRIPT FLUSH). */
@@ -63,15 +67,15 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
-async function sparePorts(count: number): Promise<number[]> {
+async function sparePorts(count: number, base: number): Promise<number[]> {
   // Start at a random spot so parallel runs rarely race; the cluster bus needs port + 10000 as well.
-  const start = 7000 + Math.floor(Math.random() * 100);
+  const start = base + Math.floor(Math.random() * 100);
   const ports: number[] = [];
   for (let i = 0; i < 100 && ports.length < count; i++) {
-    const port = 7000 + ((start - 7000 + i) % 100);
+    const port = base + ((start - base + i) % 100);
     if ((await portFree(port)) && (await portFree(port + 10_000))) ports.push(port);
   }
-  if (ports.length < count) throw new Error(`fewer than ${count} free ports in 7000–7099`);
+  if (ports.length < count) throw new Error(`fewer than ${count} free ports in ${base}–${base + 99}`);
   return ports;
 }
 
@@ -91,10 +95,10 @@ export async function waitFor(what: string, test: () => Promise<boolean>, timeou
 }
 
 /** Starts 3 primaries and 3 replicas, waits for `cluster_state:ok` everywhere. Stops them on failure. */
-export async function startCluster(): Promise<TestCluster> {
+export async function startCluster(basePort = 7000): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), 'floodgate-cluster-'));
   const children: ChildProcess[] = [];
-  const ports = await sparePorts(6);
+  const ports = await sparePorts(6, basePort);
   // A test run that dies still takes its servers down with it.
   const killAll = () => {
     for (const child of children) child.kill('SIGKILL');
