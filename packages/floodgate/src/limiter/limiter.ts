@@ -35,7 +35,8 @@ export interface LimiterOptions {
   /**
    * What a call gets when the store fails or times out: `'throw'` rejects with the error, `'open'` admits
    * as if the key were untouched, `'closed'` denies, `{ fallback }` asks another limiter (e.g. one on the
-   * memory store). Decisions made without the store say `reason: 'degraded'`. @default 'throw'
+   * memory store), under its own policies when it has some, else under the call's. Decisions made
+   * without the store say `reason: 'degraded'`. @default 'throw'
    */
   failure?: FailurePolicy;
   /**
@@ -398,11 +399,12 @@ export class Limiter {
   ): Promise<Decision> {
     const failure = this.failure;
     if (typeof failure === 'object') {
-      const fallbackOptions: CallOptions = {
-        ...options,
-        cost: request.cost,
-        policies: request.policies.map((c) => c.policy),
-      };
+      // A fallback with policies of its own enforces them (say, a share of the global limit per process);
+      // one without enforces the call's.
+      const fallbackOptions: CallOptions =
+        failure.fallback.policies.length > 0
+          ? { ...options, cost: request.cost, policies: failure.fallback.policies }
+          : { ...options, cost: request.cost, policies: request.policies.map((c) => c.policy) };
       const decision = request.commit
         ? await failure.fallback.limit(request.key, fallbackOptions)
         : await failure.fallback.check(request.key, fallbackOptions);

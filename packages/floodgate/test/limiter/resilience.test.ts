@@ -103,6 +103,27 @@ describe('circuit breaker', () => {
   });
 });
 
+describe('fallback limiter', () => {
+  it('enforces its own policies when it has some (a per-process share), else the call’s', async () => {
+    const clock = manualClock();
+    const store = switchableStore();
+    store.up = false;
+    const policies = [gcra({ limit: 10, periodMs: 1000 })];
+    const share = createLimiter({ clock, policies: [gcra({ limit: 2, periodMs: 1000, name: 'share' })] });
+    const strict = createLimiter({ store, clock, policies, failure: { fallback: share }, breaker: false });
+    const allowed = async (limiter: typeof strict) => {
+      let n = 0;
+      for (let i = 0; i < 12; i++) if ((await limiter.limit('k')).allowed) n++;
+      return n;
+    };
+    expect(await allowed(strict)).toBe(2);
+    expect((await strict.limit('k')).policy).toBe('share');
+    const plain = createLimiter({ clock, prefix: 'plain' });
+    const same = createLimiter({ store, clock, policies, failure: { fallback: plain }, breaker: false });
+    expect(await allowed(same)).toBe(10);
+  });
+});
+
 describe('blocked-key cache', () => {
   it('answers a denied key locally until it may pass, with the wait counting down', async () => {
     const clock = manualClock();

@@ -64,7 +64,15 @@ export interface TestCluster {
   onNode(port: number, ...args: string[]): Promise<string>;
   /** The ports of the primary serving `slot` and of its replica, as the cluster sees them now. */
   shardOf(slot: number): Promise<{ primary: number; replica: number }>;
+  /** Kills one node with SIGKILL (no shutdown), resolving once its process is gone. */
+  kill(port: number): Promise<void>;
   stop(): Promise<void>;
+}
+
+/** Options of {@link startCluster}. */
+export interface ClusterOptions {
+  /** `cluster-node-timeout`: how long a node may be silent before its replica takes over. @default 5000 */
+  nodeTimeoutMs?: number;
 }
 
 async function sparePorts(count: number, base: number): Promise<number[]> {
@@ -79,7 +87,7 @@ async function sparePorts(count: number, base: number): Promise<number[]> {
   return ports;
 }
 
-async function redisCli(port: number, ...args: string[]): Promise<string> {
+export async function redisCli(port: number, ...args: string[]): Promise<string> {
   const { stdout } = await run('redis-cli', ['-h', REDIS_HOST, '-p', String(port), ...args]);
   return stdout.trim();
 }
@@ -95,7 +103,7 @@ export async function waitFor(what: string, test: () => Promise<boolean>, timeou
 }
 
 /** Starts 3 primaries and 3 replicas, waits for `cluster_state:ok` everywhere. Stops them on failure. */
-export async function startCluster(basePort = 7000): Promise<TestCluster> {
+export async function startCluster(basePort = 7000, options: ClusterOptions = {}): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), 'floodgate-cluster-'));
   const children: ChildProcess[] = [];
   const ports = await sparePorts(6, basePort);
@@ -132,7 +140,7 @@ export async function startCluster(basePort = 7000): Promise<TestCluster> {
           '--cluster-config-file',
           `nodes-${port}.conf`,
           '--cluster-node-timeout',
-          '5000',
+          String(options.nodeTimeoutMs ?? 5000),
           '--dir',
           dir,
           '--save',
@@ -199,6 +207,14 @@ export async function startCluster(basePort = 7000): Promise<TestCluster> {
         30_000,
       );
       return shard as { primary: number; replica: number };
+    },
+    async kill(port) {
+      const child = children[ports.indexOf(port)];
+      if (child === undefined) throw new Error(`no node on port ${port}`);
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const gone = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+      child.kill('SIGKILL');
+      await gone;
     },
     stop,
   };
