@@ -5,10 +5,17 @@ export type { AcquireOptions } from './limiter/acquire.js';
 export { BlockedCache, type BlockedCacheOptions } from './limiter/blocked-cache.js';
 export type { BreakerOptions, BreakerState } from './limiter/breaker.js';
 export {
+  LeasedLimiter,
+  type LeaseOptions,
+  type LeaseStats,
+  leasedLimiter,
+} from './limiter/lease.js';
+export {
   type CallOptions,
   createLimiter,
   type FailurePolicy,
   type KeyOptions,
+  type LeaseGrant,
   Limiter,
   type LimiterEvents,
   type LimiterOptions,
@@ -47,6 +54,7 @@ export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores
 export {
   type CancelRequest,
   isSyncStore,
+  type RefundRequest,
   type Store,
   type StoreRequest,
   type StoreResult,

@@ -6,7 +6,7 @@ import { decide } from '../model/decide.js';
 import { type Decision, toDecision } from '../model/decision.js';
 import { definePolicy, type Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
-import { emptyEvaluation } from '../model/types.js';
+import { type Evaluation, emptyEvaluation } from '../model/types.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
 import { type AcquireOptions, acquire } from './acquire.js';
@@ -60,6 +60,15 @@ export interface LimiterEvents {
   storeError: { key: string; error: FloodgateError };
   /** The circuit breaker changed state. */
   breaker: { state: BreakerState };
+}
+
+/** What {@link Limiter.leaseFromStore} got: the decision, and for a store decision the raw evaluations and its time. */
+export interface LeaseGrant {
+  readonly decision: Decision;
+  /** Per policy, µs (absent when the failure policy decided). */
+  readonly evaluations?: readonly Evaluation[];
+  /** The clock reading the store decided at, µs. */
+  readonly atUs?: number;
 }
 
 /** See {@link LimiterOptions.failure}. */
@@ -272,6 +281,64 @@ export class Limiter {
     return this.localClock.nowUs() / 1000;
   }
 
+  /**
+   * Takes a lease (used by `leasedLimiter`): one committed call of cost `size` on the store, under the
+   * limiter's timeout, breaker and events, with the clock reading it was decided at. Without the store,
+   * the `failure` option decides a call of cost `cost` instead (no lease then).
+   */
+  async leaseFromStore(key: string, size: number, cost: number): Promise<LeaseGrant> {
+    // A copy: a synchronous store's request object is reused by the next call.
+    const request = { ...this.request(key, { cost: size }, true) };
+    const skip = this.breaker?.admit(this.localMs());
+    let result: StoreResult | undefined;
+    let failure = skip;
+    if (skip === undefined) {
+      try {
+        result = await this.callStore(request);
+        this.breaker?.success();
+      } catch (error) {
+        failure = storeError(this.store, error);
+        this.breaker?.failure(this.localMs());
+        this.emit('storeError', { key, error: failure });
+      }
+    }
+    if (result === undefined) {
+      const call = { ...request, cost };
+      const decision = await this.degrade(call, { cost }, failure as FloodgateError);
+      return { decision: this.decided(call, decision, 'degraded') };
+    }
+    const atUs = result.nowUs ?? request.nowUs;
+    const decision = this.decided(request, decisionOf(request, result), 'store');
+    return atUs === undefined
+      ? { decision, evaluations: result.evaluations }
+      : { decision, evaluations: result.evaluations, atUs };
+  }
+
+  /**
+   * Gives back unused units of a lease (used by `leasedLimiter`). Never rejects: a failure is reported as
+   * a `storeError` event, and the units come back on their own when the lease expires in the store.
+   */
+  async refundToStore(key: string, leased: number, leasedAtUs: number, unused: number): Promise<boolean> {
+    const refund = this.store.refund;
+    if (refund === undefined || this.breaker?.state === 'open') return false;
+    const request = {
+      prefix: this.prefix,
+      key,
+      policies: this.compiled,
+      leased,
+      leasedAtUs,
+      unused,
+      nowUs: this.clock?.nowUs(),
+    };
+    try {
+      await this.bounded(refund.call(this.store, request));
+      return true;
+    } catch (error) {
+      this.emit('storeError', { key, error: storeError(this.store, error) });
+      return false;
+    }
+  }
+
   /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
   limitSync(key: string, options?: CallOptions): Decision {
     return this.runSync(key, options, true);
@@ -367,10 +434,14 @@ export class Limiter {
 
   /** One store call, bounded by `timeoutMs` when set. */
   private callStore(request: StoreRequest): Promise<StoreResult> {
-    const pending = this.store.decide(request);
+    return this.bounded(this.store.decide(request));
+  }
+
+  /** A store call bounded by `timeoutMs` when set. */
+  private bounded<T>(pending: Promise<T>): Promise<T> {
     const timeoutMs = this.timeoutMs;
     if (timeoutMs === undefined) return pending;
-    return new Promise<StoreResult>((resolve, reject) => {
+    return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
         reject(
           new FloodgateError('ERR_TIMEOUT', `the ${this.store.name} store did not answer within ${timeoutMs} ms`, {

@@ -45,5 +45,6 @@ export {
   type TokenBucketPolicy,
   tokenBucket,
 } from './policy.js';
+export { leaseRefusal, refundPolicy } from './refund.js';
 export { cancelReservation, isReservable, type Reservation } from './reservation.js';
 export { type Evaluation, emptyEvaluation, type Reason, type State } from './types.js';

@@ -41,6 +41,22 @@ export interface CancelRequest {
   readonly nowUs: number | undefined;
 }
 
+/** Gives back units of a lease: a committed call of cost `leased` that the store decided at `leasedAtUs`. */
+export interface RefundRequest {
+  readonly prefix: string;
+  readonly key: string;
+  /** The policies of the lease, in the same order (each one passed the model's `leaseRefusal`). */
+  readonly policies: readonly CompiledPolicy[];
+  /** The lease's cost. */
+  readonly leased: number;
+  /** When the lease was granted, µs on the clock that decided it (the request's, or `StoreResult.nowUs`). */
+  readonly leasedAtUs: number;
+  /** Units of the lease not used, 0 < unused ≤ leased. */
+  readonly unused: number;
+  /** The caller's clock, µs; `undefined` asks the store to use its own clock. */
+  readonly nowUs: number | undefined;
+}
+
 /**
  * Where rate-limit state lives. A store runs the model of `floodgate/model` atomically: one decision is
  * one script, one statement or one synchronous update, all policies of the call decided together.
@@ -59,6 +75,11 @@ export interface Store {
    * resolves to true when every policy gave the whole cost back. Stores without it cannot cancel.
    */
   cancel?(request: CancelRequest): Promise<boolean>;
+  /**
+   * Gives back the unused units of a lease atomically under every policy, as the model's `refundPolicy`
+   * says (never more than the lease left unused). Stores without it cannot lease.
+   */
+  refund?(request: RefundRequest): Promise<void>;
   /** Releases what the store holds (never the user's client). */
   close?(): Promise<void>;
 }
@@ -69,6 +90,8 @@ export interface SyncStore extends Store {
   resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void;
   /** `cancel` without a promise. */
   cancelSync?(request: CancelRequest): boolean;
+  /** `refund` without a promise. */
+  refundSync?(request: RefundRequest): void;
 }
 
 export function isSyncStore(store: Store): store is SyncStore {

@@ -11,10 +11,12 @@ import {
   slidingWindow,
   tokenBucket,
 } from '../model/policy.js';
+import { leaseRefusal } from '../model/refund.js';
 import { isReservable } from '../model/reservation.js';
 import type { Store } from '../stores/store.js';
 import { type ManualClock, manualClock } from './manual-clock.js';
 import { modelStore } from './model-store.js';
+import { refundTables, runRefundTable } from './refunds.js';
 import { type Expectation, type Scenario, scenarios } from './scenarios.js';
 import { runWaitScenario, waitScenarios } from './waiting.js';
 
@@ -157,6 +159,12 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
     }
   });
 
+  api.describe('leases: unused units given back', () => {
+    for (const table of refundTables) {
+      api.it(table.name, () => withStore((store) => runRefundTable(store, table, uniquePrefix('refund'))));
+    }
+  });
+
   api.describe('randomized comparison with the reference model', () => {
     const runs = options.randomRuns ?? 12;
     const firstSeed = options.seed ?? 1;
@@ -286,13 +294,18 @@ export async function compareWithModel(store: Store, options: { seed: number; op
   const clock: ManualClock = manualClock({ startMs: SCENARIO_START_MS + Math.floor(random() * 10_000) });
   const prefix = uniquePrefix('cmp');
   const subject = createLimiter({ store, policies, clock, prefix });
-  const reference = createLimiter({ store: modelStore(), policies, clock, prefix });
+  const model = modelStore();
+  const reference = createLimiter({ store: model, policies, clock, prefix });
   const keys = ['a', 'b', 'key:{c}', 'ключ'];
   const costs = [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100];
   const operations = options.operations ?? 400;
   // Reservations (maxDelayMs) only where every policy can book ahead; queue mode books on its own.
   const reservable = policies.every((p) => isReservable(compilePolicy(p)));
   const booked: { key: string; decision: Decision }[] = [];
+  // Leases (any admitted call can be given back in part) where every policy can lease.
+  const compiled = policies.map(compilePolicy);
+  const leasable = store.refund !== undefined && compiled.every((c) => leaseRefusal(c) === undefined);
+  const granted: { key: string; atUs: number; cost: number }[] = [];
   const log: string[] = [];
   for (let i = 0; i < operations; i++) {
     const step = random();
@@ -302,7 +315,8 @@ export async function compareWithModel(store: Store, options: { seed: number; op
     let key = pick(keys);
     const cost = pick(costs);
     const r = random();
-    const op = r < 0.64 ? 'limit' : r < 0.7 ? 'cancel' : r < 0.82 ? 'check' : r < 0.95 ? 'status' : 'reset';
+    let op = r < 0.64 ? 'limit' : r < 0.7 ? 'cancel' : r < 0.82 ? 'check' : r < 0.95 ? 'status' : 'reset';
+    if (op === 'limit' && leasable && granted.length > 0 && random() < 0.12) op = 'refund';
     const callOptions = random() < (reservable ? 0.3 : 0) ? { cost, maxDelayMs: Math.floor(random() * 600) } : { cost };
     const where = () =>
       `seed ${options.seed}, policies ${policies.map((p) => p.name).join(' + ')}, operation ${i}:\n${log.slice(-12).join('\n')}`;
@@ -315,6 +329,25 @@ export async function compareWithModel(store: Store, options: { seed: number; op
       const got = await subject.cancel(key, chosen.decision);
       const want = await reference.cancel(key, chosen.decision);
       deepStrictEqual(got, want, where());
+      continue;
+    }
+    if (op === 'refund') {
+      const lease = granted.splice(Math.floor(random() * granted.length), 1)[0] as (typeof granted)[0];
+      const unused = pick([lease.cost, lease.cost / 2, Math.min(1, lease.cost), lease.cost * 0.75]);
+      const request = {
+        prefix,
+        key: lease.key,
+        policies: compiled,
+        leased: lease.cost,
+        leasedAtUs: lease.atUs,
+        unused,
+        nowUs: clock.nowUs(),
+      };
+      log.push(
+        `${clock.nowUs()} refund ${JSON.stringify(lease.key)} ${JSON.stringify({ ...request, policies: undefined })}`,
+      );
+      await store.refund?.(request);
+      await model.refund?.(request);
       continue;
     }
     log.push(`${clock.nowUs()} ${op} ${JSON.stringify(key)} ${JSON.stringify(callOptions)}`);
@@ -330,6 +363,10 @@ export async function compareWithModel(store: Store, options: { seed: number; op
           ? [await subject.check(key, callOptions), await reference.check(key, callOptions)]
           : [await subject.status(key), await reference.status(key)];
     deepStrictEqual(got, want, where());
+    if (op === 'limit' && leasable && want.allowed && cost > 0) {
+      granted.push({ key, atUs: clock.nowUs(), cost });
+      if (granted.length > 8) granted.shift();
+    }
     if (want.reservation !== undefined) {
       booked.push({ key, decision: want });
       if (booked.length > 8) booked.shift();

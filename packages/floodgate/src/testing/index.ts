@@ -11,5 +11,6 @@ export {
 } from './conformance.js';
 export { type ManualClock, manualClock } from './manual-clock.js';
 export { modelStore } from './model-store.js';
+export { type RefundStep, type RefundTable, refundTables, runRefundTable } from './refunds.js';
 export { type Expectation, type Scenario, type Step, scenarios } from './scenarios.js';
 export { runWaitScenario, type WaitScenario, type WaitStep, waitScenarios } from './waiting.js';

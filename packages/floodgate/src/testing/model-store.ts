@@ -2,9 +2,10 @@ import { FloodgateError } from '../errors.js';
 import { encodeKey, storageKey } from '../keys.js';
 import type { CompiledPolicy } from '../model/compile.js';
 import { decide } from '../model/decide.js';
+import { refundPolicy } from '../model/refund.js';
 import { cancelReservation } from '../model/reservation.js';
 import { emptyEvaluation, type State } from '../model/types.js';
-import type { CancelRequest, Store, StoreRequest, StoreResult } from '../stores/store.js';
+import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../stores/store.js';
 
 /**
  * The reference store: the model and a plain Map, nothing else (no bounds, no expiry). Every real store
@@ -50,6 +51,19 @@ export function modelStore(): Store & { readonly states: ReadonlyMap<string, Sta
         if (out.next !== undefined) states.set(ids[i] as string, [...out.next]);
       });
       return Promise.resolve(all);
+    },
+    refund(request: RefundRequest): Promise<void> {
+      const nowUs = request.nowUs;
+      if (nowUs === undefined) {
+        return Promise.reject(new FloodgateError('ERR_INVALID_OPTION', 'the model store needs the caller’s clock'));
+      }
+      const key = encodeKey(request.key);
+      for (const c of request.policies) {
+        const id = storageKey(request.prefix, key, `${c.name}:${c.kind}`);
+        const next = refundPolicy(c, states.get(id), nowUs, request.leasedAtUs, request.leased, request.unused);
+        if (next !== undefined) states.set(id, next);
+      }
+      return Promise.resolve();
     },
     reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
       const encoded = encodeKey(key);

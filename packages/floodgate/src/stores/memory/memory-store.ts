@@ -1,9 +1,10 @@
 import { FloodgateError, invalid } from '../../errors.js';
 import { type CompiledPolicy, KIND_SLIDING_LOG } from '../../model/compile.js';
-import { decide, evaluatePolicy, settleDenied } from '../../model/decide.js';
+import { decide, evaluatePolicy, inspect, settleDenied } from '../../model/decide.js';
+import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import type { CancelRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
+import type { CancelRequest, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -29,6 +30,10 @@ export interface MemoryStore extends SyncStore {
   clear(): void;
   /** Forgets every key; the store stays usable. */
   close(): Promise<void>;
+  /** Gives back a lease's unused units (see the model's `refundPolicy`). */
+  refund(request: RefundRequest): Promise<void>;
+  /** `refund` without a promise. */
+  refundSync(request: RefundRequest): void;
 }
 
 /** Length of the fixed-size states, by kind (the sliding log varies and lives in a LogTable). */
@@ -326,6 +331,28 @@ class MemoryStoreImpl implements MemoryStore {
       }
     });
     return all;
+  }
+
+  refund(request: RefundRequest): Promise<void> {
+    try {
+      this.refundSync(request);
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  refundSync(request: RefundRequest): void {
+    const { policies, nowUs, key, prefix } = request;
+    if (nowUs === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
+    }
+    for (const c of policies) {
+      const table = this.table(prefix, c);
+      const next = refundPolicy(c, table.read(key), nowUs, request.leasedAtUs, request.leased, request.unused);
+      // Only a key the store holds changes: a refund never needs room.
+      if (next !== undefined) table.write(key, next, nowUs + inspect(c, next, nowUs).resetAfterUs);
+    }
   }
 
   private lastPolicy: CompiledPolicy | undefined;

@@ -13,6 +13,7 @@ export interface SqlNames {
   append: string;
   logDenied: string;
   cancel: string;
+  refund: string;
   /** A composite `(s float8[])`: an array of these holds states of different lengths. */
   stateType: string;
 }
@@ -30,6 +31,7 @@ export function sqlNames(schema: string, table: string): SqlNames {
     append: q(`${table}_append`),
     logDenied: q(`${table}_log_denied`),
     cancel: q(`${table}_cancel`),
+    refund: q(`${table}_refund`),
     stateType: q(`${table}_state`),
   };
 }
@@ -42,6 +44,11 @@ export function decideStatement(n: SqlNames): string {
 /** Cancelling a reservation: see `cancelFunction` for the parameters. */
 export function cancelStatement(n: SqlNames): string {
   return `SELECT ${n.cancel}($1::text[], $2::float8, $3::float8, $4::float8[]) AS r`;
+}
+
+/** Giving back a lease's unused units: see `refundFunction` for the parameters. */
+export function refundStatement(n: SqlNames): string {
+  return `SELECT ${n.refund}($1::text[], $2::float8, $3::float8, $4::float8, $5::float8, $6::float8[]) AS r`;
 }
 
 /**
@@ -79,6 +86,7 @@ ${[
   settleFunction(n),
   decideFunction(n),
   cancelFunction(n),
+  refundFunction(n),
 ].join('\n')}
 END
 $migrate$`;
@@ -698,6 +706,99 @@ function cancelFunction(n: SqlNames): string {
       END IF;
     END LOOP;
     RETURN all_ok;
+  END
+  $fn$;`;
+}
+
+/**
+ * refund.ts `refundPolicy`, in one transaction: gives back the unused units of a lease (a committed call
+ * of cost `p_leased` decided at `p_leased_at` µs) under each policy, as far as the algorithm can still
+ * tell them apart; the new state expires when a cost-0 evaluation says it is untouched.
+ *
+ * Parameters: `p_keys` the row keys in policy order; `p_now` µs (NaN: the server's `clock_timestamp()`);
+ * `p_leased_at`, `p_leased`, `p_unused`; `p_pol` 5 numbers per policy: kind, limit, a, b, c (compile.ts).
+ * Rows are locked in key order, as the decide function locks them. Returns true.
+ */
+function refundFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.refund}(
+    p_keys text[], p_now float8, p_leased_at float8, p_leased float8, p_unused float8, p_pol float8[])
+  RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+  DECLARE
+    np int := coalesce(array_length(p_keys, 1), 0);
+    now float8 := p_now;
+    ts timestamp;
+    st float8[]; nx float8[]; r float8[];
+    k int; base int; kind int; i int; len int;
+    lim float8; a float8; b float8; c float8;
+    charged float8; ahead float8; back float8; start float8; lw float8; left_over float8;
+  BEGIN
+    PERFORM 1 FROM ${n.qualified} t WHERE t.key = ANY(p_keys) ORDER BY t.key FOR UPDATE;
+    IF now = 'NaN'::float8 THEN
+      ts := clock_timestamp() AT TIME ZONE 'UTC';
+      now := (extract(epoch FROM date_trunc('minute', ts))::bigint * 1000000
+        + extract(microseconds FROM ts)::bigint)::float8;
+    END IF;
+    IF NOT (p_unused > 0) OR p_unused > p_leased THEN RETURN true; END IF;
+    FOR k IN 0..np - 1 LOOP
+      base := k * 5;
+      kind := p_pol[base + 1]::int;
+      lim := p_pol[base + 2];
+      a := p_pol[base + 3];
+      b := p_pol[base + 4];
+      c := p_pol[base + 5];
+      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[k + 1];
+      nx := NULL;
+      IF st IS NULL THEN
+        CONTINUE;
+      ELSIF kind = 1 THEN
+        charged := ceil(p_leased * a);
+        ahead := p_leased_at + charged - now;
+        back := least(charged - ceil((p_leased - p_unused) * a), ahead);
+        IF back > 0 THEN nx := ARRAY[st[1], st[2] - back]; END IF;
+      ELSIF kind = 2 THEN
+        IF st[2] > 0 AND st[3] <= p_leased_at
+            AND floor((now - st[3]) / b) = floor((p_leased_at - st[3]) / b) THEN
+          nx := ARRAY[st[1], greatest(0, st[2] - p_unused), st[3]];
+        END IF;
+      ELSIF kind = 3 THEN
+        start := st[2];
+        lw := CASE WHEN c = 0 THEN p_leased_at - (p_leased_at::bigint % a::bigint)::float8 ELSE start END;
+        IF start = lw AND p_leased_at >= start AND p_leased_at < start + a AND now < start + a AND st[3] > 0 THEN
+          nx := ARRAY[st[1], start, greatest(0, st[3] - p_unused)];
+        END IF;
+      ELSIF kind = 4 THEN
+        lw := p_leased_at - (p_leased_at::bigint % a::bigint)::float8;
+        IF st[2] = lw THEN
+          nx := ARRAY[st[1], lw, greatest(0, st[3] - p_unused), st[4]];
+        ELSIF st[2] = lw + a THEN
+          nx := ARRAY[st[1], st[2], st[3], greatest(0, st[4] - p_unused)];
+        END IF;
+      ELSE
+        len := coalesce(array_length(st, 1), 0);
+        i := 2;
+        WHILE i < len LOOP
+          IF st[i] = p_leased_at THEN
+            left_over := st[i + 1] - p_unused;
+            IF left_over > 0 THEN
+              nx := st;
+              nx[i + 1] := left_over;
+            ELSE
+              nx := st[1:i - 1] || coalesce(st[i + 2:len], '{}'::float8[]);
+            END IF;
+            EXIT;
+          END IF;
+          i := i + 2;
+        END LOOP;
+      END IF;
+      IF nx IS NOT NULL THEN
+        r := ${n.policy}(kind, lim, a, b, c, nx, now, 0, 0);
+        -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
+        UPDATE ${n.qualified} t SET state = nx, expires_at = (ceil((now + r[5]) / 1e6) * 1e6)::bigint
+          WHERE t.key = p_keys[k + 1];
+      END IF;
+    END LOOP;
+    RETURN true;
   END
   $fn$;`;
 }

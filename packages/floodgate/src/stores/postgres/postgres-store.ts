@@ -2,9 +2,16 @@ import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
-import type { CancelRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import type { PostgresClient } from './postgres-client.js';
-import { cancelStatement, decideStatement, migrationStatement, type SqlNames, sqlNames } from './postgres-sql.js';
+import {
+  cancelStatement,
+  decideStatement,
+  migrationStatement,
+  refundStatement,
+  type SqlNames,
+  sqlNames,
+} from './postgres-sql.js';
 
 /** Options of {@link postgresStore}. */
 export interface PostgresStoreOptions {
@@ -178,6 +185,29 @@ class PostgresStoreImpl implements PostgresStore {
       throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no result from its cancel function');
     }
     return r;
+  }
+
+  /** One statement of its own (a lease gives back at most once): see `refundFunction` in postgres-sql.ts. */
+  async refund(request: RefundRequest): Promise<void> {
+    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the postgres store is closed');
+    const pol: number[] = [];
+    for (const c of request.policies) pol.push(c.kind, c.limit, c.a, c.b, c.c);
+    try {
+      await this.client.query(
+        refundStatement(this.names),
+        [
+          textArray(stateKeys(request.prefix, request.key, request.policies)),
+          String(request.nowUs ?? Number.NaN),
+          String(request.leasedAtUs),
+          String(request.leased),
+          String(request.unused),
+          numberArray(pol),
+        ],
+        `${this.statementName.slice(0, -'decide'.length)}refund`,
+      );
+    } catch (error) {
+      throw this.explain(error);
+    }
   }
 
   async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {

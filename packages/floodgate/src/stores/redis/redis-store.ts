@@ -2,7 +2,7 @@ import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import { encodeKey, storageKey } from '../../keys.js';
 import { type CompiledPolicy, KIND_METER } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
-import type { CancelRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, METER_SCRIPT, METER_SCRIPT_SHA } from './script.js';
 import { hashSlot } from './slot.js';
@@ -99,6 +99,7 @@ const OP_CHECK = '0';
 const OP_LIMIT = '1';
 const OP_RESET = '2';
 const OP_CANCEL = '3';
+const OP_REFUND = '4';
 const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
 /**
  * The model's scratch room for next states. Evaluations from Redis never carry a next state (the script
@@ -115,7 +116,7 @@ interface Call {
   readonly cost: number;
   readonly nowUs: number | undefined;
   readonly maxDelayUs: number;
-  /** A cancel's reservation TATs, one per policy. */
+  /** A cancel's reservation TATs, one per policy; a refund's lease time and cost. */
   readonly tatUs: readonly number[] | undefined;
   readonly resolve: (result: StoreResult | boolean | undefined) => void;
   readonly reject: (error: unknown) => void;
@@ -190,6 +191,17 @@ class RedisStoreImpl implements RedisStore {
       0,
       reservation.tatUs,
     ) as Promise<boolean>;
+  }
+
+  async refund(request: RefundRequest): Promise<void> {
+    const nowUs = request.nowUs;
+    if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
+      throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch');
+    }
+    await this.submit(OP_REFUND, request.prefix, request.key, request.policies, request.unused, nowUs, 0, [
+      request.leasedAtUs,
+      request.leased,
+    ]);
   }
 
   async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
@@ -314,6 +326,7 @@ function scriptArguments(calls: readonly Call[], grace: string): { keys: string[
     if (
       previous !== undefined &&
       call.op !== OP_CANCEL &&
+      call.op !== OP_REFUND &&
       call.op === previous.op &&
       call.nowUs === previous.nowUs &&
       call.cost === previous.cost &&
@@ -364,7 +377,7 @@ function settle(calls: readonly Call[], reply: unknown): void {
   }
   let r = 0;
   for (const call of calls) {
-    if (call.op === OP_RESET) {
+    if (call.op === OP_RESET || call.op === OP_REFUND) {
       r++;
       call.resolve(undefined);
       continue;

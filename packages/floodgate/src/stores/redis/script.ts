@@ -5,6 +5,7 @@ import { MAIN_LUA } from './lua/main.js';
 import { METER_LUA } from './lua/meter.js';
 import { METER_FAST_SCRIPT } from './lua/meter-fast.js';
 import { PRELUDE_LUA } from './lua/prelude.js';
+import { REFUND_LUA } from './lua/refund.js';
 import { RESERVATION_LUA } from './lua/reservation.js';
 import { SLIDING_LOG_LUA } from './lua/sliding-log.js';
 import { SLIDING_WINDOW_LUA } from './lua/sliding-window.js';
@@ -21,6 +22,7 @@ export const DECIDE_SCRIPT = [
   SLIDING_LOG_LUA,
   DECIDE_LUA,
   RESERVATION_LUA,
+  REFUND_LUA,
   MAIN_LUA,
 ].join('\n');
 

@@ -1,10 +1,11 @@
 import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
-import { decide } from '../../model/decide.js';
+import { decide, inspect } from '../../model/decide.js';
+import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
 import { expiryOf, PRUNE_GRACE_US, quoteIdentifier, stateKeys, validateIdentifier } from '../sql/common.js';
-import type { CancelRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
+import type { CancelRequest, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 
 /** The part of a better-sqlite3 statement the store uses. */
 export interface SqliteStatement {
@@ -197,6 +198,41 @@ class SqliteStoreImpl implements SqliteStore {
       }
       (nested ? s.release : s.commit).run();
       return all;
+    } catch (error) {
+      this.undo(nested);
+      throw error;
+    }
+  }
+
+  refund(request: RefundRequest): Promise<void> {
+    try {
+      this.refundSync(request);
+      return Promise.resolve();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Gives back a lease's unused units as the model's `refundPolicy` says, in one write transaction. */
+  refundSync(request: RefundRequest): void {
+    const { policies, nowUs } = request;
+    if (nowUs === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
+    }
+    const s = this.ready();
+    const keys = stateKeys(request.prefix, request.key, policies);
+    const nested = this.database.inTransaction === true;
+    (nested ? s.savepoint : s.beginWrite).run();
+    try {
+      for (let i = 0; i < keys.length; i++) {
+        const c = policies[i] as CompiledPolicy;
+        const state = decodeState(s.select.get(keys[i]));
+        const next = refundPolicy(c, state, nowUs, request.leasedAtUs, request.leased, request.unused);
+        if (next !== undefined) {
+          s.upsert.run(keys[i], encodeState(next), expiryOf(nowUs, inspect(c, next, nowUs).resetAfterUs));
+        }
+      }
+      (nested ? s.release : s.commit).run();
     } catch (error) {
       this.undo(nested);
       throw error;

@@ -9,13 +9,15 @@
  *   [2]          P, the number of distinct policies in the batch
  *   [3 … 2+6P]   per policy: kind, limit, blockUs, a, b, c (the compiled policy of model/compile.ts)
  *   then runs of calls that differ only by key: m (calls in the run), op (0 check, 1 limit, 2 reset,
- *                  3 cancel), nowUs ('' = Redis TIME), cost, maxDelayUs, n (policies per call), then n
- *                  policy numbers (1-based, into the list above). Under load most calls of a batch form
- *                  one run, so a decision costs Redis little more than its keys. A cancel is a run of one
- *                  call and carries n more numbers: the reservation's TATs (model/reservation.ts).
+ *                  3 cancel, 4 refund), nowUs ('' = Redis TIME), cost, maxDelayUs, n (policies per call),
+ *                  then n policy numbers (1-based, into the list above). Under load most calls of a batch
+ *                  form one run, so a decision costs Redis little more than its keys. A cancel is a run of
+ *                  one call and carries n more numbers: the reservation's TATs (model/reservation.ts). A
+ *                  refund is a run of one whose cost is the unused units, and carries two more numbers:
+ *                  the lease's time (µs) and cost (model/refund.ts).
  * Clock: a call's `nowUs` when given, else Redis `TIME` as integer µs (seconds·10⁶ + µs), read once per
  *   script call, so app servers with skewed clocks agree.
- * Returns a flat array of integers; per call: a reset gives `1`; a cancel gives 1 when every policy gave
+ * Returns a flat array of integers; per call: a reset or a refund gives `1`; a cancel gives 1 when every policy gave
  *   the whole cost back, else 0; a decision gives `allowed` (1/0), the µs it was decided at, then
  *   per policy `reason` (0 ok, 1 limit, 2 blocked, 3 exceeds-capacity), `remaining`, `retryAfterUs`
  *   (-1 = never), `resetAfterUs`, `delayUs`. Every one of these is a whole number, so Redis's integer
@@ -95,6 +97,29 @@ while at <= total do
     if all then reply[r] = 1 else reply[r] = 0 end
     k = k + n
     at = at + n
+  elseif op == '4' then
+    local now, extra = redis_now(), 0
+    if argv[at + 2] ~= '' then
+      now, extra = tonumber(argv[at + 2]), grace * 1000
+    end
+    local unused = tonumber(argv[at + 3])
+    local leased_at, leased = tonumber(argv[at + 6 + n]), tonumber(argv[at + 7 + n])
+    for j = 1, n do
+      local c = chosen[j]
+      local nxt = refund_policy(c, decode(c.kind, redis.call('GET', KEYS[k + j])), now, leased_at, leased, unused)
+      if nxt then
+        -- The expiry of the new state: when it is untouched again, as a cost-0 evaluation reports it.
+        local out = outs[j]
+        evaluate_policy(c, nxt, now, 0, 0, out)
+        local reset = out.reset
+        if reset < 1 then reset = 1 end
+        redis.call('SET', KEYS[k + j], encode(c.kind, nxt), 'PXAT', ceil((redis_now() + reset + extra) / 1000))
+      end
+    end
+    r = r + 1
+    reply[r] = 1
+    k = k + n
+    at = at + 2
   else
     local now
     local extra = 0
