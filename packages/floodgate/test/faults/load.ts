@@ -1,4 +1,4 @@
-import { performance } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import type { Decision, Limiter } from '../../src/index.js';
 
 /** One call made under load: when it started and ended (ms, performance.now()), and what it got. */
@@ -44,6 +44,22 @@ export function startLoad(limiter: Limiter, options: LoadOptions): { calls: Call
     async stop() {
       running = false;
       await done;
+    },
+  };
+}
+
+/**
+ * Watches how late this process's event loop runs. No timeout can fire earlier than the loop gets to it,
+ * so a wait is judged against the timeout plus the slack plus the worst lag seen while it ran (on a busy
+ * two-core machine running other test files, that lag is the noise; on a quiet one it is a few ms).
+ */
+export function watchLag(): { stop(): number } {
+  const histogram = monitorEventLoopDelay({ resolution: 5 });
+  histogram.enable();
+  return {
+    stop() {
+      histogram.disable();
+      return histogram.max / 1e6;
     },
   };
 }

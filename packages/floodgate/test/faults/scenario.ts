@@ -17,11 +17,15 @@ import {
   sleep,
   startLoad,
   storeAdmissions,
+  watchLag,
   watchUnhandled,
 } from './load.js';
 
-/** The store timeout of every limiter in the fault tests. */
-export const TIMEOUT_MS = 200;
+/**
+ * The store timeout of every limiter in the fault tests: long enough that a healthy server on a busy
+ * two-core machine (other test files run at the same time) answers within it.
+ */
+export const TIMEOUT_MS = 500;
 /**
  * What a call may wait beyond the timeout: the timer firing late on a loaded two-core machine that
  * runs other test files at the same time. Far below what a call stuck on a dead store would wait.
@@ -55,6 +59,7 @@ export async function faultScenario(
 ): Promise<Record<PolicyName, Call[]>> {
   const timeoutMs = options.timeoutMs ?? TIMEOUT_MS;
   const unhandled = watchUnhandled();
+  const lag = watchLag();
   const policies = [gcra({ limit: LIMIT, periodMs: LONG })];
   const prefix = uniquePrefix('fault');
   const failures: Record<PolicyName, FailurePolicy> = {
@@ -92,6 +97,7 @@ export async function faultScenario(
     await Promise.all(loads.map((load) => load.stop()));
     unhandled.dispose();
   }
+  const lagMs = lag.stop();
   const calls = {} as Record<PolicyName, Call[]>;
   names.forEach((name, i) => {
     calls[name] = (loads[i] as { calls: Call[] }).calls;
@@ -101,7 +107,7 @@ export async function faultScenario(
     ...names.map((name) => (firstStoreDecisionAfter(calls[name], run.backAt) ?? Infinity) - run.backAt),
   );
   console.info(
-    `${options.label ?? 'fault'}: ${all.length} calls, longest wait ${longestWait(all).toFixed(0)} ms (timeout ${timeoutMs} ms), service back ${recovery.toFixed(0)} ms after the store`,
+    `${options.label ?? 'fault'}: ${all.length} calls, longest wait ${longestWait(all).toFixed(0)} ms (timeout ${timeoutMs} ms, worst event-loop lag ${lagMs.toFixed(0)} ms), service back ${recovery.toFixed(0)} ms after the store`,
   );
 
   if (unhandled.reasons.length > 0) console.error(unhandled.reasons);
@@ -110,7 +116,7 @@ export async function faultScenario(
     const list = calls[name];
     const during = list.filter((c) => c.startMs >= run.faultAt && c.startMs < run.backAt);
     expect(during.length, `${name}: calls made during the fault`).toBeGreaterThan(0);
-    expect(longestWait(list), `${name}: longest wait, ms`).toBeLessThanOrEqual(timeoutMs + SLACK_MS);
+    expect(longestWait(list), `${name}: longest wait, ms`).toBeLessThanOrEqual(timeoutMs + SLACK_MS + lagMs);
     // Service is back within RECOVERY_MS of the store, and stays back.
     const back = firstStoreDecisionAfter(list, run.backAt);
     expect(back, `${name}: a store decision after the store came back`).toBeDefined();
