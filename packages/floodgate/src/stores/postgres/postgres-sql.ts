@@ -793,8 +793,9 @@ function refundFunction(n: SqlNames): string {
       END IF;
       IF nx IS NOT NULL THEN
         r := ${n.policy}(kind, lim, a, b, c, nx, now, 0, 0);
-        -- Rounded up to a whole second: see expiryOf() in sql/common.ts.
-        UPDATE ${n.qualified} t SET state = nx, expires_at = (ceil((now + r[5]) / 1e6) * 1e6)::bigint
+        -- Rounded up as expiryOf() in sql/common.ts rounds.
+        UPDATE ${n.qualified} t SET state = nx,
+          expires_at = (ceil((now + r[5]) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint
           WHERE t.key = p_keys[k + 1];
       END IF;
     END LOOP;
