@@ -14,11 +14,7 @@
 // Environment: BENCH_MS (duration of one throughput round, default 2000), BENCH_ROUNDS (default 4; the
 // contenders alternate, the best round of each is kept), BENCH_KEYS (keys for the memory figures,
 // default 100000).
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import {
   createLimiter,
@@ -35,9 +31,9 @@ import {
 import { fromIoredis, redisStore } from 'floodgate/redis';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
+import { HOST, startRedisServer } from './redis-server.js';
 
 const run = promisify(execFile);
-const HOST = '127.0.0.1';
 const ROUND_MS = Number(process.env.BENCH_MS ?? 2000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
 const MEMORY_KEYS = Number(process.env.BENCH_KEYS ?? 100_000);
@@ -60,52 +56,6 @@ return 1
 `;
 const T_US = String((PERIOD_MS * 1000) / LIMIT);
 const TAU_US = String(PERIOD_MS * 1000);
-
-async function freePort(): Promise<number> {
-  for (let port = 7050; port < 7100; port++) {
-    const free = await new Promise<boolean>((resolve) => {
-      const server = createServer();
-      server.once('error', () => resolve(false));
-      server.listen(port, HOST, () => server.close(() => resolve(true)));
-    });
-    if (free) return port;
-  }
-  throw new Error('no free port in 7050–7099');
-}
-
-async function startServer(): Promise<{ port: number; stop: () => Promise<void> }> {
-  const port = await freePort();
-  const dir = await mkdtemp(join(tmpdir(), 'floodgate-bench-'));
-  const child: ChildProcess = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir],
-    // Its own session, like a real server: on a shared machine the scheduler then weighs it apart from
-    // this process instead of splitting one share between the two.
-    { stdio: 'ignore', detached: true },
-  );
-  const kill = () => child.kill('SIGKILL');
-  process.once('exit', kill);
-  for (let i = 0; ; i++) {
-    try {
-      const { stdout } = await run('redis-cli', ['-h', HOST, '-p', String(port), 'ping']);
-      if (stdout.trim() === 'PONG') break;
-    } catch {
-      if (i > 100) throw new Error('redis-server did not start');
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return {
-    port,
-    stop: async () => {
-      process.removeListener('exit', kill);
-      await new Promise<void>((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      });
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 type Decide = (key: string) => Promise<unknown>;
 
@@ -197,7 +147,7 @@ function ceilingFromRedisBenchmark(output: string): number {
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
 
 async function main(): Promise<void> {
-  const server = await startServer();
+  const server = await startRedisServer(7050, 7100);
   const port = server.port;
   console.log(
     `redis-server ${(await run('redis-server', ['--version'])).stdout.trim().split(' ')[2]} on ${HOST}:${port}`,

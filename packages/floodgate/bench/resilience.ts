@@ -14,67 +14,16 @@
 //
 // Environment: BENCH_MS (one round, default 2000), BENCH_ROUNDS (default 3; contenders alternate, the
 // best round of each is kept), BENCH_FLOOD (keys in the flood, default 5000000).
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { createLimiter, gcra, leasedLimiter, memoryStore } from 'floodgate';
 import { fromIoredis, redisStore } from 'floodgate/redis';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
+import { HOST, startRedisServer } from './redis-server.js';
 
-const run = promisify(execFile);
-const HOST = '127.0.0.1';
 const ROUND_MS = Number(process.env.BENCH_MS ?? 2000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const FLOOD = Number(process.env.BENCH_FLOOD ?? 5_000_000);
 const IN_FLIGHT = 200;
-
-async function freePort(): Promise<number> {
-  for (let port = 7150; port < 7200; port++) {
-    const free = await new Promise<boolean>((resolve) => {
-      const server = createServer();
-      server.once('error', () => resolve(false));
-      server.listen(port, HOST, () => server.close(() => resolve(true)));
-    });
-    if (free) return port;
-  }
-  throw new Error('no free port in 7150–7199');
-}
-
-async function startServer(): Promise<{ port: number; stop: () => Promise<void> }> {
-  const port = await freePort();
-  const dir = await mkdtemp(join(tmpdir(), 'floodgate-bench-resilience-'));
-  const child: ChildProcess = spawn(
-    'redis-server',
-    ['--port', String(port), '--bind', HOST, '--save', '', '--appendonly', 'no', '--dir', dir],
-    { stdio: 'ignore', detached: true },
-  );
-  const kill = () => child.kill('SIGKILL');
-  process.once('exit', kill);
-  for (let i = 0; ; i++) {
-    try {
-      const { stdout } = await run('redis-cli', ['-h', HOST, '-p', String(port), 'ping']);
-      if (stdout.trim() === 'PONG') break;
-    } catch {
-      if (i > 100) throw new Error('redis-server did not start');
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return {
-    port,
-    stop: async () => {
-      process.removeListener('exit', kill);
-      await new Promise<void>((resolve) => {
-        child.once('exit', () => resolve());
-        child.kill('SIGTERM');
-      });
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
-}
 
 /**
  * What Redis has run so far: calls from clients (round trips: scripts and plain commands, INFO excluded)
@@ -258,7 +207,7 @@ function flood(): void {
 }
 
 async function main(): Promise<void> {
-  const server = await startServer();
+  const server = await startRedisServer(7150, 7200);
   const admin = new Redis({ host: HOST, port: server.port });
   try {
     console.log(

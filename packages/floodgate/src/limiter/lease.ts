@@ -40,8 +40,8 @@ export interface LeaseStats {
 interface Lease {
   readonly leased: number;
   left: number;
-  /** When the store counted it, µs on the store's clock. */
-  readonly atUs: number;
+  /** When the store counted it, µs on the store's clock (undefined: the store did not say, no refund). */
+  readonly atUs: number | undefined;
   /** Local time (ms) after which it is not spent any more. */
   readonly expiresAtMs: number;
   readonly decision: Decision;
@@ -225,7 +225,7 @@ export class LeasedLimiter {
       const grant = await this.limiter.leaseFromStore(key, size, cost);
       const decision = grant.decision;
       // Decided without the store (the failure policy), for this call alone: no lease.
-      if (grant.atUs === undefined || grant.evaluations === undefined) return decision;
+      if (grant.evaluations === undefined) return decision;
       if (decision.allowed) {
         // Spent until ttlMs after the call was sent (the store counted the lease later than that), and
         // never past the end of a fixed window the lease was counted in.
@@ -275,7 +275,7 @@ export class LeasedLimiter {
     const lease = entry.lease;
     entry.lease = undefined;
     // Float dust from fractional costs is not worth a store call.
-    if (lease === undefined || !(lease.left > 1e-9)) return;
+    if (lease === undefined || !(lease.left > 1e-9) || lease.atUs === undefined) return;
     this.stats.storeCalls++;
     const giving = this.limiter.refundToStore(key, lease.leased, lease.atUs, lease.left).then((done) => {
       if (done) {

@@ -3,8 +3,8 @@ import { createClient } from 'redis';
 import { describe, expect, it } from 'vitest';
 import { fromIoredis, fromNodeRedis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
 import { sleep } from './load.js';
-import { faultScenario, now } from './scenario.js';
-import { stallingProxy, startRedis } from './servers.js';
+import { type FaultRun, faultScenario, now } from './scenario.js';
+import { type StallingProxy, stallingProxy, startRedis, type TestRedis } from './servers.js';
 
 type Driver = 'ioredis' | 'node-redis';
 const DRIVERS: readonly Driver[] = ['ioredis', 'node-redis'];
@@ -26,77 +26,63 @@ async function connect(driver: Driver, port: number): Promise<{ client: RedisScr
   return { client: fromNodeRedis(redis), close: () => redis.destroy() };
 }
 
+/**
+ * Runs the fault scenario on a redis-server of its own (reached through a stalling proxy when asked),
+ * and stops everything it started, also when the scenario fails.
+ */
+async function onOwnRedis(
+  driver: Driver,
+  options: { durable?: boolean; proxy?: boolean; label: string },
+  fault: (redis: TestRedis, proxy: StallingProxy | undefined) => Promise<FaultRun>,
+): Promise<void> {
+  const redis = await startRedis({ durable: options.durable ?? false });
+  const proxy = options.proxy ? await stallingProxy(redis.port) : undefined;
+  try {
+    const connection = await connect(driver, proxy?.port ?? redis.port);
+    try {
+      await faultScenario(redisStore({ client: connection.client }), () => fault(redis, proxy), {
+        label: options.label,
+      });
+    } finally {
+      connection.close();
+    }
+  } finally {
+    await proxy?.close();
+    await redis.stop();
+  }
+}
+
 describe('Redis faults, on redis-server processes this test starts on ports 7100–7199', () => {
   for (const driver of DRIVERS) {
     it(`${driver}: Redis killed (SIGKILL) mid-load and restarted`, async () => {
       // Durable: acknowledged writes survive the kill, so admissions count exactly across it.
-      const redis = await startRedis({ durable: true });
-      const connection = await connect(driver, redis.port);
-      try {
-        const store = redisStore({ client: connection.client });
-        await faultScenario(
-          store,
-          async () => {
-            const faultAt = now();
-            await redis.kill();
-            await sleep(1000);
-            await redis.start();
-            return { faultAt, backAt: now() };
-          },
-          { label: `${driver}, Redis killed` },
-        );
-      } finally {
-        connection.close();
-        await redis.stop();
-      }
+      await onOwnRedis(driver, { durable: true, label: `${driver}, Redis killed` }, async (redis) => {
+        const faultAt = now();
+        await redis.kill();
+        await sleep(1000);
+        await redis.start();
+        return { faultAt, backAt: now() };
+      });
     }, 30_000);
 
     it(`${driver}: a server that accepts connections and never answers, then thaws`, async () => {
-      const redis = await startRedis();
-      const proxy = await stallingProxy(redis.port);
-      const connection = await connect(driver, proxy.port);
-      try {
-        const store = redisStore({ client: connection.client });
-        await faultScenario(
-          store,
-          async () => {
-            const faultAt = now();
-            proxy.stall();
-            await sleep(1500);
-            proxy.resume();
-            return { faultAt, backAt: now() };
-          },
-          { label: `${driver}, stalled then thawed` },
-        );
-      } finally {
-        connection.close();
-        await proxy.close();
-        await redis.stop();
-      }
+      await onOwnRedis(driver, { proxy: true, label: `${driver}, stalled then thawed` }, async (_, proxy) => {
+        const faultAt = now();
+        proxy?.stall();
+        await sleep(1500);
+        proxy?.resume();
+        return { faultAt, backAt: now() };
+      });
     }, 30_000);
 
     it(`${driver}: a server that never answers, then its connections are reset`, async () => {
-      const redis = await startRedis();
-      const proxy = await stallingProxy(redis.port);
-      const connection = await connect(driver, proxy.port);
-      try {
-        const store = redisStore({ client: connection.client });
-        await faultScenario(
-          store,
-          async () => {
-            const faultAt = now();
-            proxy.stall();
-            await sleep(1500);
-            proxy.cut();
-            return { faultAt, backAt: now() };
-          },
-          { label: `${driver}, stalled then reset` },
-        );
-      } finally {
-        connection.close();
-        await proxy.close();
-        await redis.stop();
-      }
+      await onOwnRedis(driver, { proxy: true, label: `${driver}, stalled then reset` }, async (_, proxy) => {
+        const faultAt = now();
+        proxy?.stall();
+        await sleep(1500);
+        proxy?.cut();
+        return { faultAt, backAt: now() };
+      });
     }, 30_000);
   }
 
