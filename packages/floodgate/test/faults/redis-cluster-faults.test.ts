@@ -35,21 +35,6 @@ const available = requireServer(
   cluster !== undefined,
   `a Redis Cluster started from redis-server (${String(startError)})`,
 );
-if (cluster !== undefined) {
-  // A replica can only take over once it holds its primary's data: wait for every first sync (and do
-  // not let primaries wait the default 5 s before streaming it).
-  const nodes = cluster;
-  await nodes.onEveryNode('CONFIG', 'SET', 'repl-diskless-sync-delay', '0');
-  await waitFor(
-    'every replica in sync',
-    async () => {
-      const infos = await nodes.onEveryNode('INFO', 'replication');
-      const replicas = infos.filter((info) => info.includes('role:slave'));
-      return replicas.length === 3 && replicas.every((info) => info.includes('master_link_status:up'));
-    },
-    30_000,
-  );
-}
 
 afterAll(async () => {
   await cluster?.stop();

@@ -147,6 +147,9 @@ export async function startCluster(basePort = 7000, options: ClusterOptions = {}
           '',
           '--appendonly',
           'no',
+          // Primaries stream a replica's first sync at once instead of waiting 5 s for more replicas.
+          '--repl-diskless-sync-delay',
+          '0',
           '--daemonize',
           'no',
           '--logfile',
@@ -173,6 +176,16 @@ export async function startCluster(basePort = 7000, options: ClusterOptions = {}
         30_000,
       );
     }
+    // A replica can take over (by a failover or a kill) only once it holds its primary's data.
+    await waitFor(
+      'every replica in sync with its primary',
+      async () => {
+        const roles = await Promise.all(ports.map((port) => redisCli(port, 'INFO', 'replication')));
+        const replicas = roles.filter((info) => info.includes('role:slave'));
+        return replicas.length === 3 && replicas.every((info) => info.includes('master_link_status:up'));
+      },
+      30_000,
+    );
   } catch (error) {
     await stop();
     throw error;
