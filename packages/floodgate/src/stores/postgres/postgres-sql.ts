@@ -752,9 +752,10 @@ function refundFunction(n: SqlNames): string {
       IF st IS NULL THEN
         CONTINUE;
       ELSIF kind = 1 THEN
-        charged := ceil(p_leased * a);
+        -- meter.ts meterCharge, for the lease and for the units it used.
+        charged := ceil(p_leased * a - p_leased * a * 1e-15);
         ahead := p_leased_at + charged - now;
-        back := least(charged - ceil((p_leased - p_unused) * a), ahead);
+        back := least(charged - ceil((p_leased - p_unused) * a - (p_leased - p_unused) * a * 1e-15), ahead);
         IF back > 0 THEN nx := ARRAY[st[1], st[2] - back]; END IF;
       ELSIF kind = 2 THEN
         IF st[2] > 0 AND st[3] <= p_leased_at
