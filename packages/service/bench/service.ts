@@ -142,6 +142,8 @@ function call(session: ClientHttp2Session, frame: Buffer): Promise<number> {
       ok = trailers['grpc-status'] === '0';
     });
     stream.on('data', () => {});
+    // A refused or reset stream (the server past its stream limit under overload) counts as an error.
+    stream.on('error', () => {});
     stream.on('close', () => resolve(ok ? performance.now() - start : -1));
     stream.end(frame);
   });
