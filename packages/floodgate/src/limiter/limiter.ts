@@ -611,7 +611,8 @@ function statusOptions(options: KeyOptions | undefined): CallOptions {
 export function normalizePolicies(input: Policy | readonly Policy[], path: string): readonly Policy[] {
   const list = Array.isArray(input) ? (input as readonly unknown[]) : [input];
   if (list.length > 32) throw invalid('ERR_INVALID_POLICY', path, input, 'at most 32 policies');
-  const policies = list.map((p, i) => definePolicy(p, Array.isArray(input) ? `${path}[${i}]` : path));
+  // Array.from visits the holes of a sparse array (as undefined), so each is refused by its index.
+  const policies = Array.from(list, (p, i) => definePolicy(p, Array.isArray(input) ? `${path}[${i}]` : path));
   const names = new Set<string>();
   for (const p of policies) {
     if (names.has(p.name)) {

@@ -34,6 +34,13 @@ function thrown(fn: () => unknown): FloodgateError {
   throw new Error('expected a throw');
 }
 
+/** An array of `length` with holes everywhere but at the given indexes. */
+function sparse<T>(length: number, at: Record<number, T>): T[] {
+  const list = new Array<T>(length);
+  for (const [i, value] of Object.entries(at)) list[Number(i)] = value;
+  return list;
+}
+
 /** A store whose server is gone: every call fails (limiter behaviour only; stores are tested for real). */
 const brokenStore: Store = {
   name: 'broken',
@@ -65,6 +72,7 @@ describe('limiter', () => {
       ['k', 'fast', 'ERR_INVALID_OPTION', 'options'],
       ['k', { policies: 7 }, 'ERR_INVALID_POLICY', 'policies'],
       ['k', { policies: [{ algorithm: 'gcra', limit: 0, periodMs: 1 }] }, 'ERR_INVALID_POLICY', 'policies[0].limit'],
+      ['k', { policies: sparse(2, { 1: gcra({ limit: 1, periodMs: 1000 }) }) }, 'ERR_INVALID_POLICY', 'policies[0]'],
     ];
     for (const [key, options, code, option] of cases) {
       const error = await rejection(limiter.limit(key as string, options as object));
@@ -81,6 +89,9 @@ describe('limiter', () => {
     expect(thrown(() => createLimiter({ policies, store: {} as Store })).option).toBe('store');
     expect(thrown(() => createLimiter({ policies, clock: Date as never })).option).toBe('clock');
     expect(thrown(() => createLimiter(null as never)).code).toBe('ERR_INVALID_OPTION');
+    const holes = sparse(3, { 0: gcra({ limit: 1, periodMs: 1 }), 2: gcra({ limit: 2, periodMs: 1, name: 'b' }) });
+    const hole = thrown(() => createLimiter({ policies: holes }));
+    expect([hole.code, hole.option]).toEqual(['ERR_INVALID_POLICY', 'policies[1]']);
     const dup = [gcra({ limit: 1, periodMs: 1, name: 'a' }), fixedWindow({ limit: 1, windowMs: 1, name: 'a' })];
     expect(thrown(() => createLimiter({ policies: dup })).message).toMatch(/two policies named "a"/);
   });
