@@ -91,7 +91,8 @@ export function manualClock(options: { startMs?: number } = {}): ManualClock {
           reject(abortError(signal));
           return;
         }
-        const at = now + Math.max(0, Math.round(ms * 1000));
+        // Like the system clock, a delay that is not a number (NaN) or not above 0 sleeps no time.
+        const at = now + Math.max(0, Math.round(ms * 1000) || 0);
         const sleeper: Sleeper = {
           at,
           seq: seq++,

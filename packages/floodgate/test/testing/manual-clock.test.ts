@@ -30,4 +30,12 @@ describe('manual clock', () => {
     expect(woke).toEqual(['b', 'ERR_ABORTED', 'a']);
     expect(clock.pending).toBe(0);
   });
+
+  it('sleeps no time for a delay that is NaN or not above 0, as the system clock does', async () => {
+    const clock = manualClock({ startMs: 0 });
+    const sleeps = [clock.sleep(Number.NaN), clock.sleep(-5), clock.sleep(Number.NEGATIVE_INFINITY)];
+    expect(clock.pending).toBe(0);
+    await Promise.all(sleeps);
+    expect(clock.nowUs()).toBe(0);
+  });
 });
