@@ -49,8 +49,10 @@ export const systemClock: Clock = {
           Math.min(Math.max(left, 0), MAX_TIMER_MS),
         );
       };
-      arm(ms);
+      // The listener first, the timer last: if either throws (a signal that is not an AbortSignal), the
+      // promise rejects and no timer is left behind to fire into a broken signal.
       signal?.addEventListener('abort', onAbort, { once: true });
+      arm(ms);
     }),
 };
 

@@ -21,6 +21,14 @@ describe('system clock', () => {
     expect(woke).toBe(true);
   });
 
+  it('a signal that is not an AbortSignal rejects the sleep and leaves no timer behind', async () => {
+    vi.useFakeTimers();
+    await expect(systemClock.sleep(10, {} as AbortSignal)).rejects.toBeInstanceOf(TypeError);
+    expect(vi.getTimerCount()).toBe(0);
+    // Had a timer been left, firing it would throw outside any promise (an uncaught exception).
+    await vi.advanceTimersByTimeAsync(20);
+  });
+
   it('an infinite sleep never wakes, and an abort still ends it', async () => {
     vi.useFakeTimers();
     const controller = new AbortController();

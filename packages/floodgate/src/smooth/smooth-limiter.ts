@@ -147,9 +147,17 @@ export class SmoothLimiter {
    */
   async acquire(permits = 1, options: SmoothAcquireOptions = {}): Promise<number> {
     checkPermits(permits);
-    if (options.signal?.aborted === true) throw abortError(options.signal);
+    if (typeof options !== 'object' || options === null) {
+      throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
+    }
+    const signal = options.signal;
+    if (signal !== undefined && !(signal instanceof AbortSignal)) {
+      throw invalid('ERR_INVALID_OPTION', 'signal', signal, 'an AbortSignal');
+    }
+    // Everything is checked before booking: a refused call books no permits.
+    if (signal?.aborted === true) throw abortError(signal);
     const waitUs = this.reserve(permits, this.clock.nowUs());
-    await this.sleep(waitUs, options.signal);
+    await this.sleep(waitUs, signal);
     return waitUs / 1e6;
   }
 

@@ -442,6 +442,23 @@ describe('smooth limiter: beyond Guava', () => {
     expect(await limiter.tryAcquire()).toBe(true);
   });
 
+  it('acquire refuses options that are not an object and a signal that is not an AbortSignal, booking nothing', async () => {
+    const clock = manualClock({ startMs: 0 });
+    const limiter = smoothLimiter({ permitsPerSecond: 1, clock });
+    const bad: [unknown, string][] = [
+      [null, 'options'],
+      ['fast', 'options'],
+      [{ signal: {} }, 'signal'],
+      [{ signal: 'stop' }, 'signal'],
+    ];
+    for (const [options, option] of bad) {
+      await expect(limiter.acquire(1, options as never)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option });
+    }
+    expect(clock.pending).toBe(0);
+    // Had a refused call booked its permit, the next one would have to wait a second.
+    expect(await limiter.tryAcquire()).toBe(true);
+  });
+
   it('options are validated', () => {
     const clock = manualClock();
     const bad: [SmoothLimiterOptions, string][] = [
