@@ -93,9 +93,13 @@ export async function acquire(
     if (lane[0] !== me) await waitForTurn(me, clock, deadlineUs, timeoutMs, signal);
     for (;;) {
       const leftMs = (deadlineUs - clock.nowUs()) / 1000;
+      // A timer that fired late leaves the deadline behind: then only a call admitted at once may pass
+      // (as without `reserve`), and a denial below is a timeout.
       decision = await limiter.limit(
         key,
-        reserve ? { ...callOptions, maxDelayMs: Math.min(Math.floor(leftMs), MAX_BOOKING_MS) } : callOptions,
+        reserve
+          ? { ...callOptions, maxDelayMs: Math.max(0, Math.min(Math.floor(leftMs), MAX_BOOKING_MS)) }
+          : callOptions,
       );
       if (decision.allowed) break;
       if (decision.reason === 'exceeds-capacity') throw impossible(cost, decision.policy);

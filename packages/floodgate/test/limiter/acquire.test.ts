@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { Clock } from '../../src/clock.js';
 import { createLimiter, fixedWindow, gcra, memoryStore, type Store, type StoreRequest } from '../../src/index.js';
 import { manualClock } from '../../src/testing/index.js';
 
@@ -116,6 +117,31 @@ describe('limiter.acquire with reserve', () => {
     const start = done[0] as number;
     expect(done.map((t) => t - start)).toEqual([0, 1000, 2000, 3000]);
     expect(store.calls).toHaveLength(4);
+  });
+
+  it('a timer that fires past the deadline ends in ERR_TIMEOUT, or an admission at once, never a bad maxDelayMs', async () => {
+    for (const [overshootMs, outcome] of [
+      [3, 'ERR_TIMEOUT'],
+      [12, 'admitted'],
+    ] as const) {
+      const manual = manualClock({ startMs: 0 });
+      // Sleeps as asked, then some: the deadline (991 ms) is behind when the call wakes.
+      const late: Clock = {
+        nowUs: () => manual.nowUs(),
+        sleep: (ms) => {
+          manual.advance(ms + overshootMs);
+          return Promise.resolve();
+        },
+      };
+      const limiter = createLimiter({ clock: late, policies: gcra({ limit: 1, periodMs: 1000, blockMs: 990 }) });
+      await limiter.limit('k');
+      expect((await limiter.limit('k')).retryAfterMs).toBe(990); // in the penalty box, free again at 1000 ms
+      const result = await limiter.acquire('k', { reserve: true, timeoutMs: 991 }).then(
+        (decision) => (decision.allowed ? 'admitted' : 'denied'),
+        (error: { code?: string; option?: string }) => `${error.code}`,
+      );
+      expect([overshootMs, result]).toEqual([overshootMs, outcome]);
+    }
   });
 
   it('is refused for policies that cannot book ahead', async () => {
