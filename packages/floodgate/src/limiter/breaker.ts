@@ -12,13 +12,15 @@ export type BreakerState = 'closed' | 'open' | 'half-open';
 
 /**
  * Stops calling a failing store for a cool-down, then lets one call probe it: a success closes the
- * breaker, a failure opens it again. While open, calls are decided by the failure policy at once,
+ * breaker, a failure opens it again; a probe with no answer after another cool-down lets a new one go. While open, calls are decided by the failure policy at once,
  * instead of each waiting for a timeout against a dead server.
  */
 export class Breaker {
   private failures = 0;
   private openUntilMs = 0;
   private probing = false;
+  /** When the probe in flight started, ms: one that never settles gives way to a new one a cool-down later. */
+  private probeStartMs = 0;
   state: BreakerState = 'closed';
   readonly failureThreshold: number;
   readonly cooldownMs: number;
@@ -48,9 +50,18 @@ export class Breaker {
     if (this.state === 'open' && nowMs >= this.openUntilMs) {
       this.set('half-open');
     }
-    if (this.state === 'half-open' && !this.probing) {
+    // A probe with no answer after a cool-down (a lost request, no `timeoutMs`) would hold the breaker
+    // half-open forever: another call probes instead.
+    if (this.state === 'half-open' && (!this.probing || nowMs >= this.probeStartMs + this.cooldownMs)) {
       this.probing = true;
+      this.probeStartMs = nowMs;
       return undefined;
+    }
+    if (this.state === 'half-open') {
+      return new FloodgateError(
+        'ERR_STORE_UNAVAILABLE',
+        `the store is failing: a probe is in flight, the next one in ${Math.max(0, Math.ceil(this.probeStartMs + this.cooldownMs - nowMs))} ms at most (circuit breaker half-open)`,
+      );
     }
     return new FloodgateError(
       'ERR_STORE_UNAVAILABLE',

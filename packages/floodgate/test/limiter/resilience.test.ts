@@ -71,6 +71,39 @@ describe('circuit breaker', () => {
     expect(states).toEqual(['open', 'half-open', 'open', 'half-open', 'closed']);
   });
 
+  it('a probe that never settles gives way to a new probe one cool-down later', async () => {
+    const clock = manualClock();
+    const store = switchableStore();
+    let lose = false;
+    const lossy: Store = {
+      ...store,
+      // The probe's request is lost: no answer, no error (and no timeoutMs to bound it).
+      decide: (request) => (lose ? new Promise(() => {}) : store.decide(request)),
+    };
+    const limiter = createLimiter({
+      store: lossy,
+      clock,
+      policies: [gcra({ limit: 100, periodMs: 1000 })],
+      failure: 'open',
+      breaker: { failureThreshold: 2, cooldownMs: 500 },
+    });
+    store.up = false;
+    for (let i = 0; i < 2; i++) await limiter.limit('k');
+    expect(limiter.breakerState).toBe('open');
+    store.up = true;
+    lose = true;
+    clock.advance(500);
+    void limiter.limit('k'); // the probe, never answered
+    lose = false;
+    expect(limiter.breakerState).toBe('half-open');
+    clock.advance(499);
+    expect((await limiter.limit('k')).reason).toBe('degraded');
+    clock.advance(1);
+    const probe = await limiter.limit('k');
+    expect(probe.reason).toBeUndefined();
+    expect(limiter.breakerState).toBe('closed');
+  });
+
   it("with failure 'throw' it fails fast while open", async () => {
     const clock = manualClock();
     const store = switchableStore();
