@@ -12,16 +12,22 @@ interface Entry {
   policies: readonly CompiledPolicy[];
   /** The cost that was denied; only the same call is answered locally. */
   cost: number;
+  /** The booking window of the denied call (reservations); only the same window is answered locally. */
+  maxDelayUs: number;
   untilMs: number;
   decision: Decision;
 }
 
 /**
  * Remembers keys the store denied, until the moment the store said they could pass again, and answers
- * them locally meanwhile. Exact: a denial consumes nothing, so nothing but time can make the same (or a
- * larger) call pass before then. Other processes can only push that moment later, and a `reset` through
- * this limiter forgets the key. Policies that remember denials (`countDenied`) are never cached, since
- * every denied attempt must reach the store.
+ * the same call (same policies, cost and `maxDelayMs`) locally meanwhile. Exact: a denial is kept only
+ * when asking the store again would give the same answer and leave the same state, so nothing but time
+ * can make the call pass before then. Other processes can only push that moment later, and a `reset`
+ * through this limiter forgets the key. Not kept, because the store would change the key's state on
+ * the next committed call:
+ * - any denial under a sliding log that counts denied attempts (`countDenied`): each attempt is logged;
+ * - a denial by `check` or `status` (not committed) under policies with `blockMs`: a `limit` denied the
+ *   same way starts the penalty box.
  */
 export class BlockedCache {
   private readonly entries = new Map<string, Entry>();
@@ -41,9 +47,17 @@ export class BlockedCache {
   }
 
   /** The local answer for a call, or undefined to ask the store. */
-  get(key: string, policies: readonly CompiledPolicy[], cost: number, nowMs: number): Decision | undefined {
+  get(
+    key: string,
+    policies: readonly CompiledPolicy[],
+    cost: number,
+    maxDelayUs: number,
+    nowMs: number,
+  ): Decision | undefined {
     const entry = this.entries.get(key);
-    if (entry === undefined || entry.policies !== policies || cost !== entry.cost) return undefined;
+    if (entry === undefined || entry.policies !== policies || cost !== entry.cost || maxDelayUs !== entry.maxDelayUs) {
+      return undefined;
+    }
     const leftMs = Math.ceil(entry.untilMs - nowMs);
     if (leftMs <= 0) {
       this.entries.delete(key);
@@ -63,17 +77,18 @@ export class BlockedCache {
     };
   }
 
-  /** Records a store decision; only finite denials of policies that do not count denials are kept. */
+  /** Records a store decision; only finite denials that a store call would repeat unchanged are kept. */
   remember(
     key: string,
     policies: readonly CompiledPolicy[],
     cost: number,
+    maxDelayUs: number,
     decision: Decision,
     nowMs: number,
     committed: boolean,
   ): void {
     if (decision.allowed || decision.reason === 'degraded' || !Number.isFinite(decision.retryAfterMs)) return;
-    if (decision.reason !== 'blocked' && policies.some((c) => c.kind === KIND_SLIDING_LOG && c.c === 1)) return;
+    if (!cacheable(policies, committed)) return;
     if (!this.entries.has(key) && this.entries.size >= this.maxKeys) {
       const oldest = this.entries.keys().next().value as string;
       this.entries.delete(oldest);
@@ -82,6 +97,7 @@ export class BlockedCache {
     this.entries.set(key, {
       policies,
       cost,
+      maxDelayUs,
       untilMs: nowMs + decision.retryAfterMs,
       decision: committed ? asBlocked(policies, decision) : decision,
     });
@@ -90,6 +106,20 @@ export class BlockedCache {
   forget(key: string): void {
     this.entries.delete(key);
   }
+}
+
+/**
+ * Whether a denial under these policies may be answered locally. A denied committed call changes state
+ * in two cases only (`settleDenied`): a `countDenied` sliding log logs the attempt, whatever denied it;
+ * a policy with `blockMs` that denies on its limit starts its block. The block is already running after a
+ * committed denial, so only a denial that was not committed is unsafe to replay to a `limit`.
+ */
+function cacheable(policies: readonly CompiledPolicy[], committed: boolean): boolean {
+  for (const c of policies) {
+    if (c.kind === KIND_SLIDING_LOG && c.c === 1) return false;
+    if (!committed && c.blockUs > 0) return false;
+  }
+  return true;
 }
 
 /** A committed denial by a policy with `blockMs` started its block: later answers say `blocked`. */

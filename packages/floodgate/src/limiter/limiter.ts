@@ -46,8 +46,9 @@ export interface LimiterOptions {
    */
   breaker?: BreakerOptions | false;
   /**
-   * Answer keys the store denied locally until they may pass again (exact: a denial consumes nothing),
-   * so a hot denied key costs the store nothing. `true` for the defaults. @default false
+   * Answer keys the store denied locally until they may pass again, so a hot denied key costs the store
+   * nothing. Exact: only denials that the store would repeat unchanged are remembered (never under a
+   * `countDenied` sliding log, nor a `check` denial under `blockMs`). `true` for the defaults. @default false
    */
   blockedCache?: BlockedCacheOptions | boolean;
 }
@@ -413,7 +414,7 @@ export class Limiter {
   private async run(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
     const request = this.request(key, options, commit);
     const nowMs = this.localMs();
-    const cached = this.blockedCache?.get(key, request.policies, request.cost, nowMs);
+    const cached = this.blockedCache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
     if (cached !== undefined) return this.decided(request, cached, 'cache');
     const skip = this.breaker?.admit(nowMs);
     if (skip !== undefined) return this.decided(request, await this.degrade(request, options, skip), 'degraded');
@@ -428,7 +429,15 @@ export class Limiter {
     }
     this.breaker?.success();
     const decision = decisionOf(request, result);
-    this.blockedCache?.remember(key, request.policies, request.cost, decision, nowMs, request.commit);
+    this.blockedCache?.remember(
+      key,
+      request.policies,
+      request.cost,
+      request.maxDelayUs,
+      decision,
+      nowMs,
+      request.commit,
+    );
     return this.decided(request, decision, 'store');
   }
 

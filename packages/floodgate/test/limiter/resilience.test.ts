@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   createLimiter,
+  fixedWindow,
   gcra,
   type LimiterEvents,
   memoryStore,
@@ -8,7 +9,7 @@ import {
   type StoreRequest,
   slidingLog,
 } from '../../src/index.js';
-import { manualClock } from '../../src/testing/index.js';
+import { manualClock, modelStore, seededRandom } from '../../src/testing/index.js';
 
 /**
  * A store that delegates to a real memory store and can be switched off, to drive the limiter's failure
@@ -198,6 +199,86 @@ describe('blocked-key cache', () => {
     }
     expect(cached.blockedCache?.hits).toBeGreaterThan(0);
     expect(cached.blockedCache?.size).toBeLessThanOrEqual(2);
+  });
+
+  it('after a check, a limit still reaches the store and starts the blockMs penalty', async () => {
+    const clock = manualClock();
+    const limiter = createLimiter({
+      store: modelStore(),
+      clock,
+      policies: [fixedWindow({ limit: 1, windowMs: 1000, blockMs: 60_000 })],
+      blockedCache: true,
+    });
+    await limiter.limit('k');
+    expect(await limiter.check('k')).toMatchObject({ allowed: false, reason: 'limit', retryAfterMs: 1000 });
+    expect(await limiter.limit('k')).toMatchObject({ allowed: false, retryAfterMs: 60_000 });
+    clock.advance(1000);
+    expect(await limiter.limit('k')).toMatchObject({ allowed: false, reason: 'blocked', retryAfterMs: 59_000 });
+  });
+
+  it('a denial is answered locally only for the same booking window (maxDelayMs)', async () => {
+    const clock = manualClock();
+    const limiter = createLimiter({
+      store: modelStore(),
+      clock,
+      policies: [gcra({ limit: 1, periodMs: 1000 })],
+      blockedCache: true,
+    });
+    await limiter.limit('k');
+    expect((await limiter.limit('k')).allowed).toBe(false);
+    expect(await limiter.limit('k', { maxDelayMs: 2000 })).toMatchObject({ allowed: true, delayMs: 1000 });
+  });
+
+  it('gives the same decisions and leaves the same state as asking the store every time, for limit, check and status', async () => {
+    const sets = [
+      [fixedWindow({ limit: 2, windowMs: 1000, blockMs: 1500 })],
+      [
+        gcra({ limit: 3, periodMs: 1000, name: 'g' }),
+        fixedWindow({ limit: 4, windowMs: 2000, blockMs: 3000, name: 'fw' }),
+      ],
+      [
+        gcra({ limit: 2, periodMs: 1000, blockMs: 1500, name: 'g' }),
+        slidingLog({ limit: 5, windowMs: 2000, countDenied: true, name: 'log' }),
+      ],
+      [slidingLog({ limit: 2, windowMs: 1000, countDenied: true, blockMs: 2500 })],
+      [gcra({ limit: 3, periodMs: 1000 })],
+    ];
+    for (const [index, policies] of sets.entries()) {
+      const random = seededRandom(index + 1);
+      const clock = manualClock();
+      const cachedStore = modelStore();
+      const plainStore = modelStore();
+      const cached = createLimiter({ store: cachedStore, clock, policies, blockedCache: true });
+      const plain = createLimiter({ store: plainStore, clock, policies });
+      // Reads each store as it stands, bypassing any cache.
+      const observe = (store: Store) => createLimiter({ store, clock, policies, prefix: 'floodgate' });
+      const [seeCached, seePlain] = [observe(cachedStore), observe(plainStore)];
+      const reservable = index === sets.length - 1;
+      for (let i = 0; i < 300; i++) {
+        clock.advance(Math.floor(random() * 400));
+        const key = `k${Math.floor(random() * 2)}`;
+        const pick = random();
+        const options = { cost: random() < 0.7 ? 1 : 2, ...(reservable && random() < 0.3 ? { maxDelayMs: 700 } : {}) };
+        const [a, b] =
+          pick < 0.6
+            ? [await cached.limit(key, options), await plain.limit(key, options)]
+            : pick < 0.9
+              ? [await cached.check(key, options), await plain.check(key, options)]
+              : [await cached.status(key), await plain.status(key)];
+        const step = [index, i, key, pick < 0.6 ? 'limit' : pick < 0.9 ? 'check' : 'status'];
+        expect([...step, a.allowed, a.reason, a.retryAfterMs, a.delayMs]).toEqual([
+          ...step,
+          b.allowed,
+          b.reason,
+          b.retryAfterMs,
+          b.delayMs,
+        ]);
+        const [sa, sb] = [await seeCached.status(key), await seePlain.status(key)];
+        expect([...step, sa.policies]).toEqual([...step, sb.policies]);
+      }
+      // Sets with a countDenied log are never cached; the others are, often.
+      expect([index, (cached.blockedCache?.hits ?? 0) > 0]).toEqual([index, index !== 2 && index !== 3]);
+    }
   });
 
   it('never caches policies that count denied attempts, and forgets a key on reset', async () => {
