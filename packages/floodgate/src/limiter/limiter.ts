@@ -42,13 +42,15 @@ export interface LimiterOptions {
   /**
    * Circuit breaker in front of the store: after `failureThreshold` consecutive failures, calls skip the
    * store for `cooldownMs` (decided by `failure` at once), then one call probes it. `false` turns it off.
-   * @default { failureThreshold: 5, cooldownMs: 1000 }
+   * The sync methods (`limitSync`, `checkSync`) always ask the store. @default { failureThreshold: 5, cooldownMs: 1000 }
    */
   breaker?: BreakerOptions | false;
   /**
    * Answer keys the store denied locally until they may pass again, so a hot denied key costs the store
    * nothing. Exact: only denials that the store would repeat unchanged are remembered (never under a
-   * `countDenied` sliding log, nor a `check` denial under `blockMs`). `true` for the defaults. @default false
+   * `countDenied` sliding log, nor a `check` denial under `blockMs`). Used by the promise methods with
+   * every store; the sync methods (`limitSync`, `checkSync`) always ask the store. `true` for the
+   * defaults. @default false
    */
   blockedCache?: BlockedCacheOptions | boolean;
 }
@@ -520,7 +522,10 @@ export class Limiter {
     };
   }
 
-  /** The promise methods over a synchronous store: no async machinery, the same failure handling. */
+  /**
+   * The promise methods over a synchronous store: no async machinery, the same failure handling, the
+   * blocked-key cache and the breaker. (The sync methods skip both: they always ask the store.)
+   */
   private settle(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
     let request: StoreRequest;
     try {
@@ -528,16 +533,34 @@ export class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
+    const cache = this.blockedCache;
+    const breaker = this.breaker;
+    let nowMs = 0;
+    // The clock is read only when a cache or a tripped breaker needs it: the memory store's hot path.
+    if (cache !== undefined || (breaker !== undefined && breaker.state !== 'closed')) {
+      nowMs = this.localMs();
+      const cached = cache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
+      if (cached !== undefined) return Promise.resolve(this.decided(request, cached, 'cache'));
+      const skip = breaker?.admit(nowMs);
+      if (skip !== undefined) {
+        const copy = { ...request };
+        return this.degrade(copy, options, skip).then((decision) => this.decided(copy, decision, 'degraded'));
+      }
+    }
     let result: StoreResult;
     try {
       result = (this.syncStore as SyncStore).decideSync(request);
     } catch (error) {
       const failure = storeError(this.store, error);
       const copy = { ...request };
+      breaker?.failure(this.localMs());
       this.emit('storeError', { key, error: failure });
       return this.degrade(copy, options, failure).then((decision) => this.decided(copy, decision, 'degraded'));
     }
-    return Promise.resolve(this.decided(request, decisionOf(request, result), 'store'));
+    breaker?.success();
+    const decision = decisionOf(request, result);
+    cache?.remember(key, request.policies, request.cost, request.maxDelayUs, decision, nowMs, commit);
+    return Promise.resolve(this.decided(request, decision, 'store'));
   }
 
   private runSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {

@@ -7,6 +7,7 @@ import {
   memoryStore,
   type Store,
   type StoreRequest,
+  type SyncStore,
   slidingLog,
 } from '../../src/index.js';
 import { manualClock, modelStore, seededRandom } from '../../src/testing/index.js';
@@ -336,6 +337,51 @@ describe('events', () => {
     await limiter.limit('k');
     expect(seen).toHaveLength(4);
     expect(() => limiter.on('nope' as 'decision', () => {})).toThrow(/event/);
+  });
+
+  it('over a synchronous store, the promise methods use the blocked-key cache and the breaker', async () => {
+    const clock = manualClock();
+    const inner = memoryStore();
+    let up = true;
+    let calls = 0;
+    const store: SyncStore = {
+      name: 'switchable-sync',
+      hasOwnClock: false,
+      decideSync(request) {
+        calls++;
+        if (!up) throw new Error('SQLITE_IOERR');
+        return inner.decideSync(request);
+      },
+      decide(request) {
+        return Promise.resolve(this.decideSync(request));
+      },
+      resetSync: (prefix, key, policies) => inner.resetSync(prefix, key, policies),
+      reset: (prefix, key, policies) => inner.reset(prefix, key, policies),
+    };
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [gcra({ limit: 1, periodMs: 1000 })],
+      blockedCache: true,
+      failure: 'open',
+      breaker: { failureThreshold: 2, cooldownMs: 500 },
+    });
+    const sources: string[] = [];
+    limiter.on('decision', (e) => sources.push(e.source));
+    for (let i = 0; i < 4; i++) await limiter.limit('k');
+    expect(sources).toEqual(['store', 'store', 'cache', 'cache']);
+    expect(calls).toBe(2);
+    // The sync methods always ask the store.
+    expect(limiter.limitSync('k').allowed).toBe(false);
+    expect(calls).toBe(3);
+    up = false;
+    for (let i = 0; i < 5; i++) expect((await limiter.limit('j')).reason).toBe('degraded');
+    expect(limiter.breakerState).toBe('open');
+    expect(calls).toBe(5);
+    up = true;
+    clock.advance(500);
+    expect((await limiter.limit('j')).reason).toBeUndefined();
+    expect(limiter.breakerState).toBe('closed');
   });
 
   it('fires on the synchronous path too', () => {
