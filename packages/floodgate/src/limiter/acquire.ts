@@ -34,12 +34,33 @@ export interface AcquireOptions {
 interface Waiter {
   /** Set while the waiter sleeps for its turn; called when it reaches the head of the queue. */
   wake: (() => void) | undefined;
+  /** Set while the waiter sleeps for its turn; ends that sleep with an error (its gate refused it). */
+  refuse: ((error: unknown) => void) | undefined;
+  /** The call's gate, if any, and whether it let the call wait. */
+  gate: WaitGate | undefined;
+  gated: boolean;
 }
 
 /** The waiters of one key, in arrival order; the first one holds the key. */
 type Lane = Waiter[];
 
 const lanes = new WeakMap<Limiter, Map<string, Lane>>();
+
+/**
+ * Called when a call starts to wait: to sleep for capacity or for its booked slot, or behind a call on
+ * its key that waits so. (Behind a call that is only asking the store, a call is not waiting yet.) It may
+ * throw to refuse the wait. `throttle` counts its queue with it.
+ */
+export type WaitGate = () => void;
+
+/** Gates of calls in flight, keyed by their options object (an internal channel: no public option). */
+const gates = new WeakMap<object, WaitGate>();
+
+/** Runs `gate` before each wait of the acquire call made with exactly this `options` object. */
+export function gateWaits(options: AcquireOptions, gate: WaitGate): AcquireOptions {
+  gates.set(options, gate);
+  return options;
+}
 
 /** The shortest pause between two tries, so a store that answers "retry in 0 ms" cannot spin. */
 const MIN_RETRY_MS = 1;
@@ -86,11 +107,15 @@ export async function acquire(
     lane = [];
     byKey.set(key, lane);
   }
-  const me: Waiter = { wake: undefined };
+  const gate = gates.get(options);
+  const me: Waiter = { wake: undefined, refuse: undefined, gate, gated: false };
   lane.push(me);
   let decision: Decision;
   try {
-    if (lane[0] !== me) await waitForTurn(me, clock, deadlineUs, timeoutMs, signal);
+    if (lane[0] !== me) {
+      if (lane.some((w) => w.gated)) passGate(me);
+      await waitForTurn(me, clock, deadlineUs, timeoutMs, signal);
+    }
     for (;;) {
       const leftMs = (deadlineUs - clock.nowUs()) / 1000;
       // A timer that fired late leaves the deadline behind: then only a call admitted at once may pass
@@ -108,6 +133,7 @@ export async function acquire(
       // Booking ahead, a denial on the limit itself means the slot lies beyond the deadline.
       if (waitMs > leftMs || (reserve && decision.reason === 'limit')) throw timeout(timeoutMs, decision);
       if (signal?.aborted) throw abortError(signal);
+      startsWaiting(lane, me);
       await clock.sleep(waitMs, signal);
     }
   } finally {
@@ -116,7 +142,9 @@ export async function acquire(
     leave(byKey, key, lane, me);
   }
   const delayMs = decision.delayMs ?? 0;
-  if (delayMs > 0) await untilDue(limiter, clock, key, decision, delayMs, deadlineUs, timeoutMs, signal, options);
+  if (delayMs > 0) {
+    await untilDue(limiter, clock, key, decision, delayMs, deadlineUs, timeoutMs, signal, options, gate);
+  }
   return decision;
 }
 
@@ -134,6 +162,7 @@ async function untilDue(
   timeoutMs: number,
   signal: AbortSignal | undefined,
   options: AcquireOptions,
+  gate: WaitGate | undefined,
 ): Promise<void> {
   const giveBack = async () => {
     try {
@@ -149,10 +178,34 @@ async function untilDue(
     });
   }
   try {
+    gate?.();
     await clock.sleep(delayMs, signal);
   } catch (error) {
     await giveBack();
     throw error;
+  }
+}
+
+/** Runs a waiter's gate once (it throws when the wait is refused). */
+function passGate(w: Waiter): void {
+  if (w.gated) return;
+  w.gate?.();
+  w.gated = true;
+}
+
+/**
+ * The head of a lane goes to sleep: it waits now, and so does every call behind it, which is refused
+ * at once if its gate says so.
+ */
+function startsWaiting(lane: Lane, me: Waiter): void {
+  passGate(me);
+  for (const w of lane) {
+    if (w.gated || w.gate === undefined) continue;
+    try {
+      passGate(w);
+    } catch (error) {
+      w.refuse?.(error);
+    }
   }
 }
 
@@ -168,8 +221,9 @@ async function waitForTurn(
   const onAbort = () => stop.abort();
   signal?.addEventListener('abort', onAbort, { once: true });
   try {
-    const turn = new Promise<'turn'>((resolve) => {
+    const turn = new Promise<'turn'>((resolve, reject) => {
       me.wake = () => resolve('turn');
+      me.refuse = reject;
     });
     const timer = clock.sleep((deadlineUs - clock.nowUs()) / 1000, stop.signal).then(
       () => 'timeout' as const,
@@ -183,6 +237,7 @@ async function waitForTurn(
     });
   } finally {
     me.wake = undefined;
+    me.refuse = undefined;
     signal?.removeEventListener('abort', onAbort);
     stop.abort();
   }

@@ -2,6 +2,7 @@ import { abortError, type Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import type { Policy } from '../model/policy.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
+import { gateWaits } from './acquire.js';
 import { createLimiter, Limiter } from './limiter.js';
 
 /** Options of {@link throttle}. Give a `limiter`, or `policies` for a private in-memory one. */
@@ -16,7 +17,11 @@ export interface ThrottleOptions<A extends unknown[]> {
   key?: string | ((...args: A) => string);
   /** What one call costs, or a function of its arguments (bytes, tokens, rows). @default 1 */
   cost?: number | ((...args: A) => number);
-  /** Most calls waiting for their turn; one more is rejected at once with `ERR_QUEUE_FULL`. @default 1000 */
+  /**
+   * Most calls waiting for their turn. Only calls that have to wait count: a call admitted at once always
+   * runs; one that would wait while `maxQueue` calls wait is rejected at once with `ERR_QUEUE_FULL`.
+   * `0`: run a call only if it is admitted at once. @default 1000
+   */
   maxQueue?: number;
   /** Longest wait of one call, in ms, before it rejects with `ERR_TIMEOUT`. @default Infinity */
   timeoutMs?: number;
@@ -27,7 +32,7 @@ export interface ThrottleOptions<A extends unknown[]> {
 /** A throttled function: same arguments, same result, called no faster than its limiter admits. */
 export interface Throttled<A extends unknown[], R> {
   (...args: A): Promise<Awaited<R>>;
-  /** Calls waiting for their turn now. */
+  /** Calls waiting for their turn now (not those admitted at once). */
   readonly queued: number;
 }
 
@@ -75,24 +80,36 @@ export function throttle<A extends unknown[], R>(fn: (...args: A) => R, options:
 
   async function throttled(this: unknown, ...args: A): Promise<Awaited<R>> {
     if (signal?.aborted) throw abortError(signal);
-    if (queued >= maxQueue) {
-      throw new FloodgateError(
-        'ERR_QUEUE_FULL',
-        `throttle queue is full: ${queued} calls already waiting (maxQueue ${maxQueue})`,
-        { option: 'maxQueue' },
-      );
-    }
     const callKey = typeof key === 'function' ? key(...args) : key;
     const callCost = typeof cost === 'function' ? cost(...args) : cost;
-    queued++;
+    // The call joins the queue only when it is about to wait, and only if there is room.
+    let waiting = false;
+    const enqueue = () => {
+      if (waiting) return;
+      if (queued >= maxQueue) {
+        throw new FloodgateError(
+          'ERR_QUEUE_FULL',
+          `throttle queue is full: ${queued} calls already waiting (maxQueue ${maxQueue})`,
+          { option: 'maxQueue' },
+        );
+      }
+      queued++;
+      waiting = true;
+    };
     try {
-      await limiter.acquire(callKey, {
-        cost: callCost,
-        ...(timeoutMs === undefined ? {} : { timeoutMs }),
-        ...(signal === undefined ? {} : { signal }),
-      });
+      await limiter.acquire(
+        callKey,
+        gateWaits(
+          {
+            cost: callCost,
+            ...(timeoutMs === undefined ? {} : { timeoutMs }),
+            ...(signal === undefined ? {} : { signal }),
+          },
+          enqueue,
+        ),
+      );
     } finally {
-      queued--;
+      if (waiting) queued--;
     }
     return (await fn.apply(this, args)) as Awaited<R>;
   }

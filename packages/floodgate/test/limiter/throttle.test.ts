@@ -72,6 +72,37 @@ describe('throttle', () => {
     expect(await second).toBe(1000);
   });
 
+  it('counts only calls that wait: calls admitted at once always run, maxQueue 0 runs a call only if it is free now', async () => {
+    const clock = manualClock({ startMs: 0 });
+    const runs: number[] = [];
+    const now = throttle(async (id: number) => runs.push(id), {
+      policies: gcra({ limit: 3, periodMs: 3000 }),
+      clock,
+      maxQueue: 0,
+    });
+    // An idle key: three calls fit the burst and run, the fourth would wait and is refused.
+    const calls = [1, 2, 3, 4].map((id) =>
+      now(id).then(
+        () => 'ran',
+        (error: { code?: string }) => error.code,
+      ),
+    );
+    expect(await Promise.all(calls)).toEqual(['ran', 'ran', 'ran', 'ERR_QUEUE_FULL']);
+    expect(runs).toEqual([1, 2, 3]);
+    expect(now.queued).toBe(0);
+
+    const one = throttle(async (id: number) => id, {
+      policies: gcra({ limit: 2, periodMs: 2000 }),
+      clock,
+      maxQueue: 1,
+    });
+    const batch = [1, 2, 3, 4].map((id) => one(id).then(String, (error: { code?: string }) => error.code));
+    await flush();
+    expect(one.queued).toBe(1);
+    clock.advance(1000);
+    expect(await Promise.all(batch)).toEqual(['1', '2', '3', 'ERR_QUEUE_FULL']);
+  });
+
   it('a signal rejects waiting calls and later ones with ERR_ABORTED; the function never runs for them', async () => {
     const clock = manualClock({ startMs: 0 });
     const controller = new AbortController();
