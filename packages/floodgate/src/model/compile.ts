@@ -1,3 +1,4 @@
+import { meterCharge } from './meter.js';
 import type { Policy } from './policy.js';
 
 /**
@@ -7,7 +8,7 @@ import type { Policy } from './policy.js';
  *
  * | kind | algorithm                            | a                  | b                      | c                    |
  * |------|--------------------------------------|--------------------|------------------------|----------------------|
- * | 1    | meter: GCRA, continuous token bucket, leaky bucket | T: whole µs per unit of cost | τ: tolerance, whole µs | 1 = queue mode |
+ * | 1    | meter: GCRA, continuous token bucket, leaky bucket | T: whole µs per unit of cost | τ: tolerance, whole µs (the charge of `burst`) | 1 = queue mode |
  * | 2    | token bucket, interval refill        | refill amount      | interval, µs           | –                    |
  * | 3    | fixed window                         | window, µs         | –                      | 1 = first-request aligned |
  * | 4    | sliding-window counter               | window, µs         | –                      | –                    |
@@ -51,12 +52,6 @@ export function wholeUsUp(x: number): number {
   return Math.abs(x - nearest) <= 1e-9 * Math.max(1, x) ? nearest : Math.ceil(x);
 }
 
-/** The meter's tolerance τ = burst · T in whole µs, rounded *down* (again: never more than allowed). */
-export function wholeUsDown(x: number): number {
-  const nearest = Math.round(x);
-  return Math.abs(x - nearest) <= 1e-9 * Math.max(1, x) ? nearest : Math.floor(x);
-}
-
 function meter(
   base: Omit<CompiledPolicy, 'kind' | 'limit' | 'a' | 'b' | 'c'>,
   intervalUs: number,
@@ -64,7 +59,10 @@ function meter(
   queue: boolean,
 ): CompiledPolicy {
   const t = wholeUsUp(intervalUs);
-  return { ...base, kind: KIND_METER, limit: burst, a: t, b: wholeUsDown(burst * t), c: queue ? 1 : 0 };
+  // τ is what a call of cost `burst` is charged, rounded as every charge is (meterCharge): a cost equal to
+  // the burst always fits a fresh key, even when burst · T is not a whole number of µs (1.5 per second:
+  // T = 666 667 µs, burst · T = 1 000 000.5 µs, τ = 1 000 001 µs). That is at most 1 µs more tolerance.
+  return { ...base, kind: KIND_METER, limit: burst, a: t, b: meterCharge(burst, t), c: queue ? 1 : 0 };
 }
 
 /** Compiles a policy into its numeric form (memoized per policy object). */
