@@ -144,7 +144,8 @@ export interface DecideOptions {
 
 /**
  * Decides a call against several policies at once, all-or-nothing: admitted only if every policy admits
- * it; when one denies, nothing is consumed (only the denial memories of `settleDenied` are kept).
+ * it; when one denies, nothing is consumed (only the denial memories of `settleDenied` are kept, and
+ * none at all when the cost exceeds what some policy can ever admit).
  * Each `evaluations[i].next` is the state to store for policy `i`, or undefined to leave it as it is.
  */
 export function decide(
@@ -157,14 +158,21 @@ export function decide(
 ): boolean {
   const maxDelayUs = options.maxDelayUs ?? 0;
   let allowed = true;
+  let impossible = false;
   for (let i = 0; i < policies.length; i++) {
     const out = evaluations[i] as Evaluation;
     evaluatePolicy(policies[i] as CompiledPolicy, states[i], nowUs, cost, maxDelayUs, out);
-    if (!out.allowed) allowed = false;
+    if (!out.allowed) {
+      allowed = false;
+      if (out.reason === 'exceeds-capacity') impossible = true;
+    }
   }
   if (!allowed) {
+    // A cost that one policy can never admit changes nothing under any policy (DESIGN §4): no policy
+    // starts a penalty or logs the attempt, each only reports the key as it stands.
+    const commit = options.commit && !impossible;
     for (let i = 0; i < policies.length; i++) {
-      settleDenied(policies[i] as CompiledPolicy, states[i], nowUs, cost, options.commit, evaluations[i] as Evaluation);
+      settleDenied(policies[i] as CompiledPolicy, states[i], nowUs, cost, commit, evaluations[i] as Evaluation);
     }
   } else if (!options.commit) {
     for (const out of evaluations) out.next = undefined;

@@ -450,7 +450,7 @@ function decideFunction(n: SqlNames): string {
     i int; j int; k int; q int; ki int; np int; pj int; op int; base int; kind int; n_len int;
     lim float8; a float8; b float8; c float8; blocked_until float8;
     cost float8; now float8; maxdelay float8; server_now float8; prune_now float8; ts timestamp;
-    all_ok boolean; is_commit boolean; optimistic boolean := false;
+    all_ok boolean; impossible boolean; is_commit boolean; optimistic boolean := false;
   BEGIN
     IF p_locked = 1 THEN
       -- One row to write: lock it if it exists. A new key is decided optimistically and inserted at
@@ -531,6 +531,7 @@ function decideFunction(n: SqlNames): string {
         IF is_commit AND (prune_now IS NULL OR now < prune_now) THEN prune_now := now; END IF;
         -- decide(): every policy first (evaluatePolicy, inlined), then settleDenied if one denied.
         all_ok := true;
+        impossible := false;
         IF np > 1 THEN rb := '{}'; END IF;
         FOR k IN 0..np - 1 LOOP
           base := pj + k * 7;
@@ -552,6 +553,7 @@ function decideFunction(n: SqlNames): string {
             r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
           END IF;
           IF r[1] = 0 THEN all_ok := false; END IF;
+          IF r[2] = 3 THEN impossible := true; END IF;
           IF np > 1 THEN
             ro[k + 1] := coalesce(array_length(rb, 1), 0);
             rb := rb || r;
@@ -572,7 +574,8 @@ function decideFunction(n: SqlNames): string {
           END IF;
         ELSE
           IF NOT all_ok THEN
-            -- Nothing was written yet, so each policy settles against the state it was evaluated on.
+            -- Nothing was written yet, so each policy settles against the state it was evaluated on. A
+            -- cost one policy can never admit changes nothing under any policy (no block, no logged attempt).
             r := rb;
             rb := '{}';
             FOR k IN 0..np - 1 LOOP
@@ -580,7 +583,7 @@ function decideFunction(n: SqlNames): string {
               q := ro[k + 1];
               ro[k + 1] := coalesce(array_length(rb, 1), 0);
               rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
-                p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit, r[q + 1:q + 6]);
+                p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit AND NOT impossible, r[q + 1:q + 6]);
             END LOOP;
           END IF;
           res := res || ARRAY[CASE WHEN all_ok THEN 1 ELSE 0 END, now]::float8[];

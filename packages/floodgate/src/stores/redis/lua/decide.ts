@@ -1,7 +1,8 @@
 /**
  * Lua port of `evaluatePolicy`, `settleDenied` and `decide` (model/decide.ts): the penalty box, costs
  * that can never fit, and several policies decided all-or-nothing. A denial consumes nothing; only the
- * denial memories survive (a logged attempt under `countDenied`, the penalty box of `blockMs`).
+ * denial memories survive (a logged attempt under `countDenied`, the penalty box of `blockMs`), and not
+ * even those when the cost exceeds what some policy can ever admit.
  */
 export const DECIDE_LUA = `
 local function evaluate(c, s, now, cost, max_delay, out)
@@ -89,13 +90,19 @@ end
 
 local function decide(policies, states, n, now, cost, commit, max_delay, outs)
   local allowed = true
+  local impossible = false
   for i = 1, n do
     local out = outs[i]
     evaluate_policy(policies[i], states[i], now, cost, max_delay, out)
-    if not out.allowed then allowed = false end
+    if not out.allowed then
+      allowed = false
+      if out.reason == EXCEEDS then impossible = true end
+    end
   end
   if not allowed then
-    for i = 1, n do settle_denied(policies[i], states[i], now, cost, commit, outs[i]) end
+    -- A cost one policy can never admit changes nothing under any policy.
+    local keep = commit and not impossible
+    for i = 1, n do settle_denied(policies[i], states[i], now, cost, keep, outs[i]) end
   elseif not commit then
     for i = 1, n do outs[i].nxt = false end
   end
