@@ -23,8 +23,10 @@ export function evaluateSlidingLog(
   const minGap = c.b;
   const first = firstLive(s, nowUs - window);
   const length = s === undefined ? 0 : s.length;
+  // Summed newest first: the sum that `sumWait` reaches when only the newer events are left is then
+  // bit for bit the sum this evaluation computes once the older ones have left the window.
   let sum = 0;
-  for (let i = first + 1; i < length; i += 2) sum += (s as State)[i] as number;
+  for (let i = length - 1; i > first; i -= 2) sum += (s as State)[i] as number;
   // The gap is measured from the newest event even when it has left the window (gap longer than window).
   const last = length > 1 ? ((s as State)[length - 2] as number) : -1;
   const hold = Math.max(minGap, window);
@@ -88,7 +90,12 @@ function append(s: State | undefined, first: number, nowUs: number, cost: number
   return next;
 }
 
-/** µs until enough of the oldest events leave the window for `cost` to fit; Infinity when they never can. */
+/**
+ * µs until enough of the oldest events leave the window for `cost` to fit. Walks from the newest event
+ * back, summing in the evaluation's order: the first event whose cost no longer fits beside the newer
+ * ones must leave the window, and once it has, the evaluation sums exactly those newer ones. So the
+ * call fits exactly when promised, and not a µs earlier.
+ */
 function sumWait(
   s: State | undefined,
   first: number,
@@ -99,11 +106,11 @@ function sumWait(
   nowUs: number,
 ): number {
   if (sum + cost <= limit || s === undefined) return 0;
-  let left = sum;
-  for (let i = first; i < s.length; i += 2) {
-    left -= s[i + 1] as number;
-    if (left + cost <= limit) return (s[i] as number) + window - nowUs;
+  let newer = 0;
+  for (let i = s.length - 2; i >= first; i -= 2) {
+    newer += s[i + 1] as number;
+    if (newer + cost > limit) return (s[i] as number) + window - nowUs;
   }
-  // Rounding left a sliver: once the newest event leaves, the log is empty.
+  // Not reached (the live events alone do not leave room); the log is empty once the newest leaves.
   return (s[s.length - 2] as number) + window - nowUs;
 }

@@ -295,11 +295,12 @@ function runFunction(n: SqlNames): string {
     cutoff := now - a;
     f := 1;
     WHILE f < len AND s[f + 1] <= cutoff LOOP f := f + 2; END LOOP;
+    -- Summed newest first, as sumWait() walks.
     total := 0;
-    i := f + 1;
-    WHILE i < len LOOP
+    i := len - 1;
+    WHILE i > f LOOP
       total := total + s[i + 1];
-      i := i + 2;
+      i := i - 2;
     END LOOP;
     last := CASE WHEN len > 1 THEN s[len - 1] ELSE -1 END;
     hold := greatest(b, a);
@@ -319,15 +320,15 @@ function runFunction(n: SqlNames): string {
     IF total + cost <= lim OR s IS NULL THEN
       sw := 0;
     ELSE
-      lft := total;
-      i := f;
-      WHILE i < len LOOP
-        lft := lft - s[i + 2];
-        IF lft + cost <= lim THEN
+      lft := 0;
+      i := len - 2;
+      WHILE i >= f LOOP
+        lft := lft + s[i + 2];
+        IF lft + cost > lim THEN
           sw := s[i + 1] + a - now;
           EXIT;
         END IF;
-        i := i + 2;
+        i := i - 2;
       END LOOP;
       IF sw IS NULL THEN sw := s[len - 1] + a - now; END IF;
     END IF;

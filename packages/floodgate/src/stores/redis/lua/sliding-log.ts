@@ -2,7 +2,7 @@
  * Lua port of `evaluateSlidingLog`, `logDeniedAttempt` and their helpers (model/sliding-log.ts): the exact
  * log of charged events, `(time, cost)` pairs oldest first. State `{blockedUntil, t1, cost1, t2, cost2, …}`:
  * with Lua's 1-based arrays an entry's time sits at an even index and its cost right after it. Sums run
- * oldest first, as in the model, so fractional costs round identically.
+ * newest first, as in the model, so fractional costs round identically.
  */
 export const SLIDING_LOG_LUA = `
 local function load_sliding_log()
@@ -33,13 +33,15 @@ local function load_sliding_log()
     return nxt
   end
 
+  -- From the newest event back, summed in the evaluation's order: the first event that no longer fits
+  -- beside the newer ones must leave the window.
   local function sum_wait(s, first, sum, cost, limit, window, now)
     if sum + cost <= limit or not s then return 0 end
-    local left = sum
+    local newer = 0
     local n = #s
-    for i = first, n - 1, 2 do
-      left = left - s[i + 1]
-      if left + cost <= limit then return s[i] + window - now end
+    for i = n - 1, first, -2 do
+      newer = newer + s[i + 1]
+      if newer + cost > limit then return s[i] + window - now end
     end
     return s[n - 1] + window - now
   end
@@ -55,8 +57,9 @@ local function load_sliding_log()
     local first = first_live(s, now - window)
     local n = 0
     if s then n = #s end
+    -- Newest first, as in the model.
     local sum = 0
-    for i = first + 1, n, 2 do sum = sum + s[i] end
+    for i = n, first + 1, -2 do sum = sum + s[i] end
     -- The gap is measured from the newest event even when it has left the window (gap longer than window).
     local last = -1
     if n > 1 then last = s[n - 1] end
