@@ -12,6 +12,7 @@ export interface SqlNames {
   settle: string;
   append: string;
   logDenied: string;
+  intervals: string;
   cancel: string;
   refund: string;
   /** A composite `(s float8[])`: an array of these holds states of different lengths. */
@@ -30,6 +31,7 @@ export function sqlNames(schema: string, table: string): SqlNames {
     settle: q(`${table}_settle`),
     append: q(`${table}_append`),
     logDenied: q(`${table}_log_denied`),
+    intervals: q(`${table}_intervals`),
     cancel: q(`${table}_cancel`),
     refund: q(`${table}_refund`),
     stateType: q(`${table}_state`),
@@ -81,6 +83,7 @@ BEGIN
 ${[
   appendFunction(n),
   logDeniedFunction(n),
+  intervalsFunction(n),
   runFunction(n),
   policyFunction(n),
   settleFunction(n),
@@ -152,6 +155,42 @@ function logDeniedFunction(n: SqlNames): string {
 }
 
 /**
+ * token-bucket.ts `intervalsUntil`: the fewest whole intervals m >= 1 after a state holding `used` for
+ * which the evaluation admits `cost` against `target`, refills of `refill` (`a`), dust snapped to 0.
+ */
+function intervalsFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.intervals}(used float8, cost float8, target float8, refill float8, dust float8)
+  RETURNS float8 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  DECLARE
+    m float8 := greatest(1, ceil((used + cost - target) / refill));
+    k int := 0;
+    lft float8;
+  BEGIN
+    -- fitsAfter(m - 1), at most 4 nudges down, then fitsAfter(m), at most 4 up.
+    LOOP
+      EXIT WHEN k >= 4 OR m <= 1;
+      lft := used - (m - 1) * refill;
+      IF lft <= dust THEN lft := 0; END IF;
+      EXIT WHEN NOT (lft + cost <= target);
+      m := m - 1;
+      k := k + 1;
+    END LOOP;
+    k := 0;
+    LOOP
+      EXIT WHEN k >= 4;
+      lft := used - m * refill;
+      IF lft <= dust THEN lft := 0; END IF;
+      EXIT WHEN lft + cost <= target;
+      m := m + 1;
+      k := k + 1;
+    END LOOP;
+    RETURN m;
+  END
+  $fn$;`;
+}
+
+/**
  * One algorithm on one state (`meter.ts`, `token-bucket.ts`, `fixed-window.ts`, `sliding-window.ts`,
  * `sliding-log.ts`), without the penalty box and impossible costs (those are `policy`).
  */
@@ -165,7 +204,7 @@ function runFunction(n: SqlNames): string {
     used float8; anchor float8; intervals float8; after float8; start float8; cnt float8; previous float8;
     elapsed float8; estimate float8; at float8; k int; retry float8; reset float8; rem float8; fl float8;
     len int; f int; i int; total float8; last float8; hold float8; gapwait float8; lft float8; sw float8;
-    cutoff float8; nx float8[];
+    cutoff float8; nx float8[]; dust float8;
   BEGIN
     IF kind = 1 THEN
       -- meter.ts: GCRA, continuous token bucket, leaky bucket (a = T, b = tau, c = 1 queue mode)
@@ -190,7 +229,8 @@ function runFunction(n: SqlNames): string {
       rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
       RETURN ARRAY[0, 1, rem, owed - b - slack, owed_before, 0, -1]::float8[];
     ELSIF kind = 2 THEN
-      -- token-bucket.ts, interval refill (a = refill amount, b = interval)
+      -- token-bucket.ts, interval refill (a = refill amount, b = interval); TOKEN_DUST = 1e-12
+      dust := lim * 1e-12::float8;
       used := 0;
       anchor := now;
       IF s IS NOT NULL AND s[2] > 0 THEN
@@ -200,7 +240,7 @@ function runFunction(n: SqlNames): string {
         IF intervals > 0 THEN
           used := used - intervals * a;
           anchor := anchor + intervals * b;
-          IF used <= 0 THEN
+          IF used <= dust THEN
             used := 0;
             anchor := now;
           END IF;
@@ -210,14 +250,18 @@ function runFunction(n: SqlNames): string {
       IF after <= lim THEN
         fl := floor(lim - after);
         rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
-        reset := CASE WHEN after > 0 THEN anchor + ceil(after / a) * b - now ELSE 0 END;
-        IF cost = 0 THEN RETURN ARRAY[1, 0, rem, 0, reset, 0, -1]::float8[]; END IF;
+        IF cost = 0 THEN
+          -- Nothing changes: the wait counts from the stored state.
+          reset := CASE WHEN used > 0 THEN s[3] + ${n.intervals}(s[2], 0, 0, a, dust) * b - now ELSE 0 END;
+          RETURN ARRAY[1, 0, rem, 0, reset, 0, -1]::float8[];
+        END IF;
+        reset := anchor + ${n.intervals}(after, 0, 0, a, dust) * b - now;
         RETURN ARRAY[1, 0, rem, 0, reset, 0, 3, 0, after, anchor]::float8[];
       END IF;
       fl := floor(lim - used);
       rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
-      RETURN ARRAY[0, 1, rem, anchor + ceil((after - lim) / a) * b - now,
-        CASE WHEN used > 0 THEN anchor + ceil(used / a) * b - now ELSE 0 END, 0, -1]::float8[];
+      RETURN ARRAY[0, 1, rem, s[3] + ${n.intervals}(s[2], cost, lim, a, dust) * b - now,
+        s[3] + ${n.intervals}(s[2], 0, 0, a, dust) * b - now, 0, -1]::float8[];
     ELSIF kind = 3 THEN
       -- fixed-window.ts (a = window, c = 1 first-request aligned). Times are whole µs, so the bigint
       -- remainder is exactly JavaScript's %.

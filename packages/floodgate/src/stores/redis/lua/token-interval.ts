@@ -1,12 +1,38 @@
 /**
- * Lua port of `evaluateTokenInterval` (model/token-bucket.ts): a token bucket refilled by `a` tokens at
- * each interval boundary (`b` µs). State `{blockedUntil, used, anchor}`; `used` may be fractional
- * (fractional costs), `anchor` is integer µs. Same signature and output as the meter's port.
+ * Lua port of `evaluateTokenInterval` and `intervalsUntil` (model/token-bucket.ts): a token bucket refilled
+ * by `a` tokens at each interval boundary (`b` µs). State `{blockedUntil, used, anchor}`; `used` may be
+ * fractional (fractional costs), `anchor` is integer µs. What a refill leaves at or below
+ * `capacity * 1e-12` is an empty bucket (TOKEN_DUST), and waits are whole intervals after the stored
+ * anchor, found with the evaluation's own test. Same signature and output as the meter's port.
  */
 export const TOKEN_INTERVAL_LUA = `
 local function load_token_interval()
+  -- The evaluation's test after m >= 1 refills of a state holding used.
+  local function fits_after(used, m, cost, target, refill, dust)
+    local left = used - m * refill
+    if left <= dust then left = 0 end
+    return left + cost <= target
+  end
+
+  -- The fewest whole intervals m >= 1 after a state holding used for which cost fits target.
+  local function intervals_until(used, cost, target, refill, dust)
+    local m = max(1, ceil((used + cost - target) / refill))
+    local k = 0
+    while k < 4 and m > 1 and fits_after(used, m - 1, cost, target, refill, dust) do
+      m = m - 1
+      k = k + 1
+    end
+    k = 0
+    while k < 4 and not fits_after(used, m, cost, target, refill, dust) do
+      m = m + 1
+      k = k + 1
+    end
+    return m
+  end
+
   token_interval = function(c, s, now, cost, _, out)
     local capacity, refill, interval = c.limit, c.a, c.b
+    local dust = capacity * 1e-12
     local used, anchor = 0, now
     if s and s[2] > 0 then
       used = s[2]
@@ -15,7 +41,7 @@ local function load_token_interval()
       if intervals > 0 then
         used = used - intervals * refill
         anchor = anchor + intervals * interval
-        if used <= 0 then
+        if used <= dust then
           used = 0
           anchor = now
         end
@@ -28,14 +54,23 @@ local function load_token_interval()
       out.reason = OK
       out.remaining = clamp_remaining(capacity - after, capacity)
       out.retry = 0
-      if after > 0 then out.reset = anchor + ceil(after / refill) * interval - now else out.reset = 0 end
-      if cost == 0 then out.nxt = false else out.nxt = { 0, after, anchor } end
+      if cost > 0 then
+        out.reset = anchor + intervals_until(after, 0, 0, refill, dust) * interval - now
+        out.nxt = { 0, after, anchor }
+      else
+        if used > 0 then
+          out.reset = s[3] + intervals_until(s[2], 0, 0, refill, dust) * interval - now
+        else
+          out.reset = 0
+        end
+        out.nxt = false
+      end
     else
       out.allowed = false
       out.reason = LIMIT
       out.remaining = clamp_remaining(capacity - used, capacity)
-      out.retry = anchor + ceil((after - capacity) / refill) * interval - now
-      if used > 0 then out.reset = anchor + ceil(used / refill) * interval - now else out.reset = 0 end
+      out.retry = s[3] + intervals_until(s[2], cost, capacity, refill, dust) * interval - now
+      out.reset = s[3] + intervals_until(s[2], 0, 0, refill, dust) * interval - now
       out.nxt = false
     end
   end
