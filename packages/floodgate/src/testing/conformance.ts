@@ -278,6 +278,13 @@ export function randomPolicySets(): Policy[][] {
       slidingWindow({ limit: 5, windowMs: 500, name: 'sw', blockMs: 200 }),
       gcra({ limit: 3, periodMs: 300, name: 'g' }),
     ],
+    // Costs 2 and 3 exceed `frac` (a fractional burst) but not the others: nothing may change then.
+    [
+      gcra({ limit: 1.5, periodMs: 400, name: 'frac' }),
+      slidingLog({ limit: 4, windowMs: 700, countDenied: true, name: 'log' }),
+      fixedWindow({ limit: 3.5, windowMs: 500, blockMs: 400, name: 'fw' }),
+    ],
+    [tokenBucket({ capacity: 10, refillAmount: 0.1, refillIntervalMs: 100, refill: 'interval' })],
   ];
 }
 

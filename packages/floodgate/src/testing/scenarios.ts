@@ -309,6 +309,81 @@ export const scenarios: Scenario[] = [
     ],
   },
   {
+    // DESIGN §4: a cost some policy can never admit changes nothing, under any policy.
+    name: 'exceeds-capacity under one policy starts no penalty under another',
+    policies: [
+      fixedWindow({ limit: 5, windowMs: 1000, blockMs: 60_000, name: 'fw' }),
+      gcra({ limit: 2, periodMs: 1000, name: 'a' }),
+    ],
+    steps: [
+      { at: 0, expect: { allowed: true } },
+      // `fw` alone would deny this on its limit (1 + 5 > 5) and start its 60 s block.
+      { at: 0, cost: 5, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+      { at: 0, op: 'status', expect: { allowed: true, remaining: 1 } },
+      { at: 1500, expect: { allowed: true } },
+    ],
+  },
+  {
+    name: 'exceeds-capacity under one policy logs no attempt under a countDenied log',
+    policies: [
+      gcra({ limit: 2, periodMs: 1000, name: 'a' }),
+      slidingLog({ limit: 6, windowMs: 60_000, countDenied: true, name: 'log' }),
+    ],
+    steps: [
+      { at: 0, op: 'status', expect: { remaining: 2 } },
+      { at: 0, cost: 5, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+      { at: 0, op: 'status', expect: { remaining: 2 } },
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 0 } },
+      // A denial on a limit is still logged: 2 + 2 counted, 4 of 6.
+      { at: 0, cost: 2, expect: deny(1000, { policy: 'a' }) },
+      { at: 1000, cost: 2, expect: { allowed: true, remaining: 0 } },
+      { at: 1000, cost: 1, expect: { allowed: false, reason: 'limit' } },
+    ],
+  },
+  {
+    // τ is rounded like a charge, so a cost equal to a fractional burst fits (T = 666 667 µs).
+    name: 'GCRA: a fractional limit admits a cost equal to it',
+    policies: [gcra({ limit: 1.5, periodMs: 1000 })],
+    steps: [
+      { at: 0, cost: 1.5, op: 'check', expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 1.5, expect: { allowed: true, remaining: 0, resetAfterMs: 1001 } },
+      { at: 0, cost: 1.6, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+      { at: 0, cost: 1, expect: deny(667) },
+      { at: 1000.001, cost: 1.5, expect: { allowed: true } },
+    ],
+  },
+  {
+    // Float dust: the bucket holds 2.25 as 2.2500000000000004, so one refill of 0.75 leaves a hair over
+    // 1.5 and cost 2 needs two. The wait is found with the bucket's own test, not by dividing (which
+    // promised 33 ms, and the call was denied then): admitted exactly when promised, not 1 ms earlier.
+    name: 'token bucket, interval refill, fractional amounts: the promised retry is admitted',
+    policies: [tokenBucket({ capacity: 3.5, refillAmount: 0.75, refillIntervalMs: 333, refill: 'interval' })],
+    steps: [
+      { at: 333, cost: 2, expect: { allowed: true } },
+      { at: 666, cost: 0.1, expect: { allowed: true } },
+      { at: 766, cost: 0.3, expect: { allowed: true } },
+      { at: 866, cost: 1.25, expect: { allowed: true } },
+      { at: 1199, cost: 0.1, expect: { allowed: true } },
+      { at: 1299, cost: 2, expect: deny(366) },
+      { at: 1664, cost: 2, op: 'check', expect: { allowed: false } },
+      { at: 1665, cost: 2, expect: { allowed: true } },
+    ],
+  },
+  {
+    // 2.6 − 0.3 − 0.3 is 2.0000000000000004 while 2 alone is 2: the wait is summed the way the
+    // evaluation sums, so it does not skip the event at 100 ms (it used to promise 390 ms).
+    name: 'sliding log, fractional costs: the call fits exactly when promised',
+    policies: [slidingLog({ limit: 3, windowMs: 400 })],
+    steps: [
+      { at: 0, cost: 0.3, expect: { allowed: true } },
+      { at: 100, cost: 0.3, expect: { allowed: true } },
+      { at: 200, cost: 2, expect: { allowed: true } },
+      { at: 210, cost: 1, expect: deny(290) },
+      { at: 499.999, cost: 1, op: 'check', expect: { allowed: false } },
+      { at: 500, cost: 1, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
     name: 'reservations: maxDelayMs books capacity ahead and says when to proceed',
     policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
     steps: [
