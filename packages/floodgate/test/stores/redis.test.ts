@@ -10,7 +10,8 @@ import {
   storageKey,
   tokenBucket,
 } from '../../src/index.js';
-import { type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
+import { compilePolicy } from '../../src/model/compile.js';
+import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
 import { manualClock, runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
 import { connectSingle, DRIVERS, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
@@ -268,11 +269,164 @@ describe.skipIf(!available)('redis store', () => {
       await expect(limiter.limit('k')).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'clock.nowUs()' });
     });
 
+    it('close() twice: both calls get one promise, resolved once the calls in flight are answered', async () => {
+      const closing = redisStore({ client: held.connection.client });
+      const limiter = createLimiter({ store: closing, policies: [gcra({ limit: 1, periodMs: 1000 })] });
+      const inFlight = limiter.limit(uniquePrefix());
+      const first = closing.close();
+      const second = closing.close();
+      expect(second).toBe(first);
+      const timeout = new Promise((resolve) => setTimeout(() => resolve('pending'), 2000));
+      expect(await Promise.race([Promise.all([first, second]).then(() => 'resolved'), timeout])).toBe('resolved');
+      expect((await inFlight).allowed).toBe(true);
+    });
+
     it('a closed store refuses new calls', async () => {
       const closing = redisStore({ client: held.connection.client });
       const limiter = createLimiter({ store: closing, policies: [gcra({ limit: 1, periodMs: 1000 })] });
       await closing.close();
       await expect(limiter.limit('k')).rejects.toMatchObject({ code: 'ERR_CLOSED' });
     });
+  });
+
+  describe('robustness', () => {
+    const policies = (limit: number) => [compilePolicy(fixedWindow({ limit, windowMs: 60_000, name: 'fw' }))];
+    const request = (prefix: string, key: string, limit: number) => ({
+      prefix,
+      key,
+      policies: policies(limit),
+      cost: 1,
+      commit: true,
+      nowUs: undefined,
+      maxDelayUs: 0,
+    });
+
+    it('parses replies of a client that hands integers over as strings (ioredis stringNumbers)', async () => {
+      const client = new Redis({ host: REDIS_HOST, port: REDIS_PORT, stringNumbers: true });
+      try {
+        for (const fastPath of [true, false]) {
+          const store = redisStore({ client: fromIoredis(client), fastPath });
+          const prefix = uniquePrefix('strnum');
+          const single = createLimiter({ store, policies: [gcra({ limit: 5, periodMs: 12_000 })], prefix });
+          const first = await single.limit('k');
+          expect([first.allowed, first.remaining, first.retryAfterMs]).toEqual([true, 4, 0]);
+          expect(typeof first.resetAfterMs).toBe('number');
+          const double = createLimiter({
+            store,
+            policies: [fixedWindow({ limit: 5, windowMs: 60_000, name: 'w' }), gcra({ limit: 5, periodMs: 12_000 })],
+            prefix: `${prefix}2`,
+          });
+          const both = await double.limit('k');
+          expect([both.allowed, both.remaining]).toEqual([true, 4]);
+          // A reservation on the store's clock, cancelled: nowUs must be a number for its TATs.
+          const booker = createLimiter({ store, policies: [gcra({ limit: 1, periodMs: 1000 })], prefix: `${prefix}3` });
+          await booker.limit('k');
+          const booked = await booker.limit('k', { maxDelayMs: 5000 });
+          expect([booked.allowed, booked.delayMs > 0]).toEqual([true, true]);
+          expect(await booker.cancel('k', booked)).toBe(true);
+          const denied = await single.limit('k', { cost: 100 });
+          expect([denied.allowed, denied.reason, denied.remaining]).toEqual([false, 'exceeds-capacity', 4]);
+          await store.close();
+        }
+      } finally {
+        await client.quit();
+      }
+    });
+
+    it('keeps per-key order when the node lost its scripts while calls were pipelined (NOSCRIPT)', async () => {
+      const client = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
+      const base = fromIoredis(client);
+      // The first two EVALSHA replies are held until the test hands them over, one at a time.
+      const held: { settle: () => void }[] = [];
+      let arrived = 0;
+      const wrapped: RedisScriptClient = {
+        cluster: false,
+        evalsha: (sha, keys, args) => {
+          const reply = base.evalsha(sha, keys, args);
+          if (held.length >= 2) return reply;
+          return new Promise((resolve, reject) => {
+            const slot = { settle: () => {} };
+            held.push(slot);
+            reply.then(
+              (value) => {
+                arrived++;
+                slot.settle = () => resolve(value);
+              },
+              (error: unknown) => {
+                arrived++;
+                slot.settle = () => reject(error);
+              },
+            );
+          });
+        },
+        eval: base.eval,
+      };
+      const prefix = uniquePrefix('noscript');
+      const store = redisStore({ client: wrapped, maxInFlight: 4, fastPath: false });
+      const order: string[] = [];
+      const call = (label: string) =>
+        store.decide(request(prefix, 'k', 2)).then((r) => {
+          order.push(`${label}:${r.allowed ? 'admitted' : 'denied'}`);
+        });
+      const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+      try {
+        await client.script('FLUSH');
+        const first = call('call1');
+        const second = call('call2');
+        while (arrived < 2) await pause(1);
+        (held[0] as { settle: () => void }).settle(); // call1: NOSCRIPT
+        await pause(30);
+        const third = call('call3'); // made after call1's NOSCRIPT was handled, before call2's
+        await pause(30);
+        (held[1] as { settle: () => void }).settle(); // call2: NOSCRIPT
+        await Promise.all([first, second, third]);
+        expect(order).toEqual(['call1:admitted', 'call2:admitted', 'call3:denied']);
+      } finally {
+        await store.close();
+        await client.quit();
+      }
+    });
+
+    for (const driver of DRIVERS) {
+      it(`one key of another type fails its own call, not the others of its batch (${driver})`, async () => {
+        const connection = await connectSingle(driver);
+        const prefix = uniquePrefix('wrongtype');
+        const poison = storageKey(prefix, encodeKey('poison'), 'fw');
+        try {
+          await raw.hset(poison, 'x', '1');
+          const store = redisStore({ client: connection.client, maxInFlight: 1 });
+          const keys = ['warmup', 'alice', 'poison', 'bob'];
+          const results = await Promise.allSettled(keys.map((key) => store.decide(request(prefix, key, 10))));
+          expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled']);
+          expect(results.map((r) => (r.status === 'fulfilled' ? r.value.allowed : undefined))).toEqual([
+            true,
+            true,
+            undefined,
+            true,
+          ]);
+          const failure = (results[2] as PromiseRejectedResult).reason;
+          expect(isFloodgateError(failure) && failure.code).toBe('ERR_STORE_UNAVAILABLE');
+          expect(String((failure as Error).message)).toMatch(/WRONGTYPE/);
+          // The others were stored, and are reported as stored.
+          expect(await raw.exists(storageKey(prefix, encodeKey('alice'), 'fw'))).toBe(1);
+          expect(await raw.exists(storageKey(prefix, encodeKey('bob'), 'fw'))).toBe(1);
+          // Cancels and refunds in a batch fail alone too.
+          const limiter = createLimiter({ store, policies: [gcra({ limit: 1, periodMs: 1000, name: 'fw' })], prefix });
+          await limiter.limit('bob2');
+          const booked = await limiter.limit('bob2', { maxDelayMs: 5000 });
+          const settled = await Promise.allSettled([
+            limiter.limit('carol'),
+            limiter.cancel('poison', booked),
+            limiter.cancel('bob2', booked),
+          ]);
+          expect(settled.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+          expect((settled[2] as PromiseFulfilledResult<boolean>).value).toBe(true);
+          await store.close();
+        } finally {
+          await raw.del(poison);
+          await connection.close();
+        }
+      });
+    }
   });
 });

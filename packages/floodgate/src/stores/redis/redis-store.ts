@@ -126,6 +126,16 @@ interface Call {
 interface Lane {
   inFlight: number;
   queue: Call[];
+  /** Numbers the script calls in the order they were sent. */
+  sent: number;
+  /**
+   * Set when a script call came back `NOSCRIPT`: nothing new is sent until every script call in flight
+   * has come back and those that failed so have run again, one after another in the order they were
+   * first sent. So calls on one key keep their order across the node losing its scripts.
+   */
+  recovering: boolean;
+  /** The script calls waiting to run again, by the number they were first sent under. */
+  retries: { at: number; retry: () => Promise<unknown>; resolve(reply: unknown): void; reject(error: unknown): void }[];
 }
 
 /** A compiled policy's six script arguments, computed once per policy. */
@@ -144,6 +154,7 @@ class RedisStoreImpl implements RedisStore {
   readonly hasOwnClock = true as const;
   private readonly lanes = new Map<number, Lane>();
   private closed = false;
+  private closing: Promise<void> | undefined;
   private idle: (() => void) | undefined;
   private pending = 0;
 
@@ -212,10 +223,14 @@ class RedisStoreImpl implements RedisStore {
   /** Stops taking calls and resolves once the calls in flight are answered. The client stays open. */
   close(): Promise<void> {
     this.closed = true;
-    if (this.pending === 0) return Promise.resolve();
-    return new Promise((resolve) => {
-      this.idle = resolve;
-    });
+    // Every call gets the same promise: a second close() neither hangs the first nor resolves early.
+    this.closing ??=
+      this.pending === 0
+        ? Promise.resolve()
+        : new Promise((resolve) => {
+            this.idle = resolve;
+          });
+    return this.closing;
   }
 
   private submit(
@@ -233,14 +248,14 @@ class RedisStoreImpl implements RedisStore {
     const slot = this.client.cluster ? hashSlot(encoded) : 0;
     let lane = this.lanes.get(slot);
     if (lane === undefined) {
-      lane = { inFlight: 0, queue: [] };
+      lane = { inFlight: 0, queue: [], sent: 0, recovering: false, retries: [] };
       this.lanes.set(slot, lane);
     }
     this.pending++;
     return new Promise((resolve, reject) => {
       const call: Call = { op, prefix, encoded, policies, cost, nowUs, maxDelayUs, tatUs, resolve, reject };
       const current = lane;
-      if (current.inFlight < this.maxInFlight) {
+      if (current.inFlight < this.maxInFlight && !current.recovering && current.queue.length === 0) {
         // Nothing waits ahead of it: no batching delay at low load.
         this.send(slot, current, [call]);
       } else {
@@ -251,10 +266,10 @@ class RedisStoreImpl implements RedisStore {
 
   private send(slot: number, lane: Lane, calls: Call[]): void {
     lane.inFlight++;
-    void this.run(slot, lane, calls);
+    void this.run(slot, lane, calls, lane.sent++);
   }
 
-  private async run(slot: number, lane: Lane, calls: Call[]): Promise<void> {
+  private async run(slot: number, lane: Lane, calls: Call[], at: number): Promise<void> {
     try {
       const call = calls[0] as Call;
       const single = this.fastPath && calls.length === 1 ? meterArguments(call, this.grace) : undefined;
@@ -266,9 +281,14 @@ class RedisStoreImpl implements RedisStore {
       try {
         reply = await this.client.evalsha(sha, keys, args);
       } catch (error) {
-        // The node lost its script cache (SCRIPT FLUSH, restart, failover): EVAL loads it again there.
+        // The node lost its script cache (SCRIPT FLUSH, restart, failover): EVAL loads it again there, in
+        // order with the other script calls that failed so (see Lane.recovering).
         if (!isNoScriptError(error)) throw error;
-        reply = await this.client.eval(script, keys, args);
+        reply = await new Promise((resolve, reject) => {
+          lane.recovering = true;
+          lane.retries.push({ at, retry: () => this.client.eval(script, keys, args), resolve, reject });
+          this.recover(slot, lane);
+        });
       }
       settle(calls, reply);
     } catch (error) {
@@ -276,15 +296,44 @@ class RedisStoreImpl implements RedisStore {
     } finally {
       lane.inFlight--;
       this.pending -= calls.length;
-      if (lane.queue.length > 0) {
-        const queue = lane.queue;
-        lane.queue = queue.length > this.maxBatchSize ? queue.splice(this.maxBatchSize) : [];
-        this.send(slot, lane, queue);
-      } else if (lane.inFlight === 0) {
-        this.lanes.delete(slot);
+      if (lane.recovering) {
+        this.recover(slot, lane);
+      } else {
+        this.drain(slot, lane);
       }
       if (this.pending === 0 && this.idle !== undefined) this.idle();
     }
+  }
+
+  /** Sends what waits, as far as `maxInFlight` allows; forgets the lane once it is idle. */
+  private drain(slot: number, lane: Lane): void {
+    while (lane.queue.length > 0 && lane.inFlight < this.maxInFlight) {
+      const queue = lane.queue;
+      lane.queue = queue.length > this.maxBatchSize ? queue.splice(this.maxBatchSize) : [];
+      this.send(slot, lane, queue);
+    }
+    if (lane.inFlight === 0 && lane.queue.length === 0 && this.lanes.get(slot) === lane) this.lanes.delete(slot);
+  }
+
+  /**
+   * Once every script call in flight on a recovering lane is either answered or waiting to run again,
+   * runs those again one after another in the order they were first sent, then lets the queue go.
+   */
+  private recover(slot: number, lane: Lane): void {
+    if (lane.retries.length === 0 || lane.retries.length < lane.inFlight) return;
+    const retries = lane.retries.sort((x, y) => x.at - y.at);
+    lane.retries = [];
+    void (async () => {
+      for (const { retry, resolve, reject } of retries) {
+        try {
+          resolve(await retry());
+        } catch (error) {
+          reject(error);
+        }
+      }
+      lane.recovering = false;
+      this.drain(slot, lane);
+    })();
   }
 }
 
@@ -375,30 +424,45 @@ function settle(calls: readonly Call[], reply: unknown): void {
     for (const call of calls) call.reject(error);
     return;
   }
+  // Numbers with Number(): a client may hand integer replies over as strings (ioredis `stringNumbers`).
   let r = 0;
   for (const call of calls) {
+    const first = Number(reply[r]);
+    if (first === -1) {
+      // This call's GET or SET failed inside the script (see lua/main.ts); the others went on.
+      const message = String(reply[r + 1]);
+      call.reject(
+        new FloodgateError('ERR_STORE_UNAVAILABLE', `the redis store failed: ${message}`, {
+          cause: new Error(message),
+        }),
+      );
+      r += 2;
+      continue;
+    }
     if (call.op === OP_RESET || call.op === OP_REFUND) {
       r++;
       call.resolve(undefined);
       continue;
     }
     if (call.op === OP_CANCEL) {
-      call.resolve(reply[r++] === 1);
+      r++;
+      call.resolve(first === 1);
       continue;
     }
-    const allowed = reply[r++] === 1;
-    const nowUs = reply[r++] as number;
+    const allowed = first === 1;
+    const nowUs = Number(reply[r + 1]);
+    r += 2;
     const evaluations: Evaluation[] = [];
     for (let i = 0; i < call.policies.length; i++) {
-      const reason = REASONS[reply[r] as number] ?? 'limit';
-      const retry = reply[r + 2] as number;
+      const reason = REASONS[Number(reply[r])] ?? 'limit';
+      const retry = Number(reply[r + 2]);
       evaluations.push({
         allowed: reason === 'ok',
         reason,
-        remaining: reply[r + 1] as number,
+        remaining: Number(reply[r + 1]),
         retryAfterUs: retry === -1 ? Number.POSITIVE_INFINITY : retry,
-        resetAfterUs: reply[r + 3] as number,
-        delayUs: reply[r + 4] as number,
+        resetAfterUs: Number(reply[r + 3]),
+        delayUs: Number(reply[r + 4]),
         next: undefined,
         buffers: SHARED_BUFFERS,
       });

@@ -21,7 +21,10 @@
  *   the whole cost back, else 0; a decision gives `allowed` (1/0), the µs it was decided at, then
  *   per policy `reason` (0 ok, 1 limit, 2 blocked, 3 exceeds-capacity), `remaining`, `retryAfterUs`
  *   (-1 = never), `resetAfterUs`, `delayUs`. Every one of these is a whole number, so Redis's integer
- *   replies (which truncate) carry them exactly.
+ *   replies (which truncate) carry them exactly. A call whose GET or SET failed (a key of another type
+ *   under its name, `OOM`) gives instead `-1` and the error's message, and the next call goes on: one
+ *   bad key fails its own call, not the batch. (A call that failed on a SET may have written the
+ *   states of its policies before that one.)
  * Writes: each changed state with `SET … PXAT`, the expiry being the moment the key is untouched again
  *   (Redis time + `resetAfterUs`, rounded up to whole ms; PXAT rather than PX, which Redis would rewrite
  *   into PXAT for its replicas at a cost per write); a reset deletes the keys. No other key is touched.
@@ -53,6 +56,18 @@ local function redis_now()
 end
 
 local reply, r = {}, 0
+-- A command's reply, or nil and the error's message (redis.pcall: the script goes on).
+local function try(...)
+  local v = redis.pcall(...)
+  if type(v) == 'table' and v.err then return nil, v.err end
+  return v
+end
+-- One call's failure, in its place in the reply.
+local function fail(err)
+  reply[r + 1] = -1
+  reply[r + 2] = err
+  r = r + 2
+end
 local outs, chosen, states = {}, {}, {}
 local k = 0
 local total = #argv
@@ -78,23 +93,32 @@ while at <= total do
     if argv[at + 2] ~= '' then
       now, extra = tonumber(argv[at + 2]), grace * 1000
     end
-    local tats = {}
+    local tats, err, value, all = {}, nil, nil, false
     for j = 1, n do
       tats[j] = tonumber(argv[at + 5 + n + j])
-      states[j] = decode(chosen[j].kind, redis.call('GET', KEYS[k + j]))
+      value, err = try('GET', KEYS[k + j])
+      if err then break end
+      states[j] = decode(chosen[j].kind, value)
     end
-    local all = cancel_reservation(chosen, states, n, now, tonumber(argv[at + 3]), tats, outs)
-    for j = 1, n do
-      local out = outs[j]
-      if out.nxt then
-        local reset = out.reset
-        if reset < 1 then reset = 1 end
-        local expire_at = ceil((redis_now() + reset + extra) / 1000)
-        redis.call('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
+    if not err then
+      all = cancel_reservation(chosen, states, n, now, tonumber(argv[at + 3]), tats, outs)
+      for j = 1, n do
+        local out = outs[j]
+        if out.nxt then
+          local reset = out.reset
+          if reset < 1 then reset = 1 end
+          local expire_at = ceil((redis_now() + reset + extra) / 1000)
+          value, err = try('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
+          if err then break end
+        end
       end
     end
-    r = r + 1
-    if all then reply[r] = 1 else reply[r] = 0 end
+    if err then
+      fail(err)
+    else
+      r = r + 1
+      if all then reply[r] = 1 else reply[r] = 0 end
+    end
     k = k + n
     at = at + n
   elseif op == '4' then
@@ -104,20 +128,28 @@ while at <= total do
     end
     local unused = tonumber(argv[at + 3])
     local leased_at, leased = tonumber(argv[at + 6 + n]), tonumber(argv[at + 7 + n])
+    local err, value = nil, nil
     for j = 1, n do
       local c = chosen[j]
-      local nxt = refund_policy(c, decode(c.kind, redis.call('GET', KEYS[k + j])), now, leased_at, leased, unused)
+      value, err = try('GET', KEYS[k + j])
+      if err then break end
+      local nxt = refund_policy(c, decode(c.kind, value), now, leased_at, leased, unused)
       if nxt then
         -- The expiry of the new state: when it is untouched again, as a cost-0 evaluation reports it.
         local out = outs[j]
         evaluate_policy(c, nxt, now, 0, 0, out)
         local reset = out.reset
         if reset < 1 then reset = 1 end
-        redis.call('SET', KEYS[k + j], encode(c.kind, nxt), 'PXAT', ceil((redis_now() + reset + extra) / 1000))
+        value, err = try('SET', KEYS[k + j], encode(c.kind, nxt), 'PXAT', ceil((redis_now() + reset + extra) / 1000))
+        if err then break end
       end
     end
-    r = r + 1
-    reply[r] = 1
+    if err then
+      fail(err)
+    else
+      r = r + 1
+      reply[r] = 1
+    end
     k = k + n
     at = at + 2
   else
@@ -133,28 +165,45 @@ while at <= total do
     local max_delay = tonumber(argv[at + 4])
     local commit = op == '1'
     for _ = 1, m do
-      for j = 1, n do states[j] = decode(chosen[j].kind, redis.call('GET', KEYS[k + j])) end
-      local allowed = decide(chosen, states, n, now, cost, commit, max_delay, outs)
-      r = r + 1
-      if allowed then reply[r] = 1 else reply[r] = 0 end
-      r = r + 1
-      reply[r] = now
+      local err, value, allowed = nil, nil, false
       for j = 1, n do
-        local out = outs[j]
-        if commit and out.nxt then
-          local reset = out.reset
-          if reset < 1 then reset = 1 end
-          local expire_at = ceil((redis_now() + reset + extra) / 1000)
-          redis.call('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
+        value, err = try('GET', KEYS[k + j])
+        if err then break end
+        states[j] = decode(chosen[j].kind, value)
+      end
+      if not err then
+        allowed = decide(chosen, states, n, now, cost, commit, max_delay, outs)
+        if commit then
+          for j = 1, n do
+            local out = outs[j]
+            if out.nxt then
+              local reset = out.reset
+              if reset < 1 then reset = 1 end
+              local expire_at = ceil((redis_now() + reset + extra) / 1000)
+              value, err = try('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
+              if err then break end
+            end
+          end
         end
-        local retry = out.retry
-        if retry == INF then retry = -1 end
-        reply[r + 1] = out.reason
-        reply[r + 2] = out.remaining
-        reply[r + 3] = retry
-        reply[r + 4] = out.reset
-        reply[r + 5] = out.delay
-        r = r + 5
+      end
+      if err then
+        fail(err)
+      else
+        r = r + 1
+        if allowed then reply[r] = 1 else reply[r] = 0 end
+        r = r + 1
+        reply[r] = now
+        for j = 1, n do
+          local out = outs[j]
+          local retry = out.retry
+          if retry == INF then retry = -1 end
+          reply[r + 1] = out.reason
+          reply[r + 2] = out.remaining
+          reply[r + 3] = retry
+          reply[r + 4] = out.reset
+          reply[r + 5] = out.delay
+          r = r + 5
+        end
       end
       k = k + n
     end
