@@ -9,11 +9,12 @@ import {
   fixedWindow,
   gcra,
   isFloodgateError,
+  leasedLimiter,
   slidingLog,
   tokenBucket,
 } from '../../src/index.js';
 import { compilePolicy } from '../../src/model/compile.js';
-import { type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js';
+import { fromPg, type PostgresClient, type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js';
 import { stateKey } from '../../src/stores/sql/common.js';
 import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
 import { type Connection, connect, DRIVERS, PG_CONFIG, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
@@ -264,7 +265,7 @@ describe.skipIf(!available)('postgres store', () => {
       const plan = await connection.sql(
         `EXPLAIN SELECT x.key FROM "${schema}".prune x WHERE x.expires_at <= 0 ORDER BY x.expires_at LIMIT 16 FOR UPDATE SKIP LOCKED`,
       );
-      expect(plan.map((p) => p['QUERY PLAN']).join('\n')).toMatch(/Index Scan using prune_expires_at/);
+      expect(plan.map((p) => p['QUERY PLAN']).join('\n')).toMatch(/Index Scan using prune__fg_expires_at/);
     } finally {
       await connection.close();
     }
@@ -304,6 +305,224 @@ describe.skipIf(!available)('postgres store', () => {
       for (const key of keys) {
         expect(decisions.filter((d, i) => keys[i % 3] === key && d.allowed)).toHaveLength(37);
       }
+      await store.close();
+    } finally {
+      await connection.close();
+    }
+  });
+
+  it('prunes through the expiry index: the bound is compared as a bigint, never a table scan', async () => {
+    const setup = connect('pg', 1);
+    const session = new pg.Client(PG_CONFIG);
+    await session.connect();
+    try {
+      const store = postgresStore({ client: fromPg(session), schema, table: 'prune_plan' });
+      await store.migrate();
+      // Many live rows, none expired: a prune must not look at them.
+      await setup.sql(
+        `INSERT INTO "${schema}".prune_plan (key, state, expires_at)
+         SELECT 'live-' || i, '{0,1}', 9000000000000000 FROM generate_series(1, 5000) AS i`,
+      );
+      await setup.sql(`ANALYZE "${schema}".prune_plan`);
+      // The plans of the statements the decide function runs, as notices to this session.
+      const plans: string[] = [];
+      session.on('notice', (notice) => plans.push(String(notice.message)));
+      await session.query("LOAD 'auto_explain'");
+      await session.query(
+        'SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice; SET client_min_messages = notice',
+      );
+      const clock = manualClock({ startMs: SCENARIO_START_MS });
+      const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 1, periodMs: 1000 })] });
+      for (let i = 0; i < 8; i++) await limiter.limit(`new-${i}`); // each creates a row, so each prunes
+      const prunes = plans.filter((plan) => plan.includes('SKIP LOCKED'));
+      expect(prunes.length).toBeGreaterThanOrEqual(8);
+      for (const plan of prunes) {
+        expect(plan).toMatch(/Index Cond: \(expires_at <= /);
+        expect(plan).not.toMatch(/double precision/);
+      }
+    } finally {
+      await session.end();
+      await setup.close();
+    }
+  });
+
+  it('a table may be named like the objects another table gets (x and x_state, x_pkey, x_expires_at)', async () => {
+    const connection = connect('pg', 2);
+    const names = uniqueSchema('names');
+    try {
+      const orders = [
+        ['x', 'x_state', 'x_pkey', 'x_expires_at'],
+        ['y_state', 'y_expires_at', 'y_pkey', 'y'],
+        ['floodgate_state', 'floodgate'],
+      ];
+      for (const order of orders) {
+        for (const table of order) await postgresStore({ client: connection.client, schema: names, table }).migrate();
+        for (const table of order) {
+          const store = postgresStore({ client: connection.client, schema: names, table });
+          await store.migrate();
+          const limiter = createLimiter({ store, policies: [slidingLog({ limit: 2, windowMs: 60_000 })] });
+          expect((await limiter.limit('k')).remaining).toBe(1);
+          const rows = await connection.sql(`SELECT count(*)::int AS n FROM "${names}"."${table}"`);
+          expect(rows[0]?.n).toBe(1);
+        }
+      }
+      // Tables never take the names the objects beside them get.
+      expect(() => postgresStore({ client: connection.client, table: 'x__fg_state' })).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'table' }),
+      );
+    } finally {
+      await connection.sql(`DROP SCHEMA IF EXISTS "${names}" CASCADE`);
+      await connection.close();
+    }
+  });
+
+  it('migrates a table made by an earlier version: the old <table>_state type and <table>_expires_at index go', async () => {
+    const connection = connect('pg', 2);
+    try {
+      await connection.sql(
+        `CREATE TABLE "${schema}".legacy (key text COLLATE "C" PRIMARY KEY, state float8[], expires_at bigint NOT NULL)`,
+      );
+      await connection.sql(`CREATE TYPE "${schema}".legacy_state AS (s float8[])`);
+      await connection.sql(`CREATE INDEX legacy_expires_at ON "${schema}".legacy (expires_at)`);
+      const store = postgresStore({ client: connection.client, schema, table: 'legacy' });
+      await store.migrate();
+      const objects = await connection.sql(
+        `SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = $1 AND c.relname LIKE 'legacy%' ORDER BY 1`,
+        [schema],
+      );
+      expect(objects.map((o) => o.name)).toEqual([
+        'legacy',
+        'legacy__fg_expires_at',
+        'legacy__fg_state',
+        'legacy_pkey',
+      ]);
+      const limiter = createLimiter({ store, policies: [gcra({ limit: 2, periodMs: 60_000 })] });
+      expect((await limiter.limit('k')).remaining).toBe(1);
+      await postgresStore({ client: connection.client, schema, table: 'legacy_state' }).migrate();
+    } finally {
+      await connection.close();
+    }
+  });
+
+  it('results keep every digit whatever the session’s extra_float_digits (cancel and refund on server time)', async () => {
+    const pool = new pg.Pool({ ...PG_CONFIG, max: 2, options: '-c extra_float_digits=0' });
+    try {
+      expect((await pool.query('SHOW extra_float_digits')).rows[0]?.extra_float_digits).toBe('0');
+      const store = postgresStore({ client: fromPg(pool), schema, table: 'digits' });
+      await store.migrate();
+      const prefix = uniquePrefix('digits');
+      const limiter = createLimiter({ store, policies: [gcra({ limit: 1, periodMs: 1000 })], prefix });
+      const cancelled: boolean[] = [];
+      for (let i = 0; i < 10; i++) {
+        await limiter.limit(`k${i}`);
+        const booked = await limiter.limit(`k${i}`, { maxDelayMs: 5000 });
+        expect(booked.allowed).toBe(true);
+        cancelled.push(await limiter.cancel(`k${i}`, booked));
+      }
+      expect(cancelled).toEqual(Array(10).fill(true));
+      // A sliding log gives a lease back by its exact time.
+      const logs = createLimiter({ store, policies: [slidingLog({ limit: 10, windowMs: 3_600_000 })], prefix });
+      for (let i = 0; i < 5; i++) {
+        const lease = leasedLimiter(logs, { size: 5, ttlMs: 60_000 });
+        expect((await lease.limit(`log${i}`)).allowed).toBe(true);
+        await lease.close();
+        expect((await logs.status(`log${i}`)).remaining).toBe(9);
+      }
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('prepared statement names stay unique for long schema and table names', async () => {
+    const long = `${uniqueSchema('stmt')}_${'x'.repeat(40)}`.slice(0, 40);
+    const pool = new pg.Pool({ ...PG_CONFIG, max: 1 });
+    try {
+      const client = fromPg(pool);
+      const tables = ['floodgate_state_a', 'floodgate_state_b'];
+      for (const table of tables) {
+        const store = postgresStore({ client, schema: long, table });
+        await store.migrate();
+        const limiter = createLimiter({ store, policies: [gcra({ limit: 2, periodMs: 60_000 })] });
+        await limiter.limit('k');
+        await limiter.limit('k');
+        const booked = await limiter.limit('k', { maxDelayMs: 60_000 });
+        expect(booked.allowed).toBe(true);
+        expect(await limiter.cancel('k', booked)).toBe(true);
+        const lease = leasedLimiter(limiter, { size: 2, ttlMs: 60_000 });
+        expect((await lease.limit('leased')).allowed).toBe(true);
+        await lease.close();
+      }
+      // Both ran on the one connection of the pool, each under its own name.
+      const prepared = await pool.query('SELECT name FROM pg_prepared_statements ORDER BY name');
+      const names = prepared.rows.map((r) => String(r.name));
+      expect(names.length).toBeGreaterThanOrEqual(6);
+      expect(new Set(names).size).toBe(names.length);
+      for (const name of names) expect(Buffer.byteLength(name)).toBeLessThanOrEqual(63);
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${long}" CASCADE`);
+      await pool.end();
+    }
+  });
+
+  it('close() twice: both calls get one promise, resolved once the statements in flight are done', async () => {
+    const connection = connect('pg', 2);
+    try {
+      const store = postgresStore({ client: connection.client, schema, table: 'closing' });
+      await store.migrate();
+      const limiter = createLimiter({ store, policies: [gcra({ limit: 1, periodMs: 1000 })] });
+      const inFlight = limiter.limit('k');
+      const first = store.close();
+      const second = store.close();
+      expect(second).toBe(first);
+      const timeout = new Promise((resolve) => setTimeout(() => resolve('pending'), 2000));
+      expect(await Promise.race([Promise.all([first, second]).then(() => 'resolved'), timeout])).toBe('resolved');
+      expect((await inFlight).allowed).toBe(true);
+    } finally {
+      await connection.close();
+    }
+  });
+
+  it('cancel() waits in the key’s lane: it never overtakes a call made before it', async () => {
+    const connection = connect('pg', 2);
+    try {
+      await postgresStore({ client: connection.client, schema, table: 'lane' }).migrate();
+      // Once armed, holds the next statement sent until the test lets it go.
+      let release: () => void = () => {};
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      let armed = false;
+      const sent: string[] = [];
+      const client: PostgresClient = {
+        async query(text, params, name) {
+          sent.push(/_cancel"\(/.test(text) ? 'cancel' : 'decide');
+          if (armed) {
+            armed = false;
+            await gate;
+          }
+          return connection.client.query(text, params, name);
+        },
+      };
+      const store = postgresStore({ client, schema, table: 'lane' });
+      const clock = manualClock({ startMs: SCENARIO_START_MS });
+      const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 1, periodMs: 1000 })] });
+      await limiter.limit('k');
+      const booked = await limiter.limit('k', { maxDelayMs: 5000 });
+      expect(booked.allowed).toBe(true);
+      armed = true;
+      sent.length = 0;
+      const busy = limiter.limit('other'); // holds the lane
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      const later = limiter.limit('k', { maxDelayMs: 5000 }); // books after the reservation
+      const cancel = limiter.cancel('k', booked);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      release();
+      await busy;
+      expect((await later).allowed).toBe(true);
+      // In arrival order the later booking moved the TAT, so the reservation is no longer the last one.
+      expect(await cancel).toBe(false);
+      expect(sent).toEqual(['decide', 'decide', 'cancel']);
       await store.close();
     } finally {
       await connection.close();

@@ -1,5 +1,13 @@
 import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
 
+/**
+ * What the names of the objects `migrate()` creates beside a table (other than its functions) carry
+ * after the table's name. Tables, indexes and composite types share one namespace in PostgreSQL (every
+ * table is also a type of its name), so these names must never be a table's: table names may not
+ * contain it (see `validatePostgresTable` in postgres-store.ts).
+ */
+export const RESERVED_INFIX = '__fg_';
+
 /** The qualified, quoted names of everything `migrate()` creates for one table. */
 export interface SqlNames {
   schema: string;
@@ -17,6 +25,10 @@ export interface SqlNames {
   refund: string;
   /** A composite `(s float8[])`: an array of these holds states of different lengths. */
   stateType: string;
+  /** Unquoted names, in the table's schema, of the composite type, the expiry index and the primary key. */
+  stateTypeName: string;
+  expiryIndexName: string;
+  primaryKeyName: string;
 }
 
 export function sqlNames(schema: string, table: string): SqlNames {
@@ -34,7 +46,10 @@ export function sqlNames(schema: string, table: string): SqlNames {
     intervals: q(`${table}_intervals`),
     cancel: q(`${table}_cancel`),
     refund: q(`${table}_refund`),
-    stateType: q(`${table}_state`),
+    stateType: q(`${table}${RESERVED_INFIX}state`),
+    stateTypeName: `${table}${RESERVED_INFIX}state`,
+    expiryIndexName: `${table}${RESERVED_INFIX}expires_at`,
+    primaryKeyName: `${table}${RESERVED_INFIX}pkey`,
   };
 }
 
@@ -66,20 +81,37 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ${literal(n.schema)}) THEN
     CREATE SCHEMA ${quoteIdentifier(n.schema)};
   END IF;
+  -- The name may already be taken by another kind of relation (an index, a view): say so, never use it.
+  IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+      WHERE s.nspname = ${literal(n.schema)} AND c.relname = ${literal(n.table)} AND c.relkind <> 'r') THEN
+    RAISE EXCEPTION 'floodgate: % exists in schema % and is not a table', ${literal(n.table)}, ${literal(n.schema)}
+      USING ERRCODE = '42809';
+  END IF;
   CREATE ${unlogged ? 'UNLOGGED ' : ''}TABLE IF NOT EXISTS ${n.qualified} (
-    key text COLLATE "C" PRIMARY KEY,
+    key text COLLATE "C" NOT NULL,
     state float8[],
-    expires_at bigint NOT NULL
+    expires_at bigint NOT NULL,
+    CONSTRAINT ${quoteIdentifier(n.primaryKeyName)} PRIMARY KEY (key)
   ) WITH (fillfactor = 80);
   IF (SELECT c.relpersistence FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
       WHERE s.nspname = ${literal(n.schema)} AND c.relname = ${literal(n.table)}) <> '${persistence}' THEN
     ALTER TABLE ${n.qualified} SET ${unlogged ? 'UNLOGGED' : 'LOGGED'};
   END IF;
+  -- The composite type of the states, checked by its shape, not just its name.
   IF NOT EXISTS (SELECT 1 FROM pg_type y JOIN pg_namespace s ON s.oid = y.typnamespace
-      WHERE s.nspname = ${literal(n.schema)} AND y.typname = ${literal(`${n.table}_state`)}) THEN
+      WHERE s.nspname = ${literal(n.schema)} AND y.typname = ${literal(n.stateTypeName)}) THEN
     CREATE TYPE ${n.stateType} AS (s float8[]);
+  ELSIF ${stateTypeShape(n.schema, n.stateTypeName, literal)} <> 1 THEN
+    RAISE EXCEPTION 'floodgate: type %.% exists and is not a composite (s float8[])', ${literal(n.schema)},
+      ${literal(n.stateTypeName)} USING ERRCODE = '42809';
   END IF;
-  CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${n.table}_expires_at`)} ON ${n.qualified} (expires_at);
+  CREATE INDEX IF NOT EXISTS ${quoteIdentifier(n.expiryIndexName)} ON ${n.qualified} (expires_at);
+  -- Earlier versions named the index <table>_expires_at: one expiry index is enough.
+  IF EXISTS (SELECT 1 FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid JOIN pg_namespace s ON s.oid = x.relnamespace
+      WHERE s.nspname = ${literal(n.schema)} AND x.relname = ${literal(`${n.table}_expires_at`)}
+        AND i.indrelid = ${literal(n.qualified)}::regclass) THEN
+    DROP INDEX ${quoteIdentifier(n.schema)}.${quoteIdentifier(`${n.table}_expires_at`)};
+  END IF;
 ${[
   appendFunction(n),
   logDeniedFunction(n),
@@ -91,8 +123,27 @@ ${[
   cancelFunction(n),
   refundFunction(n),
 ].join('\n')}
+  -- Earlier versions named the type <table>_state, a name another table's row type may need: the
+  -- functions above no longer use it, so it goes (when it is that type, and nothing else uses it).
+  IF ${stateTypeShape(n.schema, `${n.table}_state`, literal)} = 1 THEN
+    BEGIN
+      DROP TYPE ${quoteIdentifier(n.schema)}.${quoteIdentifier(`${n.table}_state`)};
+    EXCEPTION WHEN dependent_objects_still_exist THEN
+      NULL;
+    END;
+  END IF;
 END
 $migrate$`;
+}
+
+/** SQL counting the types of that name that are a stand-alone composite `(s float8[])`: 1 or 0. */
+function stateTypeShape(schema: string, name: string, literal: (s: string) => string): string {
+  return `(SELECT count(*) FROM pg_type y JOIN pg_namespace s ON s.oid = y.typnamespace
+      JOIN pg_class c ON c.oid = y.typrelid
+      WHERE s.nspname = ${literal(schema)} AND y.typname = ${literal(name)} AND c.relkind = 'c'
+        AND (SELECT array_agg(a.attname::text || ' ' || format_type(a.atttypid, a.atttypmod))
+          FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
+          = ARRAY['s double precision[]'])`;
 }
 
 /*
@@ -476,7 +527,9 @@ function settleFunction(n: SqlNames): string {
 function decideFunction(n: SqlNames): string {
   return `
   CREATE OR REPLACE FUNCTION ${n.decide}(p_keys text[], p_locked int, p_req float8[], p_pol float8[])
-  RETURNS text LANGUAGE plpgsql VOLATILE AS $fn$
+  RETURNS text LANGUAGE plpgsql VOLATILE
+  -- The result is float8s as text: shortest exact digits, whatever the session's extra_float_digits.
+  SET extra_float_digits = 3 AS $fn$
   DECLARE
     nkeys int := coalesce(array_length(p_keys, 1), 0);
     nreq int := coalesce(array_length(p_req, 1), 0) / 5;
@@ -686,10 +739,11 @@ function decideFunction(n: SqlNames): string {
       EXIT attempt;
     END LOOP;
     -- Only new rows make the table grow, so twice as many expired ones (at least 16) go for each, a
-    -- minute after their expiry (PRUNE_GRACE_US in sql/common.ts).
+    -- minute after their expiry (PRUNE_GRACE_US in sql/common.ts). The bound is a bigint, like the column:
+    -- compared with a float8, the column would be cast and the index could not serve the condition.
     IF created > 0 AND prune_now IS NOT NULL THEN
       DELETE FROM ${n.qualified} t WHERE t.key IN (
-        SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= prune_now - ${PRUNE_GRACE_US}
+        SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= (prune_now - ${PRUNE_GRACE_US})::bigint
         ORDER BY x.expires_at LIMIT greatest(16, 2 * created) FOR UPDATE SKIP LOCKED);
     END IF;
     RETURN array_to_string(res, ',');

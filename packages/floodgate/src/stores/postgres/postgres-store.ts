@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
@@ -8,6 +9,7 @@ import {
   cancelStatement,
   decideStatement,
   migrationStatement,
+  RESERVED_INFIX,
   refundStatement,
   type SqlNames,
   sqlNames,
@@ -19,7 +21,10 @@ export interface PostgresStoreOptions {
   client: PostgresClient;
   /** Schema of the table and functions, created by `migrate()` when missing. @default 'public' */
   schema?: string;
-  /** Table holding the state: `[a-z_][a-z0-9_]*`, at most 40 characters. @default 'floodgate_state' */
+  /**
+   * Table holding the state: `[a-z_][a-z0-9_]*`, at most 40 characters, not containing `__fg_` (the mark
+   * of the objects `migrate()` creates beside it). @default 'floodgate_state'
+   */
   table?: string;
   /**
    * Create the table UNLOGGED: no write-ahead log, so commits do not wait for the disk; the state is
@@ -54,15 +59,20 @@ export interface PostgresStore extends Store {
 const OP_CHECK = 0;
 const OP_LIMIT = 1;
 const OP_RESET = 2;
+/** Cancels and refunds ride in the lanes too, as statements of their own, so they keep their place. */
+const OP_CANCEL = 3;
+const OP_REFUND = 4;
 const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
 
 interface Pending {
-  op: 0 | 1 | 2;
+  op: 0 | 1 | 2 | 3 | 4;
   /** Row keys, one per policy. */
   keys: string[];
   policies: readonly CompiledPolicy[];
   request: StoreRequest | undefined;
-  resolve(result: StoreResult | undefined): void;
+  /** A cancel's or refund's own statement. */
+  run: (() => Promise<unknown>) | undefined;
+  resolve(result: unknown): void;
   reject(error: unknown): void;
 }
 
@@ -105,6 +115,9 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   }
   const schema = validateIdentifier('schema', options.schema ?? 'public');
   const table = validateIdentifier('table', options.table ?? 'floodgate_state');
+  if (table.includes(RESERVED_INFIX)) {
+    throw invalid('ERR_INVALID_OPTION', 'table', table, `an identifier without "${RESERVED_INFIX}"`);
+  }
   const unlogged = options.unlogged ?? false;
   if (typeof unlogged !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'unlogged', unlogged, 'a boolean');
   const concurrency = options.concurrency ?? 1;
@@ -127,6 +140,7 @@ class PostgresStoreImpl implements PostgresStore {
   private readonly statement: string;
   private readonly statementName: string;
   private closed = false;
+  private closing: Promise<void> | undefined;
   private idle: (() => void) | undefined;
 
   constructor(
@@ -140,7 +154,7 @@ class PostgresStoreImpl implements PostgresStore {
     this.table = names.table;
     this.lanes = Array.from({ length: concurrency }, () => ({ queue: [], busy: false }));
     this.statement = decideStatement(names);
-    this.statementName = `floodgate_${names.schema}_${names.table}_decide`;
+    this.statementName = statementName(names, 'decide');
   }
 
   async migrate(): Promise<void> {
@@ -157,29 +171,24 @@ class PostgresStoreImpl implements PostgresStore {
     ) as Promise<StoreResult>;
   }
 
-  /** One statement of its own (cancels are rare): see `cancelFunction` in postgres-sql.ts. */
+  /**
+   * One statement of its own (cancels are rare), in the key's lane: it waits for the calls made before it
+   * on that key, and calls made after it wait for it. See `cancelFunction` in postgres-sql.ts.
+   */
   async cancel(request: CancelRequest): Promise<boolean> {
-    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the postgres store is closed');
     const { reservation } = request;
     const pol: number[] = [];
     request.policies.forEach((c, i) => {
       pol.push(c.kind, c.a, c.b, c.c, reservation.tatUs[i] as number);
     });
-    let rows: readonly Record<string, unknown>[];
-    try {
-      rows = await this.client.query(
+    const keys = stateKeys(request.prefix, request.key, request.policies);
+    const rows = (await this.enqueue(OP_CANCEL, request.prefix, request.key, request.policies, undefined, () =>
+      this.client.query(
         cancelStatement(this.names),
-        [
-          textArray(stateKeys(request.prefix, request.key, request.policies)),
-          String(request.nowUs ?? Number.NaN),
-          String(reservation.cost),
-          numberArray(pol),
-        ],
-        `${this.statementName.slice(0, -'decide'.length)}cancel`,
-      );
-    } catch (error) {
-      throw this.explain(error);
-    }
+        [textArray(keys), String(request.nowUs ?? Number.NaN), String(reservation.cost), numberArray(pol)],
+        statementName(this.names, 'cancel'),
+      ),
+    )) as readonly Record<string, unknown>[];
     const r = rows[0]?.r;
     if (typeof r !== 'boolean') {
       throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no result from its cancel function');
@@ -187,27 +196,28 @@ class PostgresStoreImpl implements PostgresStore {
     return r;
   }
 
-  /** One statement of its own (a lease gives back at most once): see `refundFunction` in postgres-sql.ts. */
+  /**
+   * One statement of its own (a lease gives back at most once), in the key's lane like `cancel`. See
+   * `refundFunction` in postgres-sql.ts.
+   */
   async refund(request: RefundRequest): Promise<void> {
-    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the postgres store is closed');
     const pol: number[] = [];
     for (const c of request.policies) pol.push(c.kind, c.limit, c.a, c.b, c.c);
-    try {
-      await this.client.query(
+    const keys = stateKeys(request.prefix, request.key, request.policies);
+    await this.enqueue(OP_REFUND, request.prefix, request.key, request.policies, undefined, () =>
+      this.client.query(
         refundStatement(this.names),
         [
-          textArray(stateKeys(request.prefix, request.key, request.policies)),
+          textArray(keys),
           String(request.nowUs ?? Number.NaN),
           String(request.leasedAtUs),
           String(request.leased),
           String(request.unused),
           numberArray(pol),
         ],
-        `${this.statementName.slice(0, -'decide'.length)}refund`,
-      );
-    } catch (error) {
-      throw this.explain(error);
-    }
+        statementName(this.names, 'refund'),
+      ),
+    );
   }
 
   async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
@@ -217,23 +227,27 @@ class PostgresStoreImpl implements PostgresStore {
   /** Waits for the statements in flight and refuses new calls; the client stays open (it is yours). */
   close(): Promise<void> {
     this.closed = true;
-    if (this.lanes.every((lane) => !lane.busy)) return Promise.resolve();
-    return new Promise((resolve) => {
-      this.idle = resolve;
-    });
+    // Every call gets the same promise: a second close() neither hangs the first nor resolves early.
+    this.closing ??= this.lanes.every((lane) => !lane.busy)
+      ? Promise.resolve()
+      : new Promise((resolve) => {
+          this.idle = resolve;
+        });
+    return this.closing;
   }
 
   private enqueue(
-    op: 0 | 1 | 2,
+    op: Pending['op'],
     prefix: string,
     key: string,
     policies: readonly CompiledPolicy[],
     request: StoreRequest | undefined,
-  ): Promise<StoreResult | undefined> {
+    run?: () => Promise<unknown>,
+  ): Promise<unknown> {
     if (this.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the postgres store is closed'));
     const lane = this.lanes[laneOf(prefix, key, this.lanes.length)] as Lane;
     return new Promise((resolve, reject) => {
-      lane.queue.push({ op, keys: stateKeys(prefix, key, policies), policies, request, resolve, reject });
+      lane.queue.push({ op, keys: stateKeys(prefix, key, policies), policies, request, run, resolve, reject });
       if (!lane.busy) {
         lane.busy = true;
         // Calls made in the same tick share the first statement; a lone call waits for nothing else.
@@ -243,8 +257,26 @@ class PostgresStoreImpl implements PostgresStore {
   }
 
   private flush(lane: Lane): void {
-    const batch = lane.queue.length <= this.maxBatch ? lane.queue : lane.queue.slice(0, this.maxBatch);
-    lane.queue = lane.queue.length <= this.maxBatch ? [] : lane.queue.slice(this.maxBatch);
+    const first = lane.queue[0] as Pending;
+    if (first.run !== undefined) {
+      // A cancel or a refund: alone, after what came before it and before what came after it.
+      lane.queue.shift();
+      first.run().then(
+        (rows) => {
+          first.resolve(rows);
+          this.next(lane);
+        },
+        (error: unknown) => {
+          first.reject(this.explain(error));
+          this.next(lane);
+        },
+      );
+      return;
+    }
+    let end = 0;
+    while (end < lane.queue.length && end < this.maxBatch && (lane.queue[end] as Pending).run === undefined) end++;
+    const batch = end === lane.queue.length ? lane.queue : lane.queue.slice(0, end);
+    lane.queue = end === lane.queue.length ? [] : lane.queue.slice(end);
     let params: string[];
     try {
       params = encodeBatch(batch);
@@ -308,6 +340,15 @@ class PostgresStoreImpl implements PostgresStore {
     }
     return error;
   }
+}
+
+/**
+ * The name `pg` prepares a statement under: unique per schema and table and at most 63 bytes, since
+ * PostgreSQL cuts longer names (two stores on one pool would then share one name for two statements).
+ */
+function statementName(names: SqlNames, what: 'decide' | 'cancel' | 'refund'): string {
+  const hash = createHash('sha256').update(`${names.schema}.${names.table}`).digest('hex').slice(0, 24);
+  return `floodgate_${hash}_${what}`;
 }
 
 /** FNV-1a over prefix and key: calls on one key always use the same lane, which keeps their order. */
