@@ -6,7 +6,17 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createLimiter, gcra, isFloodgateError, slidingLog, tokenBucket } from '../../src/index.js';
+import {
+  createLimiter,
+  fixedWindow,
+  gcra,
+  isFloodgateError,
+  leasedLimiter,
+  type PolicyInput,
+  slidingLog,
+  slidingWindow,
+  tokenBucket,
+} from '../../src/index.js';
 import { encodeKey } from '../../src/keys.js';
 import { compilePolicy } from '../../src/model/compile.js';
 import { stateKey } from '../../src/stores/sql/common.js';
@@ -51,6 +61,21 @@ describe('sqlite store', () => {
     store.migrate();
     expect(limiter.limitSync('k').remaining).toBe(0);
     expect(database.pragma('journal_mode', { simple: true })).toBe('wal');
+  });
+
+  it('migrate() adds the time column to a table made by an earlier version', () => {
+    const database = open('legacy.db');
+    database.exec(
+      'CREATE TABLE legacy (key TEXT PRIMARY KEY NOT NULL, state BLOB NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID',
+    );
+    const store = sqliteStore({ database, table: 'legacy' });
+    store.migrate();
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 2, periodMs: 60_000 })] });
+    expect(limiter.limitSync('k').remaining).toBe(1);
+    const row = database.prepare('SELECT at_us FROM legacy').get() as { at_us: number };
+    expect(row.at_us).toBe(clock.nowUs());
   });
 
   it('refuses a hostile table name with a typed error naming the option', () => {
@@ -197,5 +222,74 @@ describe('sqlite store options', () => {
     expect(await limiter.limit('k')).toMatchObject({ allowed: false, retryAfterMs: 1000 });
     await limiter.reset('k');
     expect((await limiter.limit('k')).remaining).toBe(1);
+  });
+});
+
+describe('sqlite store, processes whose clocks disagree', () => {
+  const algorithms: Record<string, PolicyInput> = {
+    'fixed window': fixedWindow({ limit: 10, windowMs: 1000 }),
+    'sliding window': slidingWindow({ limit: 10, windowMs: 1000 }),
+    gcra: gcra({ limit: 10, periodMs: 1000 }),
+  };
+  /** Two connections on one file, each deciding on its own clock, `skewUs` behind the other; calls alternate. */
+  function admitted(file: string, policy: PolicyInput, skewUs: number): number {
+    const [first, second] = [open(file), open(file)].map((database) => {
+      const store = sqliteStore({ database, table: 'skew' });
+      store.migrate();
+      return store;
+    }) as [ReturnType<typeof sqliteStore>, ReturnType<typeof sqliteStore>];
+    // Just before a window boundary, for two and a half windows, a call every 100 µs.
+    const startMs = Math.ceil(SCENARIO_START_MS / 1000) * 1000 - 1;
+    const ahead = manualClock({ startMs });
+    const behind = manualClock({ startMs });
+    const prefix = uniquePrefix('skew');
+    const a = createLimiter({ store: first, clock: ahead, policies: [policy], prefix });
+    const b = createLimiter({
+      store: second,
+      clock: { nowUs: () => behind.nowUs() - skewUs, sleep: () => Promise.resolve() },
+      policies: [policy],
+      prefix,
+    });
+    let count = 0;
+    for (let i = 0; i < 25_000; i++) {
+      if ((i % 2 === 0 ? a : b).limitSync('k').allowed) count++;
+      ahead.advanceUs(100);
+      behind.advanceUs(100);
+    }
+    return count;
+  }
+
+  for (const [name, policy] of Object.entries(algorithms)) {
+    it(`${name}: clocks 1 ms and 1 h apart admit no more than one clock`, () => {
+      const baseline = admitted(`skew-${name}-0.db`, policy, 0);
+      expect(baseline).toBeGreaterThan(10);
+      for (const skewUs of [1000, 3_600_000_000]) {
+        const count = admitted(`skew-${name}-${skewUs}.db`, policy, skewUs);
+        expect(count).toBeLessThanOrEqual(baseline);
+        expect(count).toBeGreaterThanOrEqual(baseline - 10);
+      }
+    });
+  }
+
+  it('reports the time it decided at, so a lease taken on a lagging clock is given back', async () => {
+    const [first, second] = [open('skew-lease.db'), open('skew-lease.db')].map((database) => {
+      const store = sqliteStore({ database, table: 'skew' });
+      store.migrate();
+      return store;
+    }) as [ReturnType<typeof sqliteStore>, ReturnType<typeof sqliteStore>];
+    const policies = [slidingLog({ limit: 10, windowMs: 3_600_000 })];
+    const prefix = uniquePrefix('skew-lease');
+    const ahead = createLimiter({ store: first, clock: manualClock({ startMs: SCENARIO_START_MS }), policies, prefix });
+    const behind = createLimiter({
+      store: second,
+      clock: manualClock({ startMs: SCENARIO_START_MS - 60_000 }),
+      policies,
+      prefix,
+    });
+    expect(ahead.limitSync('k').remaining).toBe(9);
+    const lease = leasedLimiter(behind, { size: 5, ttlMs: 60_000 });
+    expect((await lease.limit('k')).allowed).toBe(true);
+    await lease.close();
+    expect(ahead.limitSync('k').remaining).toBe(7);
   });
 });

@@ -74,7 +74,10 @@ const SWEEP_ROWS = 32;
  * they expire. There is no index on expiry: every write would have to update it, and pages written are
  * what a SQLite commit costs.
  *
- * SQLite has no clock of its own: the limiter passes the system clock (or the one you give it).
+ * SQLite has no clock of its own: the limiter passes the system clock (or the one you give it). Every row
+ * keeps the time it was written at, and a decision runs at the latest of its own clock and the times of
+ * the rows it reads: processes whose clocks disagree a little (each process's clock has its own offset)
+ * never take a key back in time, which would hand out a window's quota twice.
  *
  * @example
  * ```ts
@@ -118,6 +121,8 @@ class SqliteStoreImpl implements SqliteStore {
   private sweepFrom = '';
   /** Reused by `decideSync`: the limiter reads them before the next call. */
   private readonly scratch: Evaluation[] = [];
+  /** The verdict of the last `apply`. */
+  private allowed = false;
 
   constructor(
     private readonly database: SqliteDatabase,
@@ -135,16 +140,32 @@ class SqliteStoreImpl implements SqliteStore {
       `CREATE TABLE IF NOT EXISTS ${this.quoted} (
         key TEXT PRIMARY KEY NOT NULL,
         state BLOB NOT NULL,
-        expires_at INTEGER NOT NULL
+        expires_at INTEGER NOT NULL,
+        at_us INTEGER NOT NULL DEFAULT 0
       ) WITHOUT ROWID;
       DROP INDEX IF EXISTS ${quoteIdentifier(`${this.table}_expires_at`)};`,
     );
+    // Tables made by earlier versions lack the time of the last write.
+    const columns = this.database.prepare(`PRAGMA table_info(${this.quoted})`).all() as { name: string }[];
+    if (!columns.some((c) => c.name === 'at_us')) {
+      try {
+        this.database.exec(`ALTER TABLE ${this.quoted} ADD COLUMN at_us INTEGER NOT NULL DEFAULT 0`);
+      } catch (error) {
+        // Another process added it meanwhile.
+        if (!/duplicate column/i.test(error instanceof Error ? error.message : String(error))) throw error;
+      }
+    }
   }
 
   decide(request: StoreRequest): Promise<StoreResult> {
     try {
       const result = this.decideSync(request);
-      return Promise.resolve({ allowed: result.allowed, evaluations: result.evaluations.map((e) => ({ ...e })) });
+      const evaluations = result.evaluations.map((e) => ({ ...e }));
+      return Promise.resolve(
+        result.nowUs === undefined
+          ? { allowed: result.allowed, evaluations }
+          : { allowed: result.allowed, evaluations, nowUs: result.nowUs },
+      );
     } catch (error) {
       return Promise.reject(error);
     }
@@ -161,9 +182,10 @@ class SqliteStoreImpl implements SqliteStore {
     const nested = transaction && this.database.inTransaction === true;
     if (transaction) (nested ? s.savepoint : request.commit ? s.beginWrite : s.beginRead).run();
     try {
-      const allowed = this.apply(s, request, evaluations);
+      const nowUs = this.apply(s, request, evaluations);
       if (transaction) (nested ? s.release : s.commit).run();
-      return { allowed, evaluations };
+      const allowed = this.allowed;
+      return nowUs === request.nowUs ? { allowed, evaluations } : { allowed, evaluations, nowUs };
     } catch (error) {
       if (transaction) this.undo(nested);
       throw error;
@@ -180,8 +202,8 @@ class SqliteStoreImpl implements SqliteStore {
 
   /** Gives back what the model's `cancelReservation` gives back, in one write transaction. */
   cancelSync(request: CancelRequest): boolean {
-    const { policies, nowUs } = request;
-    if (nowUs === undefined) {
+    const { policies } = request;
+    if (request.nowUs === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
     }
     const s = this.ready();
@@ -190,11 +212,15 @@ class SqliteStoreImpl implements SqliteStore {
     const nested = this.database.inTransaction === true;
     (nested ? s.savepoint : s.beginWrite).run();
     try {
-      const states = keys.map((key) => decodeState(s.select.get(key)));
+      const rows = keys.map((key) => s.select.get(key) as Row | undefined);
+      const nowUs = latest(request.nowUs, rows);
+      const states = rows.map(decodeState);
       const all = cancelReservation(policies, states, nowUs, request.reservation, outs);
       for (let i = 0; i < keys.length; i++) {
         const out = outs[i] as Evaluation;
-        if (out.next !== undefined) s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs));
+        if (out.next !== undefined) {
+          s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs), nowUs);
+        }
       }
       (nested ? s.release : s.commit).run();
       return all;
@@ -215,8 +241,8 @@ class SqliteStoreImpl implements SqliteStore {
 
   /** Gives back a lease's unused units as the model's `refundPolicy` says, in one write transaction. */
   refundSync(request: RefundRequest): void {
-    const { policies, nowUs } = request;
-    if (nowUs === undefined) {
+    const { policies } = request;
+    if (request.nowUs === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
     }
     const s = this.ready();
@@ -224,12 +250,14 @@ class SqliteStoreImpl implements SqliteStore {
     const nested = this.database.inTransaction === true;
     (nested ? s.savepoint : s.beginWrite).run();
     try {
+      const rows = keys.map((key) => s.select.get(key) as Row | undefined);
+      const nowUs = latest(request.nowUs, rows);
       for (let i = 0; i < keys.length; i++) {
         const c = policies[i] as CompiledPolicy;
-        const state = decodeState(s.select.get(keys[i]));
+        const state = decodeState(rows[i]);
         const next = refundPolicy(c, state, nowUs, request.leasedAtUs, request.leased, request.unused);
         if (next !== undefined) {
-          s.upsert.run(keys[i], encodeState(next), expiryOf(nowUs, inspect(c, next, nowUs).resetAfterUs));
+          s.upsert.run(keys[i], encodeState(next), expiryOf(nowUs, inspect(c, next, nowUs).resetAfterUs), nowUs);
         }
       }
       (nested ? s.release : s.commit).run();
@@ -261,26 +289,32 @@ class SqliteStoreImpl implements SqliteStore {
     }
   }
 
-  /** One decision inside an open transaction: read the rows, run the model, write what changed. */
-  private apply(s: Statements, request: StoreRequest, evaluations: Evaluation[]): boolean {
-    const { policies, nowUs } = request;
-    if (nowUs === undefined) {
+  /**
+   * One decision inside an open transaction: read the rows, run the model, write what changed. Returns
+   * the time it decided at (the caller's, or a later one a row was written at); the verdict is left in
+   * `this.allowed`.
+   */
+  private apply(s: Statements, request: StoreRequest, evaluations: Evaluation[]): number {
+    const { policies } = request;
+    if (request.nowUs === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
     }
     const keys = stateKeys(request.prefix, request.key, policies);
-    const states = keys.map((key) => decodeState(s.select.get(key)));
-    const allowed = decide(policies, states, nowUs, request.cost, request, evaluations);
+    const rows = keys.map((key) => s.select.get(key) as Row | undefined);
+    const nowUs = latest(request.nowUs, rows);
+    const states = rows.map(decodeState);
+    this.allowed = decide(policies, states, nowUs, request.cost, request, evaluations);
     if (request.commit) {
       let created = false;
       for (let i = 0; i < keys.length; i++) {
         const out = evaluations[i] as Evaluation;
         if (out.next === undefined) continue;
-        s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs));
+        s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs), nowUs);
         if (states[i] === undefined) created = true;
       }
       if (created) this.sweep(s, nowUs);
     }
-    return allowed;
+    return nowUs;
   }
 
   /** Never closes the database: it is the caller's. */
@@ -330,10 +364,11 @@ class SqliteStoreImpl implements SqliteStore {
     try {
       this.configureConnection();
       this.statements = {
-        select: db.prepare(`SELECT state FROM ${t} WHERE key = ?`),
+        select: db.prepare(`SELECT state, at_us FROM ${t} WHERE key = ?`),
         upsert: db.prepare(
-          `INSERT INTO ${t} (key, state, expires_at) VALUES (?, ?, ?)
-           ON CONFLICT (key) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at`,
+          `INSERT INTO ${t} (key, state, expires_at, at_us) VALUES (?, ?, ?, ?)
+           ON CONFLICT (key) DO UPDATE SET state = excluded.state, expires_at = excluded.expires_at,
+             at_us = excluded.at_us`,
         ),
         remove: db.prepare(`DELETE FROM ${t} WHERE key = ?`),
         sweepEnd: db.prepare(`SELECT key FROM ${t} WHERE key > ? ORDER BY key LIMIT 1 OFFSET ?`),
@@ -368,9 +403,28 @@ function encodeState(state: State): Buffer {
   return buffer;
 }
 
-function decodeState(row: unknown): State | undefined {
+/** A row as `select` reads it. */
+interface Row {
+  state: Uint8Array;
+  /** When the row was last written, µs on the clock of the process that wrote it. */
+  at_us: number | bigint;
+}
+
+/**
+ * The time to decide at: the caller's, unless a row was written later (by a process whose clock runs
+ * ahead). Time never goes back on a key, so a window that rolled over stays rolled over.
+ */
+function latest(nowUs: number, rows: readonly (Row | undefined)[]): number {
+  let at = nowUs;
+  for (const row of rows) {
+    if (row !== undefined && Number(row.at_us) > at) at = Number(row.at_us);
+  }
+  return at;
+}
+
+function decodeState(row: Row | undefined): State | undefined {
   if (row === undefined || row === null) return undefined;
-  const blob = (row as { state: Uint8Array }).state;
+  const blob = row.state;
   const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
   const state = new Array<number>(blob.byteLength >>> 3);
   for (let i = 0; i < state.length; i++) state[i] = view.getFloat64(i * 8, true);
