@@ -12,7 +12,7 @@ import {
   gcra,
   isFloodgateError,
   leasedLimiter,
-  type PolicyInput,
+  type Policy,
   slidingLog,
   slidingWindow,
   tokenBucket,
@@ -226,13 +226,13 @@ describe('sqlite store options', () => {
 });
 
 describe('sqlite store, processes whose clocks disagree', () => {
-  const algorithms: Record<string, PolicyInput> = {
+  const algorithms: Record<string, Policy> = {
     'fixed window': fixedWindow({ limit: 10, windowMs: 1000 }),
     'sliding window': slidingWindow({ limit: 10, windowMs: 1000 }),
     gcra: gcra({ limit: 10, periodMs: 1000 }),
   };
   /** Two connections on one file, each deciding on its own clock, `skewUs` behind the other; calls alternate. */
-  function admitted(file: string, policy: PolicyInput, skewUs: number): number {
+  function admitted(file: string, policy: Policy, skewUs: number): number {
     const [first, second] = [open(file), open(file)].map((database) => {
       const store = sqliteStore({ database, table: 'skew' });
       store.migrate();
