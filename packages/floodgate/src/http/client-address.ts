@@ -60,28 +60,47 @@ export function compileTrustProxy(input: TrustProxy | false | undefined): ProxyT
   return { header, hops: 0, cidrs };
 }
 
-/** Splits a header on commas outside quoted strings. */
-function splitList(value: string): string[] {
-  if (!value.includes('"')) return value.split(',');
-  const out: string[] = [];
-  let start = 0;
+/**
+ * Splits an RFC 7239 `Forwarded` value into its elements on commas outside quoted strings, scanning from
+ * the right. The entries your proxies appended are well formed and sit at the right end, so they split
+ * the same whatever the client wrote to their left. A quoted string still open when the scan reaches the
+ * start (an unterminated `"` the client sent) cannot be read: everything from the start to the last
+ * comma before that quote becomes one element marked `malformed`, never a source of an address, and it
+ * cannot swallow the entries on its right.
+ */
+function splitForwarded(value: string): { elements: string[]; malformed: boolean } {
+  const elements: string[] = [];
+  let end = value.length;
   let quoted = false;
-  for (let i = 0; i < value.length; i++) {
+  for (let i = value.length - 1; i >= 0; i--) {
     const c = value.charCodeAt(i);
-    if (c === 34 /* " */) quoted = !quoted;
-    else if (c === 92 /* \ */ && quoted) i++;
-    else if (c === 44 /* , */ && !quoted) {
-      out.push(value.slice(start, i));
-      start = i + 1;
+    if (c === 34 /* " */) {
+      if (!quoted) {
+        quoted = true;
+      } else {
+        // Inside a quoted string a `"` preceded by an odd run of backslashes is escaped.
+        let backslashes = 0;
+        for (let j = i - 1; j >= 0 && value.charCodeAt(j) === 92 /* \ */; j--) backslashes++;
+        if (backslashes % 2 === 0) quoted = false;
+      }
+    } else if (c === 44 /* , */ && !quoted) {
+      elements.push(value.slice(i + 1, end));
+      end = i;
     }
   }
-  out.push(value.slice(start));
-  return out;
+  elements.push(value.slice(0, end));
+  elements.reverse();
+  return { elements, malformed: quoted };
 }
 
-/** The `for=` node of each element of an RFC 7239 `Forwarded` header, unquoted (`''` when absent). */
+/**
+ * The `for=` node of each element of an RFC 7239 `Forwarded` header, unquoted (`''` when absent, and for
+ * the leftmost element when it holds an unterminated quoted string: see {@link splitForwarded}).
+ */
 export function forwardedFor(value: string): string[] {
-  return splitList(value).map((element) => {
+  const { elements, malformed } = splitForwarded(value);
+  return elements.map((element, i) => {
+    if (malformed && i === 0) return '';
     for (const pair of element.split(';')) {
       const eq = pair.indexOf('=');
       if (eq < 0 || pair.slice(0, eq).trim().toLowerCase() !== 'for') continue;
@@ -98,7 +117,8 @@ export function forwardedFor(value: string): string[] {
 /** The forwarded chain, leftmost (claimed client) first, as raw entries. */
 function forwardedChain(value: string | undefined, header: ForwardedHeader): string[] {
   if (value === undefined || value === '') return [];
-  return header === 'forwarded' ? forwardedFor(value) : splitList(value);
+  // X-Forwarded-For has no quoted strings: a `"` in it is just a malformed entry, split on commas only.
+  return header === 'forwarded' ? forwardedFor(value) : value.split(',');
 }
 
 function trusted(address: IpAddress | undefined, cidrs: readonly Cidr[]): boolean {

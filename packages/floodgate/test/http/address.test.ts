@@ -119,6 +119,14 @@ describe('forwardedFor', () => {
     ).toEqual(['192.0.2.60', '[2001:db8:cafe::17]:4711', '', 'unknown']);
     expect(forwardedFor('for="_gazonk"')).toEqual(['_gazonk']);
     expect(forwardedFor('for="a,b", for=198.51.100.1')).toEqual(['a,b', '198.51.100.1']);
+    expect(forwardedFor('for="a\\"b", for="c\\\\", for=1.2.3.4')).toEqual(['a"b', 'c\\', '1.2.3.4']);
+  });
+
+  it('does not let an unterminated quoted string swallow the elements on its right', () => {
+    // The client wrote `for=6.6.6.6, for="x`; two proxies appended well-formed elements after it.
+    expect(forwardedFor('for=6.6.6.6, for="x, for=5.6.7.8, for=198.51.100.9')).toEqual(['', '5.6.7.8', '198.51.100.9']);
+    expect(forwardedFor('for="x, for="[2001:db8::1]:80", for=10.0.0.1')).toEqual(['', '[2001:db8::1]:80', '10.0.0.1']);
+    expect(forwardedFor('"')).toEqual(['']);
   });
 });
 
@@ -158,6 +166,28 @@ describe('clientAddress', () => {
   it('stands in the nearest valid address on the right for an entry that is not one', () => {
     expect(client('10.0.0.2', 'unknown', { hops: 1 })).toBe('10.0.0.2');
     expect(client('10.0.0.2', '198.51.100.1, garbage, 10.0.0.1', { cidrs: ['10.0.0.0/8'] })).toBe('10.0.0.1');
+  });
+
+  it('keeps the count of proxy-appended entries when a client sends an unterminated quote', () => {
+    // client 5.6.7.8 -> CDN (appends 5.6.7.8) -> load balancer 10.0.0.1 (appends the CDN) -> app
+    const xff = { hops: 2 };
+    expect(client('10.0.0.1', '6.6.6.6, 5.6.7.8, 198.51.100.9', xff)).toBe('5.6.7.8');
+    expect(client('10.0.0.1', '6.6.6.6, ", 5.6.7.8, 198.51.100.9', xff)).toBe('5.6.7.8');
+    expect(client('10.0.0.1', '9.9.9.1, "x, 5.6.7.8, 198.51.100.9', xff)).toBe('5.6.7.8');
+    // X-Forwarded-For has no quoting: commas inside quotes still separate entries.
+    expect(client('10.0.0.1', '"1.1.1.1, 5.6.7.8", 198.51.100.9', xff)).toBe('198.51.100.9');
+    expect(client('10.0.0.1', '6.6.6.6, ", 5.6.7.8', { hops: 1 })).toBe('5.6.7.8');
+    const fwd = { hops: 2, header: 'forwarded' as const };
+    expect(client('10.0.0.1', 'for=6.6.6.6, for=5.6.7.8, for=198.51.100.9', fwd)).toBe('5.6.7.8');
+    expect(client('10.0.0.1', 'for=6.6.6.6, for="x, for=5.6.7.8, for=198.51.100.9', fwd)).toBe('5.6.7.8');
+    expect(client('10.0.0.1', 'for="6.6.6.6, for=5.6.7.8, for=198.51.100.9', fwd)).toBe('5.6.7.8');
+    expect(client('10.0.0.1', 'for=6.6.6.6, for="x, for=5.6.7.8', { hops: 1, header: 'forwarded' })).toBe('5.6.7.8');
+    // Nothing but the malformed client part: the nearest trusted entry, here the peer.
+    expect(client('10.0.0.1', 'for="6.6.6.6, 7.7.7.7', fwd)).toBe('10.0.0.1');
+    // With CIDRs the malformed part is never the client: the nearest entry a trusted proxy wrote is.
+    const cidrs = { cidrs: ['10.0.0.0/8'], header: 'forwarded' as const };
+    expect(client('10.0.0.1', 'for=6.6.6.6, for="x, for=5.6.7.8, for=10.0.0.7', cidrs)).toBe('5.6.7.8');
+    expect(client('10.0.0.1', 'for="x, for=10.0.0.7', cidrs)).toBe('10.0.0.7');
   });
 
   it('reads RFC 7239 Forwarded when told to', () => {
