@@ -19,18 +19,33 @@ export interface ExpressRateLimit<Req extends IncomingMessage = IncomingMessage>
 function apply(outcome: RateLimitOutcome | undefined, response: ServerResponse, next: (error?: unknown) => void): void {
   if (outcome === undefined) {
     next();
-  } else if (!outcome.allowed) {
-    sendDenial(response, outcome);
-  } else {
-    setOutcomeHeaders(response, outcome);
-    next();
+    return;
   }
+  if (response.headersSent) {
+    // Another middleware (a timeout, a guard) answered while the decision was pending: there is nothing to
+    // add to its response, and a finished one must not reach the route handler.
+    if (outcome.allowed && !response.writableEnded) next();
+    return;
+  }
+  try {
+    if (!outcome.allowed) {
+      sendDenial(response, outcome);
+      return;
+    }
+    setOutcomeHeaders(response, outcome);
+  } catch (error) {
+    next(error);
+    return;
+  }
+  next();
 }
 
 /**
  * Rate limiting for Express 4 and 5. Admitted requests get the rate-limit headers and go on; denied ones
  * get 429 (or 503 when the store is down and the failure policy is `'closed'`) with a problem body.
- * Errors (a throwing `key` hook, a limiter that throws) go to Express's error handling through `next`.
+ * Errors (a throwing `key` hook, a limiter that throws, a response that refuses the headers) go to
+ * Express's error handling through `next`. When another middleware answered while the decision was
+ * pending, the middleware adds nothing to that response and does not go on.
  *
  * @example
  * ```ts
@@ -59,6 +74,7 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage>(
       next(error);
       return;
     }
+    // `apply` catches its own errors and hands them to `next`, so the chain never rejects unhandled.
     if (isThenable(result)) result.then((outcome) => apply(outcome, response, next), next);
     else apply(result, response, next);
   } as ExpressRateLimit<Req>;

@@ -59,12 +59,23 @@ function apply(outcome: RateLimitOutcome | undefined, reply: FastifyReply, done:
     done();
     return;
   }
-  const headers = outcome.headers;
-  for (let i = 0; i < headers.length; i += 2) reply.header(headers[i] as string, headers[i + 1]);
-  // Answering from a callback hook ends the request there; `done` is not called. A Buffer keeps the
-  // content type as set (a string would gain `; charset=utf-8`).
-  if (!outcome.allowed) reply.code(outcome.status).send(Buffer.from(outcome.body ?? ''));
-  else done();
+  // Answered elsewhere while the decision was pending (a timeout, another plugin): add nothing, and leave
+  // the request where that answer ended it.
+  if (reply.sent) return;
+  try {
+    const headers = outcome.headers;
+    for (let i = 0; i < headers.length; i += 2) reply.header(headers[i] as string, headers[i + 1]);
+    // Answering from a callback hook ends the request there; `done` is not called. A Buffer keeps the
+    // content type as set (a string would gain `; charset=utf-8`).
+    if (!outcome.allowed) {
+      reply.code(outcome.status).send(Buffer.from(outcome.body ?? ''));
+      return;
+    }
+  } catch (error) {
+    done(error as Error);
+    return;
+  }
+  done();
 }
 
 /** A callback-style hook: with the memory store a request is decided without a promise. */

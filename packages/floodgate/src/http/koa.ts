@@ -9,6 +9,8 @@ export interface KoaContextLike {
   status: number;
   body: unknown;
   set(field: string, value: string): void;
+  /** Koa's `ctx.headerSent`: whether the response already went out. */
+  readonly headerSent?: boolean;
 }
 
 /** A Koa middleware, with the limiter deciding. */
@@ -45,6 +47,8 @@ export function rateLimit<Ctx extends KoaContextLike = KoaContextLike>(
       await next();
       return;
     }
+    // Answered elsewhere while the decision was pending: add nothing to that response and do not go on.
+    if (ctx.headerSent === true) return;
     const headers = outcome.headers;
     for (let i = 0; i < headers.length; i += 2) ctx.set(headers[i] as string, headers[i + 1] as string);
     if (!outcome.allowed) {

@@ -26,7 +26,8 @@ export interface WrapOptions<Req extends IncomingMessage, Res extends ServerResp
 export interface NodeRateLimit {
   /**
    * Decides the request, sets the rate-limit headers, and resolves `true` when the handler may go on.
-   * On `false` the denial (429 or 503, problem body) is already sent. Rejects on programming errors.
+   * On `false` the denial (429 or 503, problem body) is already sent, or another part of the app answered
+   * while the decision was pending (then nothing is added to that response). Rejects on programming errors.
    */
   (request: IncomingMessage, response: ServerResponse): Promise<boolean>;
   /** Wraps a request handler so it runs only for admitted requests; its errors go to `onError` too. */
@@ -61,6 +62,8 @@ export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
   const decide = createHttpRateLimiter(options, incomingMessageAccess);
   const apply = (outcome: RateLimitOutcome | undefined, response: ServerResponse): boolean => {
     if (outcome === undefined) return true;
+    // Something else answered while the decision was pending: add nothing, and the handler must not run.
+    if (response.headersSent) return false;
     if (!outcome.allowed) {
       sendDenial(response, outcome);
       return false;
