@@ -119,6 +119,48 @@ describe('gRPC: envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit', ()
     });
   });
 
+  it('reports current_limit as the sustained rate in the smallest unit it is whole in', async () => {
+    const config = `
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        policies: [{ algorithm: fixed-window, name: five-per-30s, limit: 5, windowMs: 30000 }]
+      - key: ip
+        policies: [{ algorithm: gcra, name: burst, limit: 100, periodMs: 60000, burst: 10 }]
+      - key: tenant
+        policies: [{ algorithm: token-bucket, name: bucket, capacity: 50, refillAmount: 3, refillIntervalMs: 500 }]
+      - key: queue
+        policies: [{ algorithm: leaky-bucket, name: leak, capacity: 20, leakPerSecond: 0.5 }]
+      - key: odd
+        policies: [{ algorithm: gcra, name: odd, limit: 3, periodMs: 7000 }]
+`;
+    const other = await startTestService(config);
+    const otherClient = grpcClient(other.grpcPort);
+    try {
+      const response = await otherClient.shouldRateLimit({
+        domain: 'api',
+        descriptors: [
+          entries(['user', 'u']),
+          entries(['ip', '192.0.2.1']),
+          entries(['tenant', 't']),
+          entries(['queue', 'q']),
+          entries(['odd', 'o']),
+        ],
+      });
+      expect((response.statuses as { current_limit: unknown }[]).map((s) => s.current_limit)).toEqual([
+        { name: 'five-per-30s', requests_per_unit: 10, unit: 'MINUTE' },
+        { name: 'burst', requests_per_unit: 100, unit: 'MINUTE' },
+        { name: 'bucket', requests_per_unit: 6, unit: 'SECOND' },
+        { name: 'leak', requests_per_unit: 30, unit: 'MINUTE' },
+        { name: 'odd', requests_per_unit: 1542, unit: 'HOUR' },
+      ]);
+    } finally {
+      otherClient.close();
+      await other.close();
+    }
+  });
+
   it('answers OK for a domain it does not know, as Envoy expects', async () => {
     const response = await client.shouldRateLimit({ domain: 'elsewhere', descriptors: [entries(['a', 'b'])] });
     expect(response.overall_code).toBe('OK');

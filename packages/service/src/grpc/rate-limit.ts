@@ -1,5 +1,4 @@
 import type { Policy } from 'floodgate';
-import { windowSeconds } from 'floodgate/http';
 import type { DecisionRequest, DescriptorOutcome, DescriptorRequest } from '../engine.js';
 import type { RateLimitHeaders } from '../headers.js';
 import type { RateLimitRequestMessage, Writer } from './codec.js';
@@ -16,16 +15,22 @@ const UNIT_NAMES: readonly (string | undefined)[] = [
   'week',
 ];
 
-/** RateLimitResponse.RateLimit.Unit numbers with their length in seconds, largest first. */
-const UNITS: readonly [number, number][] = [
-  [6, 31_536_000],
-  [5, 2_592_000],
-  [7, 604_800],
-  [4, 86_400],
-  [3, 3600],
-  [2, 60],
-  [1, 1],
+/**
+ * The RateLimitResponse.RateLimit.Unit numbers `current_limit` is written in, smallest first, with their
+ * length in milliseconds as Envoy counts them (a month is 30 days, a year 365). WEEK (7) is left out:
+ * Envoy's rls.proto v3 has no such value (the enum stops at YEAR = 6), so an Envoy could not read it.
+ */
+const REPORT_UNITS: readonly (readonly [unit: number, ms: number])[] = [
+  [1, 1000],
+  [2, 60_000],
+  [3, 3_600_000],
+  [4, 86_400_000],
+  [5, 2_592_000_000],
+  [6, 31_536_000_000],
 ];
+
+/** How far below the true rate a rounded-down `requests_per_unit` may fall before a larger unit is tried. */
+const ROUNDING_LOSS = 0.01;
 
 const CODE_OK = 1;
 const CODE_OVER_LIMIT = 2;
@@ -89,14 +94,78 @@ export function encodeRateLimitResponse(
   }
 }
 
-/** `requests_per_unit` and `unit`: the policy's quota per the largest unit that fits in its window. */
-function writeCurrentLimit(w: Writer, policy: Policy | undefined, limit: number): void {
-  const seconds = policy === undefined ? 1 : windowSeconds(policy);
-  for (const [unit, unitSeconds] of UNITS) {
-    if (unitSeconds <= seconds) {
-      w.uint(1, Math.min(Math.max(1, Math.floor((limit * unitSeconds) / seconds)), 0xffffffff));
-      w.uint(2, unit);
-      return;
+/**
+ * The policy's sustained rate, in requests per millisecond: what it admits over a long time, whatever its
+ * burst. Undefined for a policy without one.
+ */
+export function sustainedRate(policy: Policy): number {
+  switch (policy.algorithm) {
+    case 'gcra':
+      return policy.limit / policy.periodMs;
+    case 'token-bucket':
+      return policy.refillAmount / policy.refillIntervalMs;
+    case 'leaky-bucket':
+      return policy.leakPerSecond / 1000;
+    case 'sliding-log': {
+      const rate = policy.limit / policy.windowMs;
+      return policy.minGapMs > 0 ? Math.min(rate, 1 / policy.minGapMs) : rate;
+    }
+    default:
+      return policy.limit / policy.windowMs;
+  }
+}
+
+/** Envoy's `current_limit` for a policy: `requests_per_unit` and the RateLimitUnit number. */
+export interface CurrentLimit {
+  requestsPerUnit: number;
+  unit: number;
+}
+
+/**
+ * The policy's sustained rate as Envoy's `requests_per_unit` and `unit`: the smallest unit in which the
+ * rate is a whole number of at least 1 (5 per 30 s is 10 per MINUTE); otherwise the smallest unit in which
+ * rounding down loses under 1%, else the one that loses least. Rounding is always down, so the limit is
+ * never overstated, and never to 0: a rate below 1 per unit moves to a larger unit. Only a rate below 1
+ * per year is reported as 1 per YEAR.
+ */
+export function currentLimit(policy: Policy): CurrentLimit {
+  const perMs = sustainedRate(policy);
+  let best: CurrentLimit | undefined;
+  let bestLoss = Number.POSITIVE_INFINITY;
+  for (const [unit, ms] of REPORT_UNITS) {
+    const exact = perMs * ms;
+    const whole = Math.round(exact);
+    if (whole >= 1 && Math.abs(exact - whole) <= 1e-9 * exact) return { requestsPerUnit: clampUint32(whole), unit };
+    const down = Math.floor(exact);
+    if (down < 1) continue;
+    const loss = (exact - down) / exact;
+    if (loss < bestLoss) {
+      bestLoss = loss;
+      best = { requestsPerUnit: clampUint32(down), unit };
     }
   }
+  if (best === undefined) return { requestsPerUnit: 1, unit: 6 };
+  // The smallest unit close enough, rather than the most precise one: 1542 per HOUR reads better than
+  // 13515428 per YEAR for 3 per 7 s.
+  for (const [unit, ms] of REPORT_UNITS) {
+    const exact = perMs * ms;
+    const down = Math.floor(exact);
+    if (down >= 1 && (exact - down) / exact < ROUNDING_LOSS) return { requestsPerUnit: clampUint32(down), unit };
+  }
+  return best;
+}
+
+function clampUint32(n: number): number {
+  return Math.min(n, 0xffffffff);
+}
+
+/** Writes `requests_per_unit` and `unit` of `current_limit`. */
+function writeCurrentLimit(w: Writer, policy: Policy | undefined, limit: number): void {
+  // Every decision names one of the descriptor's policies; without it only the quota is known.
+  const { requestsPerUnit, unit } =
+    policy === undefined
+      ? { requestsPerUnit: clampUint32(Math.max(1, Math.floor(limit))), unit: 1 }
+      : currentLimit(policy);
+  w.uint(1, requestsPerUnit);
+  w.uint(2, unit);
 }
