@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { definePolicy, isFloodgateError, type Policy } from 'floodgate';
-import { isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from 'yaml';
+import { type Document, isAlias, isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from 'yaml';
 
 /** The service's configuration, validated: domains of descriptor rules, each with its policies. */
 export interface ServiceConfig {
@@ -133,7 +133,10 @@ export function parseConfig(text: string, file?: string): ServiceConfig {
     const reason = error instanceof Error ? error.message : String(error);
     throw new ConfigError([{ path: '', line: 1, column: 1, message: `YAML: ${reason}` }], file);
   }
-  const checker = new Checker((segments, onKey) => locate(doc.contents, segments, onKey, lineCounter));
+  const checker = new Checker(
+    (segments, onKey) => locate(doc.contents, segments, onKey, lineCounter),
+    (segments) => scalarSource(doc, segments),
+  );
   const config = checker.config(data);
   if (checker.issues.length > 0) throw new ConfigError(checker.issues, file);
   return config as ServiceConfig;
@@ -170,7 +173,29 @@ function locate(
   return { line: pos.line, column: pos.col };
 }
 
+/**
+ * The source text of the scalar at a path, as written in the file (`007`, `1.10`, `true`), or undefined
+ * when the path does not lead to a scalar of the file (a merge key `<<` built it).
+ */
+function scalarSource(doc: Document, segments: readonly Segment[]): string | undefined {
+  let node: unknown = doc.contents;
+  for (const segment of segments) {
+    if (isAlias(node)) node = node.resolve(doc);
+    if (isMap(node)) {
+      const pair = node.items.find((p) => isPair(p) && isScalar(p.key) && String(p.key.value) === String(segment));
+      node = pair?.value;
+    } else if (isSeq(node) && typeof segment === 'number') {
+      node = node.items[segment];
+    } else {
+      return undefined;
+    }
+  }
+  if (isAlias(node)) node = node.resolve(doc);
+  return isScalar(node) && typeof node.source === 'string' ? node.source : undefined;
+}
+
 type Locator = (segments: readonly Segment[], onKey: boolean) => { line: number; column: number };
+type SourceOf = (segments: readonly Segment[]) => string | undefined;
 type Data = Record<string, unknown>;
 
 /** Walks the parsed data, collecting every problem with its location. */
@@ -180,7 +205,28 @@ class Checker {
   /** Algorithm of every policy name used: one name is one stored state, so it keeps one algorithm. */
   private readonly algorithms = new Map<string, { algorithm: string; path: string }>();
 
-  constructor(private readonly locator: Locator) {}
+  constructor(
+    private readonly locator: Locator,
+    private readonly sourceOf: SourceOf,
+  ) {}
+
+  /**
+   * A descriptor key or value as text. YAML resolves a plain `007`, `1.10`, `0x1F` or `true` to a number
+   * or boolean whose string differs (`7`, `1.1`, `31`), while Envoy sends the text as written: the
+   * scalar's source text stands. `null` (with an issue) when the source is not known, or when the field
+   * is neither text, a number nor a boolean.
+   */
+  private text(data: unknown, segments: Segment[], what: string): string | null {
+    if (typeof data === 'string') return data;
+    if (typeof data === 'number' || typeof data === 'boolean') {
+      const source = this.sourceOf(segments);
+      if (source !== undefined) return source;
+      this.issue(segments, `${what} is read as the ${typeof data} ${String(data)}: quote it ("…") to keep the text`);
+      return null;
+    }
+    this.issue(segments, `${what} must be a string`);
+    return null;
+  }
 
   issue(segments: readonly Segment[], message: string, onKey = false): void {
     if (this.issues.length >= MAX_ISSUES) return;
@@ -294,24 +340,28 @@ class Checker {
     const o = this.object(data, path);
     if (o === undefined) return undefined;
     this.known(o, path, ['key', 'value', 'policies', 'rate_limit', 'shadow', 'shared', 'unlimited', 'descriptors']);
-    const key = o.key;
-    if (typeof key !== 'string' || key.length === 0 || key.length > 1024) {
-      this.issue(key === undefined ? path : [...path, 'key'], 'a descriptor rule needs `key`, a non-empty string');
+    if (o.key === undefined || o.key === null) {
+      this.issue(path, 'a descriptor rule needs `key`, a non-empty string');
+      return undefined;
+    }
+    const key = this.text(o.key, [...path, 'key'], '`key`');
+    if (key === null) return undefined;
+    if (key.length === 0 || key.length > 1024) {
+      this.issue([...path, 'key'], 'a descriptor rule needs `key`, a non-empty string of at most 1024 characters');
       return undefined;
     }
     let value: string | undefined;
     if (o.value !== undefined && o.value !== null) {
-      if (typeof o.value === 'string' || typeof o.value === 'number' || typeof o.value === 'boolean') {
-        // YAML reads `value: 200` as a number; descriptor values are strings on the wire.
-        value = String(o.value);
-        if (value === '*') value = undefined;
-        else if (value.length === 0 || value.length > 1024)
-          this.issue([...path, 'value'], 'must be 1 to 1024 characters');
+      // Descriptor values are text on the wire: `value: 007` is "007", never the number 7.
+      const text = this.text(o.value, [...path, 'value'], '`value` (an exact value, or a prefix ending in `*`)');
+      if (text === '*') value = undefined;
+      else if (text === null) value = undefined;
+      else {
+        value = text;
+        if (value.length === 0 || value.length > 1024) this.issue([...path, 'value'], 'must be 1 to 1024 characters');
         else if (value.indexOf('*') !== -1 && value.indexOf('*') !== value.length - 1) {
           this.issue([...path, 'value'], 'a wildcard `*` may only end the value (`/api/*`)');
         }
-      } else {
-        this.issue([...path, 'value'], 'must be a string (an exact value, or a prefix ending in `*`)');
       }
     }
     const shadow = this.flag(o, 'shadow', path);

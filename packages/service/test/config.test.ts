@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type CliIo, EXIT, main } from '../src/cli.js';
 import { ConfigError, type ConfigIssue, parseConfig } from '../src/config.js';
+import { type CompiledDomain, compileRules, matchDescriptor } from '../src/rules.js';
+import { DecisionStats } from '../src/stats.js';
 
 function issues(text: string): ConfigIssue[] {
   try {
@@ -60,6 +62,67 @@ domains:
       windowMs: 60_000,
       align: 'clock',
     });
+  });
+
+  it('keeps the source text of a descriptor value or key YAML would read as a number or boolean', () => {
+    const written = ['007', '1.10', '1e3', '0x1F', '0o17', '.5', '+12', 'true', 'False', '.inf', '-.Inf', '.NaN'];
+    const config = parseConfig(`
+domains:
+  - domain: api
+    descriptors:
+${written
+  .map(
+    (v) => `      - key: account
+        value: ${v}
+        unlimited: true`,
+  )
+  .join('\n')}
+      - key: 404
+        value: &code 010
+        descriptors:
+          - key: 1.50
+            value: *code
+            unlimited: true
+      - key: quoted
+        value: "007"
+        unlimited: true
+`);
+    const rules = config.domains[0]?.descriptors ?? [];
+    expect(rules.slice(0, written.length).map((d) => d.value)).toEqual(written);
+    const nested = rules[written.length];
+    expect([nested?.key, nested?.value]).toEqual(['404', '010']);
+    expect([nested?.descriptors[0]?.key, nested?.descriptors[0]?.value]).toEqual(['1.50', '010']);
+    expect(rules[written.length + 1]?.value).toBe('007');
+  });
+
+  it('matches a descriptor value as Envoy sends it, digit for digit', () => {
+    const config = parseConfig(`
+domains:
+  - domain: api
+    descriptors:
+      - key: account
+        policies: [{ algorithm: gcra, name: any-account, limit: 1, periodMs: 1000 }]
+      - key: account
+        value: 007
+        policies: [{ algorithm: gcra, name: agent, limit: 1, periodMs: 1000 }]
+`);
+    const domain = compileRules(config, new DecisionStats()).get('api') as CompiledDomain;
+    const policy = (value: string) => matchDescriptor(domain, [{ key: 'account', value }])?.rule.policies[0]?.name;
+    expect(policy('007')).toBe('agent');
+    expect(policy('7')).toBe('any-account');
+  });
+
+  it('names the line of a descriptor value that is not text', () => {
+    const found = issues(`
+domains:
+  - domain: api
+    descriptors:
+      - key: account
+        value: [1, 2]
+        unlimited: true
+`);
+    expect(found).toMatchObject([{ path: 'domains[0].descriptors[0].value', line: 6 }]);
+    expect(found[0]?.message).toMatch(/must be a string/);
   });
 
   it('names the path and the line of a bad policy field', () => {
