@@ -84,7 +84,65 @@ describe('gRPC codec', () => {
     expect(decodeRateLimitRequest(bytes)).toEqual({ domain: 'a', descriptors: [], hitsAddend: 7 });
     expect(() => decodeRateLimitRequest(Buffer.from([0x0a, 0x05, 0x61]))).toThrow(DecodeError);
     expect(() => decodeRateLimitRequest(Buffer.from([0x18, 0x80]))).toThrow(/truncated varint/);
-    expect(() => decodeRateLimitRequest(Buffer.from([0x0b]))).toThrow(/wire type 3/);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x0e]))).toThrow(/invalid wire type 6/);
+  });
+
+  /** A length-delimited field: tag, length, bytes. */
+  const len = (field: number, ...parts: (Buffer | number[])[]) => {
+    const body = Buffer.concat(parts.map((p) => Buffer.from(p)));
+    return Buffer.concat([Buffer.from([field * 8 + 2, body.length]), body]);
+  };
+  const str = (field: number, value: string) => len(field, Buffer.from(value));
+
+  it('bounds every nested field by the end of its submessage', () => {
+    // Entry(len 3) { key = "k" } followed, outside the entry, by bytes that would be its value.
+    const overrun = Buffer.concat([
+      str(1, 'api'),
+      len(2, [0x0a, 0x04], str(1, 'k'), str(2, 'vvv')), // the entry claims 4 bytes: key (3) + one of value
+    ]);
+    expect(() => decodeRateLimitRequest(overrun)).toThrow(DecodeError);
+    // A string whose length runs past the entry, still inside the descriptor.
+    const entry = Buffer.from([0x0a, 0x03, 0x0a, 0x05, 0x61]);
+    expect(() => decodeRateLimitRequest(Buffer.concat([len(2, entry, str(7, 'xyz'))]))).toThrow(DecodeError);
+    // A varint that runs past the limit override, and one past the hits_addend wrapper.
+    expect(() => decodeRateLimitRequest(len(2, [0x12, 0x01, 0x08, 0x05]))).toThrow(/truncated varint/);
+    expect(() => decodeRateLimitRequest(len(2, [0x1a, 0x02, 0x08, 0x85, 0x01]))).toThrow(/truncated varint/);
+    // A descriptor that runs past its own length.
+    expect(() => decodeRateLimitRequest(Buffer.concat([Buffer.from([0x12, 0x02, 0x0a, 0x04]), str(1, 'k')]))).toThrow(
+      DecodeError,
+    );
+    // Well-formed nesting still reads.
+    const good = Buffer.concat([str(1, 'api'), len(2, len(1, str(1, 'k'), str(2, 'v')), len(3, [0x08, 0x02]))]);
+    expect(decodeRateLimitRequest(good)).toEqual({
+      domain: 'api',
+      descriptors: [{ entries: [{ key: 'k', value: 'v' }], requestsPerUnit: 0, unit: 0, hitsAddend: 2 }],
+      hitsAddend: 0,
+    });
+  });
+
+  it('rejects field number 0, at the top and nested', () => {
+    expect(() => decodeRateLimitRequest(Buffer.from([0x00, 0x05, 0x0a, 0x01, 0x61]))).toThrow(/field number 0/);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x02, 0x00]))).toThrow(/field number 0/);
+    expect(() => decodeRateLimitRequest(len(2, len(1, [0x00, 0x01])))).toThrow(/field number 0/);
+  });
+
+  it('skips unknown groups, nested ones included, and rejects unmatched group tags', () => {
+    // domain "a", group of field 9 { varint field 1, group of field 2 { fixed32 field 3 } }, hits_addend 7
+    const group = Buffer.from([0x4b, 0x08, 0x01, 0x13, 0x1d, 1, 2, 3, 4, 0x14, 0x4c]);
+    expect(decodeRateLimitRequest(Buffer.concat([str(1, 'a'), group, Buffer.from([0x18, 0x07])]))).toEqual({
+      domain: 'a',
+      descriptors: [],
+      hitsAddend: 7,
+    });
+    // Inside an entry.
+    const entry = len(1, str(1, 'k'), [0x2b, 0x2c], str(2, 'v'));
+    expect(decodeRateLimitRequest(len(2, entry)).descriptors[0]?.entries).toEqual([{ key: 'k', value: 'v' }]);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x4b, 0x08, 0x01]))).toThrow(/without an end-group tag/);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x4c]))).toThrow(/without a start-group/);
+    expect(() => decodeRateLimitRequest(Buffer.from([0x4b, 0x54]))).toThrow(/end-group tag of field 10 inside/);
+    // A group may not close outside the submessage it opened in.
+    expect(() => decodeRateLimitRequest(Buffer.concat([len(2, [0x4b]), Buffer.from([0x4c])]))).toThrow(DecodeError);
+    expect(() => decodeRateLimitRequest(Buffer.alloc(400, 0x4b))).toThrow(/nested more than 100/);
   });
 
   it('encodes responses the generic codec reads back, long headers and all', () => {

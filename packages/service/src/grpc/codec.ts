@@ -11,17 +11,34 @@ export class DecodeError extends Error {
 const WIRE_VARINT = 0;
 const WIRE_I64 = 1;
 const WIRE_LEN = 2;
+const WIRE_SGROUP = 3;
+const WIRE_EGROUP = 4;
 const WIRE_I32 = 5;
 
-/** Reads a buffer field by field. */
+/** Largest field number Protocol Buffers allows (2^29 - 1). */
+const MAX_FIELD = 536_870_911;
+/** Deepest nesting of groups skipped, as protobuf's own default recursion limit. */
+const MAX_GROUP_DEPTH = 100;
+
+/**
+ * Reads a buffer field by field. `end` is the end of the message being read: {@link enter} narrows it to
+ * a submessage, so no read of a nested field can run past the submessage into its parent.
+ */
 class Reader {
   pos: number;
+  end: number;
+  /** Field number of the last {@link tag}. */
+  field = 0;
+  /** Wire type of the last {@link tag}. */
+  wire = 0;
+
   constructor(
     readonly buf: Buffer,
     start: number,
-    readonly end: number,
+    end: number,
   ) {
     this.pos = start;
+    this.end = end;
   }
 
   /** A varint as a number (exact up to 2^53; larger values lose precision, as any JS number would). */
@@ -39,12 +56,36 @@ class Reader {
     throw new DecodeError('varint longer than 10 bytes');
   }
 
+  /** Reads a tag into {@link field} and {@link wire}; returns the tag. Field number 0 is invalid. */
+  tag(): number {
+    const tag = this.varint();
+    const field = Math.floor(tag / 8);
+    if (field === 0) throw new DecodeError('field number 0');
+    if (field > MAX_FIELD) throw new DecodeError(`field number ${field} out of range`);
+    this.field = field;
+    this.wire = tag & 7;
+    return tag;
+  }
+
   /** The bounds of a length-delimited field. */
   length(): number {
     const length = this.varint();
     const end = this.pos + length;
     if (end > this.end) throw new DecodeError('length-delimited field past the end of its message');
     return end;
+  }
+
+  /** Reads a length-delimited field as a submessage: returns the end to restore with {@link leave}. */
+  enter(): number {
+    const outer = this.end;
+    this.end = this.length();
+    return outer;
+  }
+
+  /** Back to the enclosing message, once the submessage is read to its exact end. */
+  leave(outer: number): void {
+    if (this.pos !== this.end) throw new DecodeError('field past the end of its submessage');
+    this.end = outer;
   }
 
   string(): string {
@@ -54,8 +95,9 @@ class Reader {
     return s;
   }
 
-  skip(wire: number): void {
-    switch (wire) {
+  /** Skips the value of the field whose tag was just read (an unknown field). */
+  skip(depth = 0): void {
+    switch (this.wire) {
       case WIRE_VARINT:
         this.varint();
         return;
@@ -65,13 +107,34 @@ class Reader {
       case WIRE_LEN:
         this.pos = this.length();
         return;
+      case WIRE_SGROUP:
+        this.skipGroup(this.field, depth + 1);
+        return;
+      case WIRE_EGROUP:
+        throw new DecodeError(`end-group tag of field ${this.field} without a start-group`);
       case WIRE_I32:
         this.pos += 4;
         break;
       default:
-        throw new DecodeError(`unsupported wire type ${wire}`);
+        throw new DecodeError(`invalid wire type ${this.wire}`);
     }
     if (this.pos > this.end) throw new DecodeError('truncated field');
+  }
+
+  /** Skips a (deprecated) group up to the end-group tag of the same field, nested groups included. */
+  private skipGroup(field: number, depth: number): void {
+    if (depth > MAX_GROUP_DEPTH) throw new DecodeError(`groups nested more than ${MAX_GROUP_DEPTH} deep`);
+    for (;;) {
+      if (this.pos >= this.end) throw new DecodeError(`group of field ${field} without an end-group tag`);
+      this.tag();
+      if (this.wire === WIRE_EGROUP) {
+        if (this.field !== field) {
+          throw new DecodeError(`end-group tag of field ${this.field} inside the group of field ${field}`);
+        }
+        return;
+      }
+      this.skip(depth);
+    }
   }
 }
 
@@ -105,55 +168,56 @@ export function decodeRateLimitRequest(buf: Buffer): RateLimitRequestMessage {
   const r = new Reader(buf, 0, buf.length);
   const message: RateLimitRequestMessage = { domain: '', descriptors: [], hitsAddend: 0 };
   while (r.pos < r.end) {
-    const tag = r.varint();
-    const field = Math.floor(tag / 8);
-    const wire = tag & 7;
-    if (field === 1 && wire === WIRE_LEN) message.domain = r.string();
-    else if (field === 2 && wire === WIRE_LEN) message.descriptors.push(decodeDescriptor(r, r.length()));
-    else if (field === 3 && wire === WIRE_VARINT) message.hitsAddend = r.varint() % 2 ** 32;
-    else r.skip(wire);
+    const tag = r.tag();
+    if (tag === 10) message.domain = r.string();
+    else if (tag === 18) message.descriptors.push(decodeDescriptor(r));
+    else if (tag === 24) message.hitsAddend = r.varint() % 2 ** 32;
+    else r.skip();
   }
   return message;
 }
 
-function decodeDescriptor(r: Reader, end: number): DescriptorMessage {
+/** Reads a RateLimitDescriptor, the reader on its length. */
+function decodeDescriptor(r: Reader): DescriptorMessage {
   const d: DescriptorMessage = { entries: [], requestsPerUnit: 0, unit: 0, hitsAddend: undefined };
-  while (r.pos < end) {
-    const tag = r.varint();
-    const field = Math.floor(tag / 8);
-    const wire = tag & 7;
-    if (field === 1 && wire === WIRE_LEN) {
-      const entryEnd = r.length();
+  const outer = r.enter();
+  while (r.pos < r.end) {
+    const tag = r.tag();
+    if (tag === 10) {
+      const parent = r.enter();
       const entry: EntryMessage = { key: '', value: '' };
-      while (r.pos < entryEnd) {
-        const t = r.varint();
+      while (r.pos < r.end) {
+        const t = r.tag();
         if (t === 10) entry.key = r.string();
         else if (t === 18) entry.value = r.string();
-        else r.skip(t & 7);
+        else r.skip();
       }
+      r.leave(parent);
       d.entries.push(entry);
-    } else if (field === 2 && wire === WIRE_LEN) {
-      const overrideEnd = r.length();
-      while (r.pos < overrideEnd) {
-        const t = r.varint();
+    } else if (tag === 18) {
+      const parent = r.enter();
+      while (r.pos < r.end) {
+        const t = r.tag();
         if (t === 8) d.requestsPerUnit = r.varint() % 2 ** 32;
         else if (t === 16) d.unit = r.varint();
-        else r.skip(t & 7);
+        else r.skip();
       }
-    } else if (field === 3 && wire === WIRE_LEN) {
-      const valueEnd = r.length();
+      r.leave(parent);
+    } else if (tag === 26) {
+      const parent = r.enter();
       let value = 0;
-      while (r.pos < valueEnd) {
-        const t = r.varint();
+      while (r.pos < r.end) {
+        const t = r.tag();
         if (t === 8) value = r.varint();
-        else r.skip(t & 7);
+        else r.skip();
       }
+      r.leave(parent);
       d.hitsAddend = value;
     } else {
-      r.skip(wire);
+      r.skip();
     }
-    if (r.pos > end) throw new DecodeError('descriptor field past the end of the descriptor');
   }
+  r.leave(outer);
   return d;
 }
 
@@ -162,9 +226,9 @@ export function decodeHealthCheckRequest(buf: Buffer): string {
   const r = new Reader(buf, 0, buf.length);
   let service = '';
   while (r.pos < r.end) {
-    const tag = r.varint();
+    const tag = r.tag();
     if (tag === 10) service = r.string();
-    else r.skip(tag & 7);
+    else r.skip();
   }
   return service;
 }
