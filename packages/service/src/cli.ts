@@ -48,6 +48,7 @@ Options of serve (environment variable in brackets):
       --no-watch           do not reload the config when the file changes (SIGHUP still does)
       --drain-timeout-ms <n>  how long shutdown waits for in-flight calls (default: 10000)
       --store-timeout-ms <n>  longest wait for the store on one call, 0 for none (default: 1000)
+      --grpc-read-timeout-ms <n>  longest wait for a gRPC call's request message (default: 10000)
       --failure <mode>     when the store fails or times out: throw (answer UNAVAILABLE / 503, so
                            Envoy applies its failure mode), open (admit) or closed (deny)
                            [FLOODGATE_FAILURE] (default: throw)
@@ -163,6 +164,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       'static-dir': { type: 'string' },
       'log-level': { type: 'string' },
       'store-timeout-ms': { type: 'string' },
+      'grpc-read-timeout-ms': { type: 'string' },
       failure: { type: 'string' },
       headers: { type: 'string' },
     },
@@ -184,6 +186,13 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
     storeTimeoutMs = Number(values['store-timeout-ms']);
     if (!Number.isInteger(storeTimeoutMs) || storeTimeoutMs < 0) {
       throw new UsageError('--store-timeout-ms must be a whole number of milliseconds (0: no limit)');
+    }
+  }
+  let grpcReadTimeoutMs: number | undefined;
+  if (values['grpc-read-timeout-ms'] !== undefined) {
+    grpcReadTimeoutMs = Number(values['grpc-read-timeout-ms']);
+    if (!Number.isInteger(grpcReadTimeoutMs) || grpcReadTimeoutMs < 1) {
+      throw new UsageError('--grpc-read-timeout-ms must be a whole number of milliseconds, at least 1');
     }
   }
   const failure = values.failure ?? env.FLOODGATE_FAILURE ?? 'throw';
@@ -212,6 +221,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       logger: logLevel,
       ...(drainTimeoutMs === undefined ? {} : { drainTimeoutMs }),
       ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }),
+      ...(grpcReadTimeoutMs === undefined ? {} : { grpcReadTimeoutMs }),
       failure,
       headers: headers as HeaderFormat,
       ...(staticDir === undefined ? {} : { staticDir }),

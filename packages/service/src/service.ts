@@ -38,6 +38,12 @@ export interface ServiceOptions {
   logger?: Logger | string;
   /** Serve the files of this directory at `/` (a web page). */
   staticDir?: string;
+  /**
+   * Longest wait for a gRPC call's request message, from its headers to its end, ms. A peer that never
+   * ends its request is answered DEADLINE_EXCEEDED then, and shutdown does not wait for it either.
+   * @default 10_000
+   */
+  grpcReadTimeoutMs?: number;
   /** Longest wait for the store on one call, ms; 0 for no limit. Past it, `failure` applies. @default 1000 */
   storeTimeoutMs?: number;
   /**
@@ -157,7 +163,10 @@ export class Service implements ServiceContext {
       this.httpPort = await listenHttp(this.http, host, options.httpPort ?? 8080);
     }
     if (options.grpcPort !== false) {
-      this.grpc = createGrpcServer(context);
+      this.grpc = createGrpcServer(
+        context,
+        options.grpcReadTimeoutMs === undefined ? {} : { readTimeoutMs: options.grpcReadTimeoutMs },
+      );
       const port = options.grpcPort ?? 8081;
       this.grpcPort = await this.grpc.listen(host, port).catch((error: Error) => {
         throw new ListenError('gRPC', host, port, error);

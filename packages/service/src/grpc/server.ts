@@ -17,6 +17,10 @@ import { encodeRateLimitResponse, toDecisionRequest } from './rate-limit.js';
 export const RATE_LIMIT_SERVICE = 'envoy.service.ratelimit.v3.RateLimitService';
 /** Largest gRPC message accepted, in bytes. */
 export const MAX_GRPC_MESSAGE_BYTES = 1024 * 1024;
+/** Default of {@link GrpcServerOptions.readTimeoutMs}. */
+export const DEFAULT_GRPC_READ_TIMEOUT_MS = 10_000;
+/** Longest delay a timer takes (about 24.8 days); longer deadlines are as good as none. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 const SHOULD_RATE_LIMIT = `/${RATE_LIMIT_SERVICE}/ShouldRateLimit`;
 const HEALTH_CHECK = '/grpc.health.v1.Health/Check';
@@ -45,11 +49,24 @@ const FAILURE_STATUS: Record<FailureKind, number> = {
 const SERVING = 1;
 const NOT_SERVING = 2;
 
+/** Options of {@link createGrpcServer}. */
+export interface GrpcServerOptions {
+  /**
+   * Longest wait for a call's request message, from the stream's headers to its end, in ms. A peer that
+   * never ends its request gets DEADLINE_EXCEEDED then, rather than holding the stream.
+   * @default 10_000
+   */
+  readTimeoutMs?: number;
+}
+
 /** The gRPC server: listen, then close gracefully. */
 export interface GrpcServer {
   /** Binds; resolves to the port. */
   listen(host: string, port: number): Promise<number>;
-  /** Refuses new calls, lets in-flight ones finish; after `drainMs`, cuts the connections. Resolves true when drained. */
+  /**
+   * Refuses new calls, answers UNAVAILABLE to calls whose request is still arriving, lets the ones being
+   * decided finish; after `drainMs`, cuts the connections. Resolves true when drained.
+   */
   close(drainMs: number): Promise<boolean>;
 }
 
@@ -59,15 +76,22 @@ export interface GrpcServer {
  * gRPC wire protocol directly on `node:http2` with hand-written message codecs, which costs a third of a
  * general-purpose gRPC server per call; interoperability is tested with @grpc/grpc-js as the client.
  * Every failure is a proper status (INVALID_ARGUMENT, UNAVAILABLE, DEADLINE_EXCEEDED,
- * RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL), never UNKNOWN.
+ * RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL), never UNKNOWN. A call's `grpc-timeout` is honoured
+ * (DEADLINE_EXCEEDED when it passes before the answer), and so is a limit on reading the request.
  */
-export function createGrpcServer(context: () => ServiceContext): GrpcServer {
+export function createGrpcServer(context: () => ServiceContext, options: GrpcServerOptions = {}): GrpcServer {
+  const readTimeoutMs = options.readTimeoutMs ?? DEFAULT_GRPC_READ_TIMEOUT_MS;
+  if (!Number.isInteger(readTimeoutMs) || readTimeoutMs < 1) {
+    throw new RangeError(`readTimeoutMs must be a whole number of milliseconds, at least 1; got ${readTimeoutMs}`);
+  }
   const server: Http2Server = createServer({
     settings: { maxConcurrentStreams: 1000 },
     maxSessionMemory: 64,
   });
   const sessions = new Set<Http2Session>();
   const writer = new Writer(4096);
+  /** Calls whose request message has not fully arrived. */
+  const reading = new Set<Call>();
   let closing = false;
 
   server.on('session', (session) => {
@@ -76,7 +100,7 @@ export function createGrpcServer(context: () => ServiceContext): GrpcServer {
     session.on('error', () => {});
     if (closing) session.close();
   });
-  server.on('stream', (stream, headers) => onStream(context(), stream, headers, writer));
+  server.on('stream', (stream, headers) => onStream(context(), stream, headers, writer, reading, readTimeoutMs));
 
   return {
     listen: (host, port) =>
@@ -98,13 +122,104 @@ export function createGrpcServer(context: () => ServiceContext): GrpcServer {
           clearTimeout(timer);
           resolve(true);
         });
-        // GOAWAY: clients stop opening streams; open streams finish, then each session closes.
+        // GOAWAY: clients stop opening streams; open streams finish, then each session closes. A call
+        // still waiting for its request would hold its session to the end of the drain: answer it now.
         for (const session of sessions) session.close();
+        for (const call of [...reading]) call.fail(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
       }),
   };
 }
 
-function onStream(ctx: ServiceContext, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, writer: Writer): void {
+/**
+ * `grpc-timeout` in milliseconds (`1-8 digits` and a unit: H, M, S, m, u, n), or undefined when absent
+ * or malformed.
+ */
+export function parseGrpcTimeout(value: unknown): number | undefined {
+  if (typeof value !== 'string') return undefined;
+  const match = /^(\d{1,8})([HMSmun])$/.exec(value);
+  if (match === null) return undefined;
+  const amount = Number(match[1]);
+  const unitMs = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000_001 }[match[2] as 'H'];
+  return amount * unitMs;
+}
+
+/**
+ * One unary call, answered exactly once: by its handler, or by a timer (the request did not arrive in
+ * time, the caller's deadline passed), or on shutdown. A stream the peer resets counts as answered.
+ */
+class Call {
+  private answered = false;
+  private readTimer: NodeJS.Timeout | undefined;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly ctx: ServiceContext,
+    readonly stream: ServerHttp2Stream,
+    readonly method: 'ShouldRateLimit' | 'Check',
+    private readonly reading: Set<Call>,
+    readTimeoutMs: number,
+    deadlineMs: number | undefined,
+  ) {
+    reading.add(this);
+    if (method === 'ShouldRateLimit') ctx.metrics.inFlight.grpc++;
+    this.readTimer = setTimeout(
+      () => this.fail(GrpcStatus.DEADLINE_EXCEEDED, `the request message did not arrive within ${readTimeoutMs} ms`),
+      readTimeoutMs,
+    );
+    if (deadlineMs !== undefined && deadlineMs < MAX_TIMER_MS) {
+      this.deadlineTimer = setTimeout(
+        () => this.fail(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded (grpc-timeout)'),
+        Math.ceil(deadlineMs),
+      );
+    }
+    stream.once('close', () => this.settle());
+  }
+
+  /** Whether the call still waits for its answer. */
+  get open(): boolean {
+    return !this.answered;
+  }
+
+  /** The request message arrived whole. */
+  received(): void {
+    this.reading.delete(this);
+    clearTimeout(this.readTimer);
+  }
+
+  reply(frame: Buffer): void {
+    if (this.settle()) reply(this.stream, frame);
+  }
+
+  /** Answers an error status, counted in the error metric. */
+  fail(status: number, message: string): void {
+    const reading = this.reading.has(this);
+    if (!this.settle()) return;
+    this.ctx.metrics.error('grpc', this.method, STATUS_NAMES[status] ?? String(status));
+    fail(this.stream, status, message);
+    // The peer has not ended its request: end the stream once the status is sent (RST_STREAM NO_ERROR,
+    // as gRPC allows), or it would stay open until the peer gives up.
+    if (reading && !this.stream.destroyed) this.stream.close(constants.NGHTTP2_NO_ERROR);
+  }
+
+  private settle(): boolean {
+    if (this.answered) return false;
+    this.answered = true;
+    this.reading.delete(this);
+    clearTimeout(this.readTimer);
+    clearTimeout(this.deadlineTimer);
+    if (this.method === 'ShouldRateLimit') this.ctx.metrics.inFlight.grpc--;
+    return true;
+  }
+}
+
+function onStream(
+  ctx: ServiceContext,
+  stream: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  writer: Writer,
+  reading: Set<Call>,
+  readTimeoutMs: number,
+): void {
   stream.on('error', () => {});
   const contentType = headers['content-type'];
   if (typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
@@ -127,14 +242,16 @@ function onStream(ctx: ServiceContext, stream: ServerHttp2Stream, headers: Incom
     fail(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(encoding)} is not supported (identity only)`);
     return;
   }
+  const call = new Call(ctx, stream, method, reading, readTimeoutMs, parseGrpcTimeout(headers['grpc-timeout']));
   readMessage(stream, (status, message, body) => {
+    if (!call.open) return;
     if (body === undefined) {
-      ctx.metrics.error('grpc', method, STATUS_NAMES[status] ?? String(status));
-      fail(stream, status, message);
+      call.fail(status, message);
       return;
     }
-    if (method === 'Check') healthCheck(ctx, stream, body);
-    else shouldRateLimit(ctx, stream, body, writer);
+    call.received();
+    if (method === 'Check') healthCheck(ctx, call, body);
+    else shouldRateLimit(ctx, call, body, writer);
   });
 }
 
@@ -152,6 +269,8 @@ function readMessage(
     size += chunk.length;
     if (size > MAX_GRPC_MESSAGE_BYTES + 5) {
       failed = true;
+      first = undefined;
+      chunks = undefined;
       done(GrpcStatus.RESOURCE_EXHAUSTED, `message larger than ${MAX_GRPC_MESSAGE_BYTES} bytes`, undefined);
       return;
     }
@@ -182,16 +301,16 @@ function readMessage(
   });
 }
 
-function shouldRateLimit(ctx: ServiceContext, stream: ServerHttp2Stream, body: Buffer, writer: Writer): void {
+function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: Writer): void {
   const metrics = ctx.metrics;
   const start = performance.now();
-  metrics.inFlight.grpc++;
   const finish = (error: unknown, outcomes: DescriptorOutcome[] | undefined): void => {
-    metrics.inFlight.grpc--;
     metrics.timer('grpc', 'ShouldRateLimit').observe((performance.now() - start) / 1000);
     if (outcomes !== undefined) {
+      // Answered already (the deadline passed, the peer reset the stream): nothing to encode.
+      if (!call.open) return;
       encodeRateLimitResponse(writer.reset(), outcomes, ctx.headers);
-      reply(stream, writer.framed());
+      call.reply(writer.framed());
       return;
     }
     let status: number;
@@ -207,8 +326,7 @@ function shouldRateLimit(ctx: ServiceContext, stream: ServerHttp2Stream, body: B
       status = FAILURE_STATUS[failure.kind];
       message = failure.message;
     }
-    metrics.error('grpc', 'ShouldRateLimit', STATUS_NAMES[status] ?? String(status));
-    fail(stream, status, message);
+    call.fail(status, message);
   };
   const engine = ctx.engine;
   let outcomes: DescriptorOutcome[];
@@ -229,22 +347,22 @@ function shouldRateLimit(ctx: ServiceContext, stream: ServerHttp2Stream, body: B
   finish(undefined, outcomes);
 }
 
-function healthCheck(ctx: ServiceContext, stream: ServerHttp2Stream, body: Buffer): void {
+function healthCheck(ctx: ServiceContext, call: Call, body: Buffer): void {
   let service: string;
   try {
     service = decodeHealthCheckRequest(body);
   } catch (error) {
-    fail(stream, GrpcStatus.INVALID_ARGUMENT, `malformed HealthCheckRequest: ${(error as Error).message}`);
+    call.fail(GrpcStatus.INVALID_ARGUMENT, `malformed HealthCheckRequest: ${(error as Error).message}`);
     return;
   }
   if (service !== '' && service !== RATE_LIMIT_SERVICE) {
-    fail(stream, GrpcStatus.NOT_FOUND, `unknown service ${JSON.stringify(service)}`);
+    call.fail(GrpcStatus.NOT_FOUND, `unknown service ${JSON.stringify(service)}`);
     return;
   }
   const answer = (up: boolean) => {
     const w = new Writer(8);
     w.uint(1, up && !ctx.draining ? SERVING : NOT_SERVING);
-    reply(stream, w.framed());
+    call.reply(w.framed());
   };
   ctx.probeStore().then(answer, () => answer(false));
 }
