@@ -70,6 +70,28 @@ local function fail(err)
 end
 local outs, chosen, states = {}, {}, {}
 local k = 0
+-- Reads the states of the call's n policies (KEYS after k); nil, or the error's message.
+local function read_states(n)
+  for j = 1, n do
+    local value, err = try('GET', KEYS[k + j])
+    if err then return err end
+    states[j] = decode(chosen[j].kind, value)
+  end
+  return nil
+end
+-- Writes the states the call changed, each expiring when it is untouched again (rounded up to whole ms).
+local function write_states(n, extra)
+  for j = 1, n do
+    local out = outs[j]
+    if out.nxt then
+      local reset = out.reset
+      if reset < 1 then reset = 1 end
+      local _, err = try('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', ceil((redis_now() + reset + extra) / 1000))
+      if err then return err end
+    end
+  end
+  return nil
+end
 local total = #argv
 while at <= total do
   local m = tonumber(argv[at])
@@ -93,25 +115,12 @@ while at <= total do
     if argv[at + 2] ~= '' then
       now, extra = tonumber(argv[at + 2]), grace * 1000
     end
-    local tats, err, value, all = {}, nil, nil, false
-    for j = 1, n do
-      tats[j] = tonumber(argv[at + 5 + n + j])
-      value, err = try('GET', KEYS[k + j])
-      if err then break end
-      states[j] = decode(chosen[j].kind, value)
-    end
+    local tats, all = {}, false
+    for j = 1, n do tats[j] = tonumber(argv[at + 5 + n + j]) end
+    local err = read_states(n)
     if not err then
       all = cancel_reservation(chosen, states, n, now, tonumber(argv[at + 3]), tats, outs)
-      for j = 1, n do
-        local out = outs[j]
-        if out.nxt then
-          local reset = out.reset
-          if reset < 1 then reset = 1 end
-          local expire_at = ceil((redis_now() + reset + extra) / 1000)
-          value, err = try('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
-          if err then break end
-        end
-      end
+      err = write_states(n, extra)
     end
     if err then
       fail(err)
@@ -165,26 +174,11 @@ while at <= total do
     local max_delay = tonumber(argv[at + 4])
     local commit = op == '1'
     for _ = 1, m do
-      local err, value, allowed = nil, nil, false
-      for j = 1, n do
-        value, err = try('GET', KEYS[k + j])
-        if err then break end
-        states[j] = decode(chosen[j].kind, value)
-      end
+      local allowed = false
+      local err = read_states(n)
       if not err then
         allowed = decide(chosen, states, n, now, cost, commit, max_delay, outs)
-        if commit then
-          for j = 1, n do
-            local out = outs[j]
-            if out.nxt then
-              local reset = out.reset
-              if reset < 1 then reset = 1 end
-              local expire_at = ceil((redis_now() + reset + extra) / 1000)
-              value, err = try('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', expire_at)
-              if err then break end
-            end
-          end
-        end
+        if commit then err = write_states(n, extra) end
       end
       if err then
         fail(err)
