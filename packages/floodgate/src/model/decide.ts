@@ -48,13 +48,18 @@ export function evaluatePolicy(
   }
   const blockedUntil = s === undefined ? 0 : (s[0] as number);
   if (blockedUntil > nowUs) {
+    // The same call passes once the block is over and the policy itself admits it: the later of the
+    // two (a block shorter than the policy's own wait must not promise a retry that is then denied,
+    // which would start a new block). The key is reported as it stands (a cost-0 evaluation).
+    run(c, s, nowUs, cost, maxDelayUs, out);
+    const own = out.allowed ? 0 : out.retryAfterUs;
     run(c, s, nowUs, 0, 0, out);
-    const left = blockedUntil - nowUs;
+    const wait = Math.max(blockedUntil - nowUs, own);
     out.allowed = false;
     out.reason = 'blocked';
     out.remaining = 0;
-    out.retryAfterUs = left;
-    out.resetAfterUs = Math.max(out.resetAfterUs, left);
+    out.retryAfterUs = wait;
+    out.resetAfterUs = Math.max(out.resetAfterUs, wait);
     out.delayUs = 0;
     out.next = undefined;
     return;
@@ -121,8 +126,11 @@ export function settleDenied(
     blocked[0] = nowUs + c.blockUs;
     out.next = blocked;
     out.remaining = 0;
-    out.retryAfterUs = c.blockUs;
-    out.resetAfterUs = Math.max(out.resetAfterUs, c.blockUs);
+    // The retry must pass both the block and the policy's own wait for this cost (`out.retryAfterUs`,
+    // after a logged attempt when denied attempts count): a retry the policy itself still denies would
+    // start a new block.
+    out.retryAfterUs = Math.max(c.blockUs, out.retryAfterUs);
+    out.resetAfterUs = Math.max(out.resetAfterUs, out.retryAfterUs);
   }
 }
 

@@ -14,7 +14,9 @@ import {
   type State,
   slidingLog,
   slidingWindow,
+  toDecision,
   tokenBucket,
+  usToMs,
 } from '../../src/model/index.js';
 
 /** 2030-01-01T00:00:00Z in µs: a realistic epoch, so float dust shows as it does in production. */
@@ -27,31 +29,47 @@ const size = fc.oneof(
   fc.double({ min: 1, max: 10, noNaN: true }),
 );
 
-/** Every algorithm with fractional parameters, without penalty boxes (a block is its own wait). */
+/**
+ * Penalty boxes: none (most often), whole milliseconds from 1 ms to 3 s (shorter and longer than the
+ * policies' own waits), or any µs.
+ */
+const blockMs = fc.oneof(
+  { arbitrary: fc.constant(0), weight: 2 },
+  { arbitrary: fc.integer({ min: 1, max: 3000 }), weight: 1 },
+  { arbitrary: fc.integer({ min: 1, max: 3_000_000 }).map((us) => us / 1000), weight: 1 },
+);
+
+/** Every algorithm with fractional parameters, with and without a penalty box. */
 const policyArb: fc.Arbitrary<Policy> = fc.oneof(
-  fc.record({ limit: size, periodMs: fc.integer({ min: 1, max: 2000 }) }).map((o) => gcra(o)),
+  fc.record({ limit: size, periodMs: fc.integer({ min: 1, max: 2000 }), blockMs }).map((o) => gcra(o)),
   fc
-    .record({ limit: size, periodMs: fc.integer({ min: 1, max: 2000 }), burst: size })
+    .record({ limit: size, periodMs: fc.integer({ min: 1, max: 2000 }), burst: size, blockMs })
     .map((o) => gcra({ ...o, burst: Math.max(1, o.burst) })),
   fc
-    .record({ capacity: size, refillAmount: amount, refillIntervalMs: fc.integer({ min: 1, max: 1000 }) })
+    .record({ capacity: size, refillAmount: amount, refillIntervalMs: fc.integer({ min: 1, max: 1000 }), blockMs })
     .map((o) => tokenBucket(o)),
   fc
-    .record({ capacity: size, refillAmount: amount, refillIntervalMs: fc.integer({ min: 1, max: 1000 }) })
+    .record({ capacity: size, refillAmount: amount, refillIntervalMs: fc.integer({ min: 1, max: 1000 }), blockMs })
     .map((o) => tokenBucket({ ...o, refill: 'interval' })),
   fc
-    .record({ capacity: size, leakPerSecond: fc.double({ min: 0.5, max: 50, noNaN: true }), queue: fc.boolean() })
+    .record({
+      capacity: size,
+      leakPerSecond: fc.double({ min: 0.5, max: 50, noNaN: true }),
+      queue: fc.boolean(),
+      blockMs,
+    })
     .map(({ queue, ...o }) => leakyBucket({ ...o, mode: queue ? 'queue' : 'meter' })),
   fc
-    .record({ limit: size, windowMs: fc.integer({ min: 1, max: 2000 }), first: fc.boolean() })
+    .record({ limit: size, windowMs: fc.integer({ min: 1, max: 2000 }), first: fc.boolean(), blockMs })
     .map(({ first, ...o }) => fixedWindow({ ...o, align: first ? 'first-request' : 'clock' })),
-  fc.record({ limit: size, windowMs: fc.integer({ min: 1, max: 2000 }) }).map((o) => slidingWindow(o)),
+  fc.record({ limit: size, windowMs: fc.integer({ min: 1, max: 2000 }), blockMs }).map((o) => slidingWindow(o)),
   fc
     .record({
       limit: size,
       windowMs: fc.integer({ min: 1, max: 2000 }),
       minGapMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 })),
       countDenied: fc.boolean(),
+      blockMs,
     })
     .map((o) => slidingLog(o)),
 );
@@ -88,9 +106,11 @@ interface Miss {
 }
 
 /**
- * Replays the calls through the model; after every denial on the policy's limit, asks the model
- * what the same call gets when retried at `now + retryAfterUs` (must pass), 1 µs earlier (must not,
- * where the wait is exact), and at the promised whole milliseconds (must pass).
+ * Replays the calls through the model; after every denial on the policy's limit or by its penalty box,
+ * asks the model what the same call gets when retried at `now + retryAfterUs` (must pass), 1 µs
+ * earlier (must not, where the wait is exact), and at the promised whole milliseconds (must pass).
+ * The retry is a check: a committed retry that was denied would start a new penalty, but one that is
+ * admitted is admitted either way.
  */
 function retryMisses(policy: Policy, calls: readonly Call[], exact: boolean): Miss[] {
   const c = compilePolicy(policy);
@@ -102,7 +122,7 @@ function retryMisses(policy: Policy, calls: readonly Call[], exact: boolean): Mi
     const out = emptyEvaluation();
     decide([c], [s], now, call.cost, { commit: true }, [out]);
     if (out.next !== undefined) s = [...out.next];
-    if (out.allowed || out.reason !== 'limit') return;
+    if (out.allowed || out.reason === 'exceeds-capacity') return;
     const retry = out.retryAfterUs;
     const miss = (problem: string) =>
       misses.push({ call: i, atUs: now - START_US, cost: call.cost, retryAfterUs: retry, problem });
@@ -110,9 +130,49 @@ function retryMisses(policy: Policy, calls: readonly Call[], exact: boolean): Mi
       miss('retry not a positive finite wait');
       return;
     }
+    if (out.resetAfterUs < retry) miss('resetAfterUs before retryAfterUs');
     if (!checkAt(c, s, now + retry, call.cost).allowed) miss('denied at now + retryAfterUs');
     if (!checkAt(c, s, now + Math.ceil(retry / 1000) * 1000, call.cost).allowed) miss('denied at now + retryAfterMs');
     if (exact && checkAt(c, s, now + retry - 1, call.cost).allowed) miss('admitted 1 µs before now + retryAfterUs');
+  });
+  return misses;
+}
+
+/**
+ * The same for several policies decided together: the decision's `retryAfterMs` (the longest wait of
+ * any policy, toDecision) must admit the same call, and in µs the longest wait is exact.
+ */
+function multiRetryMisses(policies: readonly Policy[], calls: readonly Call[], exact: boolean): Miss[] {
+  const compiled = policies.map((p) => compilePolicy(p));
+  const states: (State | undefined)[] = compiled.map(() => undefined);
+  let now = START_US;
+  const misses: Miss[] = [];
+  const allowedAt = (atUs: number, cost: number) =>
+    decide(
+      compiled,
+      states,
+      atUs,
+      cost,
+      { commit: false },
+      compiled.map(() => emptyEvaluation()),
+    );
+  calls.forEach((call, i) => {
+    now += call.gapUs;
+    const outs = compiled.map(() => emptyEvaluation());
+    const allowed = decide(compiled, states, now, call.cost, { commit: true }, outs);
+    const decision = toDecision(compiled, outs, allowed);
+    outs.forEach((out, j) => {
+      if (out.next !== undefined) states[j] = [...out.next];
+    });
+    if (allowed || decision.reason === 'exceeds-capacity') return;
+    let retry = 0;
+    for (const out of outs) if (!out.allowed && out.retryAfterUs > retry) retry = out.retryAfterUs;
+    const miss = (problem: string) =>
+      misses.push({ call: i, atUs: now - START_US, cost: call.cost, retryAfterUs: retry, problem });
+    if (decision.retryAfterMs !== usToMs(retry)) miss(`retryAfterMs ${decision.retryAfterMs} is not the longest wait`);
+    if (!allowedAt(now + retry, call.cost)) miss('denied at now + the longest retryAfterUs');
+    if (!allowedAt(now + decision.retryAfterMs * 1000, call.cost)) miss('denied at now + retryAfterMs');
+    if (exact && allowedAt(now + retry - 1, call.cost)) miss('admitted 1 µs before now + the longest retryAfterUs');
   });
   return misses;
 }
@@ -162,6 +222,21 @@ describe('retryAfter is a promise', () => {
         expect(retryMisses(policy, calls, exact)).toEqual([]);
       }),
       { numRuns: 1500 },
+    );
+  });
+
+  // Not yet with a `countDenied` log beside other policies: when another policy denies, the log admits
+  // the call but logs the attempt, and that attempt can leave no room for the same call at the promised
+  // time (the log reports itself as allowed, so its own wait is not part of retryAfter).
+  const withoutCountDenied = policyArb.filter((p) => !(p.algorithm === 'sliding-log' && p.countDenied));
+
+  it('several policies: at now + retryAfterMs the same call is admitted, not 1 µs before the longest wait', () => {
+    fc.assert(
+      fc.property(fc.array(withoutCountDenied, { minLength: 2, maxLength: 3 }), trafficArb, (policies, calls) => {
+        const exact = policies.every((p) => p.algorithm !== 'sliding-window');
+        expect(multiRetryMisses(policies, calls, exact)).toEqual([]);
+      }),
+      { numRuns: 800 },
     );
   });
 
