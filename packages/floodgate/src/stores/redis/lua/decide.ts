@@ -40,13 +40,17 @@ local function evaluate_policy(c, s, now, cost, max_delay, out)
   local blocked_until = 0
   if s then blocked_until = s[1] end
   if blocked_until > now then
+    -- The later of the block's end and the policy's own wait for this cost; the key as it stands.
+    evaluate(c, s, now, cost, max_delay, out)
+    local own = 0
+    if not out.allowed then own = out.retry end
     evaluate(c, s, now, 0, 0, out)
-    local left = blocked_until - now
+    local wait = max(blocked_until - now, own)
     out.allowed = false
     out.reason = BLOCKED
     out.remaining = 0
-    out.retry = left
-    out.reset = max(out.reset, left)
+    out.retry = wait
+    out.reset = max(out.reset, wait)
     out.delay = 0
     out.nxt = false
     return
@@ -83,8 +87,9 @@ local function settle_denied(c, s, now, cost, commit, out)
     blocked[1] = now + c.block
     out.nxt = blocked
     out.remaining = 0
-    out.retry = c.block
-    out.reset = max(out.reset, c.block)
+    -- The retry passes both the block and the policy's own wait for this cost.
+    out.retry = max(c.block, out.retry)
+    out.reset = max(out.reset, out.retry)
   end
 end
 

@@ -73,17 +73,19 @@ local reply
 if charge > tau then
   -- exceeds-capacity: the key as it stands (a cost-0 evaluation), nothing changes.
   reply = { 0, now, 3, clamp((tau - owed_before) / t), -1, owed_before, 0 }
-elseif blocked > now then
-  local left = blocked - now
-  reset = owed_before
-  if left > reset then reset = left end
-  reply = { 0, now, 2, 0, left, reset, 0 }
 else
   local new_tat = base + charge
   local owed = new_tat - now
   local slack = max_delay
   if queue then slack = 0 end
-  if owed - tau <= slack then
+  if blocked > now then
+    -- The later of the block's end and the meter's own wait for this cost.
+    local wait = blocked - now
+    if owed - tau > slack and owed - tau - slack > wait then wait = owed - tau - slack end
+    reset = owed_before
+    if wait > reset then reset = wait end
+    reply = { 0, now, 2, 0, wait, reset, 0 }
+  elseif owed - tau <= slack then
     local delay = 0
     if queue then delay = owed_before elseif owed > tau then delay = owed - tau end
     reset = owed
@@ -97,9 +99,12 @@ else
       local kept = 0
       if has_state then kept = tat end
       next_value = '!' .. string.format('%d', now + block) .. ' ' .. string.format('%d', kept)
-      if block > reset then reset = block end
+      -- The retry passes both the block and the meter's own wait for this cost.
+      local wait = reply[5]
+      if block > wait then wait = block end
+      if wait > reset then reset = wait end
       reply[4] = 0
-      reply[5] = block
+      reply[5] = wait
       reply[6] = reset
     end
   end
