@@ -441,6 +441,7 @@ function policyFunction(n: SqlNames): string {
   DECLARE
     r float8[];
     blocked_until float8;
+    w float8;
   BEGIN
     IF (kind = 1 AND ceil(cost * a - cost * a * 1e-15) > b) OR (kind <> 1 AND cost > lim) THEN
       r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
@@ -448,8 +449,11 @@ function policyFunction(n: SqlNames): string {
     END IF;
     blocked_until := CASE WHEN s IS NULL THEN 0 ELSE s[1] END;
     IF blocked_until > now THEN
+      -- The later of the block's end and the policy's own wait for this cost; the key as it stands.
+      r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
+      w := greatest(blocked_until - now, CASE WHEN r[1] = 0 THEN r[4] ELSE 0 END);
       r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
-      RETURN ARRAY[0, 2, 0, blocked_until - now, greatest(r[5], blocked_until - now), 0, -1]::float8[];
+      RETURN ARRAY[0, 2, 0, w, greatest(r[5], w), 0, -1]::float8[];
     END IF;
     RETURN ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
   END
@@ -492,8 +496,9 @@ function settleFunction(n: SqlNames): string {
       END IF;
       nx[1] := now + blk;
       e[3] := 0;
-      e[4] := blk;
-      e[5] := greatest(e[5], blk);
+      -- The retry passes both the block and the policy's own wait for this cost.
+      e[4] := greatest(blk, e[4]);
+      e[5] := greatest(e[5], e[4]);
       has_next := true;
     END IF;
     IF NOT has_next THEN RETURN e || ARRAY[-1]::float8[]; END IF;
@@ -546,7 +551,7 @@ function decideFunction(n: SqlNames): string {
     rb float8[];
     ro int[] := '{}';
     i int; j int; k int; q int; ki int; np int; pj int; op int; base int; kind int; n_len int;
-    lim float8; a float8; b float8; c float8; blocked_until float8;
+    lim float8; a float8; b float8; c float8; blocked_until float8; bwait float8;
     cost float8; now float8; maxdelay float8; server_now float8; prune_now float8; ts timestamp;
     all_ok boolean; impossible boolean; is_commit boolean; optimistic boolean := false;
   BEGIN
@@ -645,8 +650,11 @@ function decideFunction(n: SqlNames): string {
             r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
             r := ARRAY[0, 3, r[3], 'Infinity', r[5], 0, -1]::float8[];
           ELSIF blocked_until > now THEN
+            -- The later of the block's end and the policy's own wait for this cost; the key as it stands.
+            r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
+            bwait := greatest(blocked_until - now, CASE WHEN r[1] = 0 THEN r[4] ELSE 0 END);
             r := ${n.run}(kind, lim, a, b, c, s, now, 0, 0);
-            r := ARRAY[0, 2, 0, blocked_until - now, greatest(r[5], blocked_until - now), 0, -1]::float8[];
+            r := ARRAY[0, 2, 0, bwait, greatest(r[5], bwait), 0, -1]::float8[];
           ELSE
             r := ${n.run}(kind, lim, a, b, c, s, now, cost, maxdelay);
           END IF;
