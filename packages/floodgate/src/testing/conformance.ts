@@ -285,6 +285,15 @@ export function randomPolicySets(): Policy[][] {
       fixedWindow({ limit: 3.5, windowMs: 500, blockMs: 400, name: 'fw' }),
     ],
     [tokenBucket({ capacity: 10, refillAmount: 0.1, refillIntervalMs: 100, refill: 'interval' })],
+    // Penalty boxes shorter than the policies' own waits: retryAfter is the later of the two.
+    [gcra({ limit: 1, periodMs: 2000, blockMs: 300 })],
+    [leakyBucket({ capacity: 2, leakPerSecond: 1, mode: 'queue', blockMs: 250 })],
+    [tokenBucket({ capacity: 2, refillAmount: 0.5, refillIntervalMs: 700, refill: 'interval', blockMs: 90 })],
+    [
+      fixedWindow({ limit: 2, windowMs: 1500, blockMs: 200, name: 'fw' }),
+      slidingLog({ limit: 3, windowMs: 1200, countDenied: true, blockMs: 150, name: 'log' }),
+      slidingWindow({ limit: 2.5, windowMs: 900, blockMs: 50, name: 'sw' }),
+    ],
   ];
 }
 

@@ -282,6 +282,72 @@ export const scenarios: Scenario[] = [
     ],
   },
   {
+    // retryAfter is a promise: the later of the block's end and the policy's own wait for the same call.
+    // A retry the policy itself still denies would start a new block: a client that honours Retry-After
+    // is never punished again, one that comes back early is.
+    name: 'penalty box shorter than the wait: retryAfter is the policy own wait (gcra 1 per minute, block 5 s)',
+    policies: [gcra({ limit: 1, periodMs: 60_000, blockMs: 5000, name: 'slow' })],
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 0, resetAfterMs: 60_000 } },
+      { at: 0, expect: deny(60_000, { remaining: 0, resetAfterMs: 60_000, policy: 'slow' }) },
+      { at: 1000, expect: { allowed: false, reason: 'blocked', retryAfterMs: 59_000, resetAfterMs: 59_000 } },
+      { at: 1000, op: 'check', expect: { allowed: false, reason: 'blocked', retryAfterMs: 59_000 } },
+      // A status is a cost-0 call: only the block stands in its way.
+      { at: 1000, op: 'status', expect: { allowed: false, reason: 'blocked', remaining: 0, resetAfterMs: 59_000 } },
+      { at: 4999, expect: { allowed: false, reason: 'blocked', retryAfterMs: 55_001 } },
+      { at: 5000, op: 'check', expect: deny(55_000) },
+      // Back early, after the block: denied on the limit, and blocked again until 10 s.
+      { at: 5000, expect: deny(55_000, { resetAfterMs: 55_000 }) },
+      { at: 9999, op: 'check', expect: { allowed: false, reason: 'blocked', retryAfterMs: 50_001 } },
+      { at: 59_999.999, op: 'check', expect: deny(1) },
+      { at: 60_000, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    name: 'penalty box shorter than the wait: while blocked, the wait is for the same cost',
+    policies: [fixedWindow({ limit: 3, windowMs: 1000, blockMs: 300, name: 'fw' })],
+    steps: [
+      { at: 0, cost: 2, expect: { allowed: true, remaining: 1 } },
+      { at: 100, cost: 2, expect: deny(900, { remaining: 0, resetAfterMs: 900 }) },
+      // Blocked until 400: cost 1 fits the window then, cost 2 only in the next window.
+      { at: 200, cost: 1, expect: { allowed: false, reason: 'blocked', retryAfterMs: 200, resetAfterMs: 800 } },
+      { at: 200, cost: 2, expect: { allowed: false, reason: 'blocked', retryAfterMs: 800, resetAfterMs: 800 } },
+      { at: 399.999, cost: 1, op: 'check', expect: { allowed: false, reason: 'blocked', retryAfterMs: 1 } },
+      { at: 400, cost: 1, expect: { allowed: true, remaining: 0 } },
+      { at: 400, cost: 1, expect: deny(600) },
+      { at: 1000, cost: 2, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    // The logged attempt counts in the wait: the events of 0 ms must leave the window.
+    name: 'penalty box shorter than the wait, denied attempts counted: the retry passes the log too',
+    policies: [slidingLog({ limit: 2, windowMs: 1000, countDenied: true, blockMs: 100, name: 'log' })],
+    steps: [
+      { at: 0, repeat: 2, expect: { allowed: true } },
+      { at: 100, expect: deny(900, { remaining: 0, resetAfterMs: 1000 }) },
+      { at: 150, expect: { allowed: false, reason: 'blocked', retryAfterMs: 850 } },
+      { at: 999.999, op: 'check', expect: deny(1) },
+      { at: 1000, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
+    // Several policies: the decision waits for the longest of them, blocks included.
+    name: 'penalty box shorter than the wait under two policies: retryAfter is the longest wait',
+    policies: [
+      gcra({ limit: 2, periodMs: 1000, blockMs: 100, name: 'g' }),
+      fixedWindow({ limit: 3, windowMs: 1000, name: 'fw' }),
+    ],
+    steps: [
+      { at: 0, repeat: 2, expect: { allowed: true } },
+      { at: 0, expect: deny(500, { policy: 'g', remaining: 0, resetAfterMs: 1000 }) },
+      { at: 50, expect: { allowed: false, reason: 'blocked', retryAfterMs: 450, policy: 'g' } },
+      { at: 500, expect: { allowed: true, remaining: 0 } },
+      { at: 600, expect: deny(400, { policy: 'g' }) },
+      { at: 650, expect: { allowed: false, reason: 'blocked', retryAfterMs: 350, policy: 'g' } },
+      { at: 1000, expect: { allowed: true } },
+    ],
+  },
+  {
     // Cost 0 is a check: even on a key that owes more than its burst (a reservation), it starts no penalty.
     name: 'penalty box: a cost-0 call never starts a block',
     policies: [gcra({ limit: 2, periodMs: 1000, blockMs: 60_000 })],
