@@ -135,7 +135,7 @@ describe('limiter.acquire with reserve', () => {
       };
       const limiter = createLimiter({ clock: late, policies: gcra({ limit: 1, periodMs: 1000, blockMs: 990 }) });
       await limiter.limit('k');
-      expect((await limiter.limit('k')).retryAfterMs).toBe(990); // in the penalty box, free again at 1000 ms
+      expect((await limiter.limit('k')).retryAfterMs).toBe(1000); // blocked until 990 ms, free again at 1000 ms
       const result = await limiter.acquire('k', { reserve: true, timeoutMs: 991 }).then(
         (decision) => (decision.allowed ? 'admitted' : 'denied'),
         (error: { code?: string; option?: string }) => `${error.code}`,
