@@ -99,7 +99,9 @@ function run(
  * Settles one policy's report when the call as a whole was denied. A policy that admitted the call
  * consumed nothing, so it reports the key as it stands. With `commit`, policies that remember denials
  * get their new state in `out.next`: a logged attempt (`countDenied`) and the penalty box (`blockMs`,
- * only for the policy that itself denied on its limit).
+ * only for the policy that itself denied on its limit). Every report's `retryAfterUs` is its wait for
+ * the same call from the state it is left in: a `countDenied` log that admitted the call but logged the
+ * attempt still reports `allowed` (it did not deny), with the wait that the logged attempt imposes.
  */
 export function settleDenied(
   c: CompiledPolicy,
@@ -117,8 +119,15 @@ export function settleDenied(
   let next = s;
   if (c.kind === KIND_SLIDING_LOG && c.c === 1 && cost > 0) {
     next = logDeniedAttempt(c, s, nowUs, cost);
-    if (allowedHere) reportAsAllowed(c, next, nowUs, out);
-    else evaluatePolicy(c, next, nowUs, cost, 0, out);
+    evaluatePolicy(c, next, nowUs, cost, 0, out);
+    if (allowedHere) {
+      // The log did not deny this call, but the attempt it counted may leave no room for the same call:
+      // its wait for the same cost, after the attempt, is part of the decision's retryAfter (toDecision).
+      const wait = out.allowed ? 0 : out.retryAfterUs;
+      reportAsAllowed(c, next, nowUs, out);
+      out.retryAfterUs = wait;
+      out.resetAfterUs = Math.max(out.resetAfterUs, wait);
+    }
     out.next = next;
   }
   if (c.blockUs > 0 && out.reason === 'limit') {

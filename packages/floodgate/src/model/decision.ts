@@ -14,7 +14,11 @@ export interface PolicyDecision {
   limit: number;
   /** How many cost-1 calls this policy would admit right now, after this call. */
   remaining: number;
-  /** 0 when allowed; ms until this same call could pass this policy; `Infinity` when it never can. */
+  /**
+   * ms until this same call could pass this policy; `Infinity` when it never can. 0 when allowed, but
+   * for a `countDenied` sliding log when another policy denied the call: the log admitted it, logged the
+   * attempt, and this is the wait that attempt imposes (part of the decision's `retryAfterMs`).
+   */
   retryAfterMs: number;
   /** ms until the key is back to untouched under this policy. */
   resetAfterMs: number;
@@ -36,7 +40,7 @@ export interface Decision {
   resetAfterMs: number;
   /** Admitted, but proceed after this many ms (queue mode, reservations). */
   delayMs?: number;
-  /** The binding policy: the one that denied (the longest wait), or else the one with least left. */
+  /** The binding policy: the one that denied (the longest wait of those), or else the one with least left. */
   policy: string;
   reason?: DecisionReason;
   /** One entry per policy, in the order the policies were given. */
@@ -57,7 +61,7 @@ export function toPolicyDecision(c: CompiledPolicy, e: Evaluation): PolicyDecisi
     allowed: e.allowed,
     limit: c.limit,
     remaining: e.remaining,
-    retryAfterMs: e.allowed ? 0 : usToMs(e.retryAfterUs),
+    retryAfterMs: usToMs(e.retryAfterUs),
     resetAfterMs: usToMs(e.resetAfterUs),
   };
   if (e.delayUs > 0) d.delayMs = usToMs(e.delayUs);
