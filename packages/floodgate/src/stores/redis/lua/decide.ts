@@ -74,7 +74,15 @@ local function settle_denied(c, s, now, cost, commit, out)
   local nxt = s
   if c.kind == KIND_SLIDING_LOG and c.c == 1 and cost > 0 then
     nxt = log_denied_attempt(c, s, now, cost)
-    if allowed_here then report_as_allowed(c, nxt, now, out) else evaluate_policy(c, nxt, now, cost, 0, out) end
+    evaluate_policy(c, nxt, now, cost, 0, out)
+    if allowed_here then
+      -- Did not deny, but the logged attempt may leave no room: its wait for the same cost counts.
+      local wait = 0
+      if not out.allowed then wait = out.retry end
+      report_as_allowed(c, nxt, now, out)
+      out.retry = wait
+      out.reset = max(out.reset, wait)
+    end
     out.nxt = nxt
   end
   if c.block > 0 and out.reason == LIMIT then
