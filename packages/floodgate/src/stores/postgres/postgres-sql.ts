@@ -470,6 +470,7 @@ function settleFunction(n: SqlNames): string {
   DECLARE
     allowed_here boolean := e[1] = 1;
     r float8[];
+    w float8;
     nx float8[] := s;
     has_next boolean := false;
   BEGIN
@@ -482,11 +483,14 @@ function settleFunction(n: SqlNames): string {
     IF NOT do_commit OR cost = 0 OR e[2] = 3 OR e[2] = 2 THEN RETURN e || ARRAY[-1]::float8[]; END IF;
     IF kind = 5 AND c = 1 AND cost > 0 THEN
       nx := ${n.logDenied}(lim, a, s, now, cost);
+      r := ${n.policy}(kind, lim, a, b, c, nx, now, cost, 0);
       IF allowed_here THEN
+        -- Did not deny, but the logged attempt may leave no room: its wait for the same cost counts.
+        w := CASE WHEN r[1] = 1 THEN 0 ELSE r[4] END;
         r := ${n.policy}(kind, lim, a, b, c, nx, now, 0, 0);
-        e := ARRAY[1, 0, r[3], 0, r[5], 0]::float8[];
+        e := ARRAY[1, 0, r[3], w, greatest(r[5], w), 0]::float8[];
       ELSE
-        e := (${n.policy}(kind, lim, a, b, c, nx, now, cost, 0))[1:6];
+        e := r[1:6];
       END IF;
       has_next := true;
     END IF;
