@@ -294,6 +294,11 @@ export function randomPolicySets(): Policy[][] {
       slidingLog({ limit: 3, windowMs: 1200, countDenied: true, blockMs: 150, name: 'log' }),
       slidingWindow({ limit: 2.5, windowMs: 900, blockMs: 50, name: 'sw' }),
     ],
+    // A countDenied log beside a policy that denies first: the log's wait after the logged attempt.
+    [
+      slidingLog({ limit: 4.5, windowMs: 1194, countDenied: true, name: 'log' }),
+      fixedWindow({ limit: 1, windowMs: 1, name: 'fw' }),
+    ],
   ];
 }
 

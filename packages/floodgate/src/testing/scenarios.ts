@@ -407,6 +407,26 @@ export const scenarios: Scenario[] = [
     ],
   },
   {
+    // retryAfter is a promise under several policies too: when another policy denies, a countDenied log
+    // that would have admitted the call still logs the attempt, and its own wait for the same call, after
+    // that, is part of the decision's retryAfter (it used to promise 1 ms, and the log denied then).
+    name: 'countDenied log beside a policy that denies: retryAfter covers the attempt the log counted',
+    policies: [
+      slidingLog({ limit: 4.5, windowMs: 1194, countDenied: true, name: 'log' }),
+      fixedWindow({ limit: 1, windowMs: 1, name: 'fw' }),
+    ],
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 0 } },
+      // Denied by the window; the log counts the attempts: 2, then 3 of 4.5, room for one more.
+      { at: 0, repeat: 2, expect: deny(1, { policy: 'fw' }) },
+      // Counted: 4 of 4.5, so the same call fits the log only once the events of 0 ms have left it.
+      { at: 0, expect: deny(1194, { policy: 'fw' }) },
+      { at: 1, op: 'check', expect: deny(1193, { policy: 'log' }) },
+      { at: 1193.999, op: 'check', expect: deny(1, { policy: 'log' }) },
+      { at: 1194, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
+  {
     // τ is rounded like a charge, so a cost equal to a fractional burst fits (T = 666 667 µs).
     name: 'GCRA: a fractional limit admits a cost equal to it',
     policies: [gcra({ limit: 1.5, periodMs: 1000 })],
