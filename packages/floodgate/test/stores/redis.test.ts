@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -11,9 +12,14 @@ import {
   tokenBucket,
 } from '../../src/index.js';
 import { compilePolicy } from '../../src/model/compile.js';
-import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
+import {
+  fromIoredis,
+  isNoScriptError,
+  type RedisScriptClient,
+  redisStore,
+} from '../../src/stores/redis/index.js';
 import { manualClock, runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
-import { connectSingle, DRIVERS, holdStore } from './redis/clients.js';
+import { ALL_DRIVERS, connectSingle, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
 
@@ -55,12 +61,55 @@ describe.skipIf(!available)('redis store', () => {
     await raw?.quit();
   });
 
-  for (const driver of DRIVERS) {
+  for (const driver of ALL_DRIVERS) {
     describe(`single node, ${driver}`, () => {
       const held = holdStore(() => connectSingle(driver));
 
       it('the adapter reports a single-node client', () => {
         expect(held.connection.client.cluster).toBe(false);
+      });
+
+      it('the adapter runs scripts, and a script the node lacks rejects with an error isNoScriptError knows', async () => {
+        const { client } = held.connection;
+        const script = "return {KEYS[1], ARGV[1], tonumber(ARGV[2]), {tonumber(ARGV[2]) * 2, 'x'}}";
+        const keys = [uniquePrefix('adapter')];
+        const expected = [keys[0], 'a', 21, [42, 'x']];
+        expect(await client.eval(script, keys, ['a', '21'])).toEqual(expected);
+        const sha = createHash('sha1').update(script).digest('hex');
+        expect(await client.evalsha(sha, keys, ['a', '21'])).toEqual(expected);
+        const missing = createHash('sha1').update(`${script} -- ${uniquePrefix()}`).digest('hex');
+        const error = await client.evalsha(missing, keys, []).then(
+          () => undefined,
+          (reason: unknown) => reason,
+        );
+        expect(isNoScriptError(error)).toBe(true);
+        // Other server errors are not taken for NOSCRIPT.
+        const other = await client.eval("return redis.error_reply('ERR not this one')", keys, []).then(
+          () => undefined,
+          (reason: unknown) => reason,
+        );
+        expect([other instanceof Error, isNoScriptError(other)]).toEqual([true, false]);
+      });
+
+      it('after SCRIPT FLUSH, both scripts fall back to EVAL and decide on', async () => {
+        const prefix = uniquePrefix('flush');
+        const single = createLimiter({
+          store: held.store,
+          policies: [gcra({ limit: 3, periodMs: 60_000, name: 'g' })],
+          prefix,
+        });
+        const double = createLimiter({
+          store: held.store,
+          policies: [gcra({ limit: 3, periodMs: 60_000, name: 'g' }), slidingLog({ limit: 3, windowMs: 60_000 })],
+          prefix,
+        });
+        expect((await single.limit('k')).remaining).toBe(2);
+        await raw.script('FLUSH');
+        expect((await single.limit('k')).remaining).toBe(1);
+        await raw.script('FLUSH');
+        expect((await double.limit('k')).remaining).toBe(0);
+        expect((await double.limit('k')).allowed).toBe(false);
+        await double.reset('k');
       });
 
       runConformanceSuite({ describe, it }, { store: () => held.store, randomRuns: 16 });
@@ -387,7 +436,7 @@ describe.skipIf(!available)('redis store', () => {
       }
     });
 
-    for (const driver of DRIVERS) {
+    for (const driver of ALL_DRIVERS) {
       it(`one key of another type fails its own call, not the others of its batch (${driver})`, async () => {
         const connection = await connectSingle(driver);
         const prefix = uniquePrefix('wrongtype');
