@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { createClient as createClient4 } from 'redis4';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createLimiter,
@@ -14,6 +15,7 @@ import {
 import { compilePolicy } from '../../src/model/compile.js';
 import {
   fromIoredis,
+  fromNodeRedis,
   isNoScriptError,
   type RedisScriptClient,
   redisStore,
@@ -433,6 +435,29 @@ describe.skipIf(!available)('redis store', () => {
       } finally {
         await store.close();
         await client.quit();
+      }
+    });
+
+    it('takes a node-redis 4 client in legacyMode (callback API) through its promise API, client.v4', async () => {
+      const client = createClient4({ legacyMode: true, socket: { host: REDIS_HOST, port: REDIS_PORT } });
+      await client.connect();
+      try {
+        const adapted = fromNodeRedis(client);
+        expect(adapted.cluster).toBe(false);
+        const store = redisStore({ client: adapted });
+        const limiter = createLimiter({
+          store,
+          policies: [gcra({ limit: 2, periodMs: 60_000 }), slidingLog({ limit: 3, windowMs: 60_000 })],
+          prefix: uniquePrefix('legacy'),
+        });
+        const decisions = await Promise.all([1, 2, 3].map(() => limiter.limit('k')));
+        expect(decisions.map((d) => d.allowed)).toEqual([true, true, false]);
+        await raw.script('FLUSH');
+        expect((await limiter.limit('k')).allowed).toBe(false);
+        await limiter.reset('k');
+        await store.close();
+      } finally {
+        await client.v4.quit();
       }
     });
 

@@ -48,7 +48,8 @@ export function fromIoredis(client: IoredisClient): RedisScriptClient {
 }
 
 /**
- * Adapts a node-redis client (`createClient()`) or cluster client (`createCluster()`), v4 or later.
+ * Adapts a node-redis client (`createClient()`) or cluster client (`createCluster()`), v4 or later
+ * (a v4 client created with `legacyMode: true` too: the store then calls its promise API, `client.v4`).
  * Connect it yourself (`await client.connect()`); the store never opens or closes your client.
  *
  * @example
@@ -64,10 +65,17 @@ export function fromNodeRedis(client: NodeRedisClient): RedisScriptClient {
   }
   // A cluster client is the one that maps slots to nodes.
   const cluster = typeof (client as { getSlotMaster?: unknown }).getSlotMaster === 'function';
+  // node-redis 4 in `legacyMode` takes callbacks on the client itself; its promise API is `client.v4`
+  // (reading `v4` of a client not in legacy mode throws, hence the look at its options first).
+  const legacy = (client as { options?: { legacyMode?: unknown } }).options?.legacyMode === true;
+  const target = legacy ? (client as unknown as { v4: NodeRedisClient }).v4 : client;
+  if (typeof target !== 'object' || target === null || typeof target.evalSha !== 'function') {
+    throw invalid('ERR_INVALID_OPTION', 'fromNodeRedis(client)', client, 'a node-redis client or cluster client');
+  }
   return {
     cluster,
-    evalsha: (sha, keys, args) => client.evalSha(sha, { keys: [...keys], arguments: [...args] }),
-    eval: (script, keys, args) => client.eval(script, { keys: [...keys], arguments: [...args] }),
+    evalsha: (sha, keys, args) => target.evalSha(sha, { keys: [...keys], arguments: [...args] }),
+    eval: (script, keys, args) => target.eval(script, { keys: [...keys], arguments: [...args] }),
   };
 }
 
