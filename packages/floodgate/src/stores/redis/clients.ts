@@ -72,11 +72,39 @@ export function fromNodeRedis(client: NodeRedisClient): RedisScriptClient {
   if (typeof target !== 'object' || target === null || typeof target.evalSha !== 'function') {
     throw invalid('ERR_INVALID_OPTION', 'fromNodeRedis(client)', client, 'a node-redis client or cluster client');
   }
+  const routed = cluster ? keyRoutedSend(client) : undefined;
+  if (routed !== undefined) {
+    return {
+      cluster,
+      evalsha: (sha, keys, args) => routed(keys[0], ['EVALSHA', sha, String(keys.length), ...keys, ...args]),
+      eval: (script, keys, args) => routed(keys[0], ['EVAL', script, String(keys.length), ...keys, ...args]),
+    };
+  }
   return {
     cluster,
     evalsha: (sha, keys, args) => target.evalSha(sha, { keys: [...keys], arguments: [...args] }),
     eval: (script, keys, args) => target.eval(script, { keys: [...keys], arguments: [...args] }),
   };
+}
+
+/**
+ * For a node-redis 4 cluster client, a raw send routed by the given key. Its `eval` and `evalSha` route
+ * by a first key they never find (they read it from the script's argument instead of the options:
+ * redis/node-redis#2811), so each call goes to a random node and follows `MOVED` redirections, failing
+ * once they run out. Its `sendCommand(firstKey, isReadonly, args)` routes by the key given. Later majors
+ * route `evalSha` by its first key; their clients (recognised by the absence of v4's `commandsExecutor`)
+ * keep using it.
+ */
+function keyRoutedSend(
+  client: NodeRedisClient,
+): ((key: string | undefined, args: string[]) => Promise<unknown>) | undefined {
+  const v4 = client as unknown as {
+    commandsExecutor?: unknown;
+    sendCommand?: (firstKey: string | undefined, isReadonly: boolean, args: string[]) => Promise<unknown>;
+  };
+  if (typeof v4.commandsExecutor !== 'function' || typeof v4.sendCommand !== 'function') return undefined;
+  const send = v4.sendCommand.bind(client);
+  return (key, args) => send(key, false, args);
 }
 
 /** True for the error a node answers when it does not hold the script (after SCRIPT FLUSH, a restart, a failover). */
