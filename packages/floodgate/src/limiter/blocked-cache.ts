@@ -14,6 +14,9 @@ interface Entry {
   cost: number;
   /** The booking window of the denied call (reservations); only the same window is answered locally. */
   maxDelayUs: number;
+  /** When the store was asked (local clock, ms). */
+  atMs: number;
+  /** Until when the store would repeat the denial unchanged: its retry, or the end of a block it started. */
   untilMs: number;
   decision: Decision;
 }
@@ -27,7 +30,10 @@ interface Entry {
  * the next committed call:
  * - any denial under a sliding log that counts denied attempts (`countDenied`): each attempt is logged;
  * - a denial by `check` or `status` (not committed) under policies with `blockMs`: a `limit` denied the
- *   same way starts the penalty box.
+ *   same way starts the penalty box;
+ * - past the end of a penalty box the denial started: a call the policy still refuses then starts a new
+ *   block, so the entry ends with the block (and a `blocked` denial, whose block end is unknown, is not
+ *   kept).
  */
 export class BlockedCache {
   private readonly entries = new Map<string, Entry>();
@@ -58,13 +64,13 @@ export class BlockedCache {
     if (entry === undefined || entry.policies !== policies || cost !== entry.cost || maxDelayUs !== entry.maxDelayUs) {
       return undefined;
     }
-    const leftMs = Math.ceil(entry.untilMs - nowMs);
-    if (leftMs <= 0) {
+    if (nowMs >= entry.untilMs) {
       this.entries.delete(key);
       return undefined;
     }
     this.hits++;
-    const age = entry.decision.retryAfterMs - leftMs;
+    const age = nowMs - entry.atMs;
+    const leftMs = Math.max(1, Math.ceil(entry.decision.retryAfterMs - age));
     return {
       ...entry.decision,
       retryAfterMs: leftMs,
@@ -89,6 +95,8 @@ export class BlockedCache {
   ): void {
     if (decision.allowed || decision.reason === 'degraded' || !Number.isFinite(decision.retryAfterMs)) return;
     if (!cacheable(policies, committed)) return;
+    const untilMs = Math.min(nowMs + decision.retryAfterMs, blockEndMs(policies, decision, nowMs));
+    if (!(untilMs > nowMs)) return;
     if (!this.entries.has(key) && this.entries.size >= this.maxKeys) {
       const oldest = this.entries.keys().next().value as string;
       this.entries.delete(oldest);
@@ -98,7 +106,8 @@ export class BlockedCache {
       policies,
       cost,
       maxDelayUs,
-      untilMs: nowMs + decision.retryAfterMs,
+      atMs: nowMs,
+      untilMs,
       decision: committed ? asBlocked(policies, decision) : decision,
     });
   }
@@ -120,6 +129,25 @@ function cacheable(policies: readonly CompiledPolicy[], committed: boolean): boo
     if (!committed && c.blockUs > 0) return false;
   }
   return true;
+}
+
+/**
+ * The earliest end of a penalty box this denial started, in local ms, or `Infinity`; `-Infinity` (not
+ * cacheable) when a policy with `blockMs` denied as `blocked`. Past a block's end, a call that the
+ * policy itself still refuses starts a new block in the store, so the cache must let the store see it.
+ * A block the store started at its own time `t ≥ nowMs` ends at `t + blockMs`, never before
+ * `nowMs + blockMs`; a running block's end is not in the decision (its wait may be the policy's own).
+ */
+function blockEndMs(policies: readonly CompiledPolicy[], decision: Decision, nowMs: number): number {
+  let end = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < policies.length; i++) {
+    const c = policies[i] as CompiledPolicy;
+    const part = decision.policies[i];
+    if (c.blockUs === 0 || part === undefined || part.allowed) continue;
+    if (part.reason === 'blocked') return Number.NEGATIVE_INFINITY;
+    if (part.reason === 'limit') end = Math.min(end, nowMs + c.blockUs / 1000);
+  }
+  return end;
 }
 
 /** A committed denial by a policy with `blockMs` started its block: later answers say `blocked`. */

@@ -242,6 +242,12 @@ describe('blocked-key cache', () => {
         slidingLog({ limit: 5, windowMs: 2000, countDenied: true, name: 'log' }),
       ],
       [slidingLog({ limit: 2, windowMs: 1000, countDenied: true, blockMs: 2500 })],
+      // Blocks shorter than the policy's own wait: past the block, a refused call starts a new one.
+      [gcra({ limit: 1, periodMs: 1000, blockMs: 100 })],
+      [
+        fixedWindow({ limit: 2, windowMs: 1000, blockMs: 300, name: 'fw' }),
+        gcra({ limit: 3, periodMs: 1000, name: 'g' }),
+      ],
       [gcra({ limit: 3, periodMs: 1000 })],
     ];
     for (const [index, policies] of sets.entries()) {
