@@ -36,7 +36,7 @@ export interface Decision {
   remaining: number;
   /** 0 when allowed; ms until this same call could pass; `Infinity` when it never can. */
   retryAfterMs: number;
-  /** ms until the key is back to its full, untouched state under the binding policy. */
+  /** ms until the key is back to its full, untouched state under the binding policy; never before `retryAfterMs`. */
   resetAfterMs: number;
   /** Admitted, but proceed after this many ms (queue mode, reservations). */
   delayMs?: number;
@@ -115,7 +115,9 @@ export function toDecision(
     limit: bound.limit,
     remaining: allowed ? remaining : Math.min(remaining, bound.remaining),
     retryAfterMs: allowed ? 0 : retryAfterMs,
-    resetAfterMs: bound.resetAfterMs,
+    // A wait of another policy (a countDenied log that logged this attempt) can outlast the binding one's.
+    resetAfterMs:
+      allowed || !Number.isFinite(retryAfterMs) ? bound.resetAfterMs : Math.max(bound.resetAfterMs, retryAfterMs),
     policy: bound.policy,
     policies: parts,
   };
