@@ -22,7 +22,10 @@ export interface Evaluation {
   reason: Reason;
   /** How many cost-1 calls would be admitted right now, after this call (floored, within 0…limit). */
   remaining: number;
-  /** 0 when allowed; µs until this same call could pass; Infinity when it never can. */
+  /**
+   * µs until this same call could pass; Infinity when it never can. 0 when allowed, but for a `countDenied`
+   * sliding log that logged the attempt of a call another policy denied: its wait after that attempt.
+   */
   retryAfterUs: number;
   /** µs until the key is back to untouched. */
   resetAfterUs: number;
