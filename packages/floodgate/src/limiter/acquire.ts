@@ -47,11 +47,15 @@ type Lane = Waiter[];
 const lanes = new WeakMap<Limiter, Map<string, Lane>>();
 
 /**
- * Called when a call starts to wait: to sleep for capacity or for its booked slot, or behind a call on
- * its key that waits so. (Behind a call that is only asking the store, a call is not waiting yet.) It may
- * throw to refuse the wait. `throttle` counts its queue with it.
+ * Counts a call that waits: behind another call on its key (from the moment it arrives), or asleep for
+ * capacity or for its booked slot. Only a call at the head of its key that is admitted at once never
+ * waits. `enter` may throw to refuse the wait; `leave` takes back a call counted by `enter` that is
+ * refused afterwards (so its room can go to an earlier call). `throttle` counts its queue with it.
  */
-export type WaitGate = () => void;
+export interface WaitGate {
+  enter(): void;
+  leave(): void;
+}
 
 /** Gates of calls in flight, keyed by their options object (an internal channel: no public option). */
 const gates = new WeakMap<object, WaitGate>();
@@ -113,7 +117,7 @@ export async function acquire(
   let decision: Decision;
   try {
     if (lane[0] !== me) {
-      if (lane.some((w) => w.gated)) passGate(me);
+      passGate(me);
       await waitForTurn(me, clock, deadlineUs, timeoutMs, signal);
     }
     for (;;) {
@@ -178,7 +182,7 @@ async function untilDue(
     });
   }
   try {
-    gate?.();
+    gate?.enter();
     await clock.sleep(delayMs, signal);
   } catch (error) {
     await giveBack();
@@ -189,23 +193,30 @@ async function untilDue(
 /** Runs a waiter's gate once (it throws when the wait is refused). */
 function passGate(w: Waiter): void {
   if (w.gated) return;
-  w.gate?.();
+  w.gate?.enter();
   w.gated = true;
 }
 
 /**
- * The head of a lane goes to sleep: it waits now, and so does every call behind it, which is refused
- * at once if its gate says so.
+ * The head of a lane goes to sleep: it waits now, and counts from here (the calls behind it already
+ * count, from their arrival). When its gate has no room, the newest counted waiter behind it on the key
+ * gives its room up (it is refused), so the earlier call keeps its turn; with none, the head is refused.
  */
 function startsWaiting(lane: Lane, me: Waiter): void {
-  passGate(me);
-  for (const w of lane) {
-    if (w.gated || w.gate === undefined) continue;
-    try {
-      passGate(w);
-    } catch (error) {
-      w.refuse?.(error);
+  if (me.gated || me.gate === undefined) return;
+  try {
+    passGate(me);
+    return;
+  } catch (error) {
+    for (let i = lane.length - 1; i > 0; i--) {
+      const w = lane[i] as Waiter;
+      if (!w.gated || w.gate === undefined || w.refuse === undefined) continue;
+      w.gated = false;
+      w.gate.leave();
+      w.refuse(error);
+      break;
     }
+    passGate(me);
   }
 }
 

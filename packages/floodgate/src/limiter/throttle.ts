@@ -18,9 +18,12 @@ export interface ThrottleOptions<A extends unknown[]> {
   /** What one call costs, or a function of its arguments (bytes, tokens, rows). @default 1 */
   cost?: number | ((...args: A) => number);
   /**
-   * Most calls waiting for their turn. Only calls that have to wait count: a call admitted at once always
-   * runs; one that would wait while `maxQueue` calls wait is rejected at once with `ERR_QUEUE_FULL`.
-   * `0`: run a call only if it is admitted at once. @default 1000
+   * Most calls waiting for their turn. A call waits, and counts, from the moment it queues behind another
+   * call on its key (even one still asking the store), or when it sleeps for capacity; only a call that is
+   * first on its key and admitted at once never counts. A call that would wait while `maxQueue` calls wait
+   * is rejected at once with `ERR_QUEUE_FULL` (when the first call on a key must sleep and the queue is
+   * full, the newest call waiting on that key is rejected instead). `0`: run a call only if it is admitted
+   * at once. @default 1000
    */
   maxQueue?: number;
   /** Longest wait of one call, in ms, before it rejects with `ERR_TIMEOUT`. @default Infinity */
@@ -32,7 +35,7 @@ export interface ThrottleOptions<A extends unknown[]> {
 /** A throttled function: same arguments, same result, called no faster than its limiter admits. */
 export interface Throttled<A extends unknown[], R> {
   (...args: A): Promise<Awaited<R>>;
-  /** Calls waiting for their turn now (not those admitted at once). */
+  /** Calls waiting for their turn now (behind another call on their key, or asleep for capacity). */
   readonly queued: number;
 }
 
@@ -82,19 +85,27 @@ export function throttle<A extends unknown[], R>(fn: (...args: A) => R, options:
     if (signal?.aborted) throw abortError(signal);
     const callKey = typeof key === 'function' ? key(...args) : key;
     const callCost = typeof cost === 'function' ? cost(...args) : cost;
-    // The call joins the queue only when it is about to wait, and only if there is room.
+    // The call joins the queue when it has to wait (behind another call on its key, or asleep for its
+    // turn), and only if there is room; a call at the head of its key admitted at once never joins.
     let waiting = false;
-    const enqueue = () => {
-      if (waiting) return;
-      if (queued >= maxQueue) {
-        throw new FloodgateError(
-          'ERR_QUEUE_FULL',
-          `throttle queue is full: ${queued} calls already waiting (maxQueue ${maxQueue})`,
-          { option: 'maxQueue' },
-        );
-      }
-      queued++;
-      waiting = true;
+    const gate = {
+      enter: () => {
+        if (waiting) return;
+        if (queued >= maxQueue) {
+          throw new FloodgateError(
+            'ERR_QUEUE_FULL',
+            `throttle queue is full: ${queued} calls already waiting (maxQueue ${maxQueue})`,
+            { option: 'maxQueue' },
+          );
+        }
+        queued++;
+        waiting = true;
+      },
+      leave: () => {
+        if (!waiting) return;
+        queued--;
+        waiting = false;
+      },
     };
     try {
       await limiter.acquire(
@@ -105,11 +116,11 @@ export function throttle<A extends unknown[], R>(fn: (...args: A) => R, options:
             ...(timeoutMs === undefined ? {} : { timeoutMs }),
             ...(signal === undefined ? {} : { signal }),
           },
-          enqueue,
+          gate,
         ),
       );
     } finally {
-      if (waiting) queued--;
+      gate.leave();
     }
     return (await fn.apply(this, args)) as Awaited<R>;
   }

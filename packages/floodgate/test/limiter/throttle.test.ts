@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { createLimiter, gcra, isFloodgateError, leakyBucket, throttle } from '../../src/index.js';
+import { memoryStore } from '../../src/stores/memory/memory-store.js';
+import type { Store } from '../../src/stores/store.js';
 import { manualClock } from '../../src/testing/index.js';
 
 async function flush(): Promise<void> {
@@ -72,7 +74,7 @@ describe('throttle', () => {
     expect(await second).toBe(1000);
   });
 
-  it('counts only calls that wait: calls admitted at once always run, maxQueue 0 runs a call only if it is free now', async () => {
+  it('a call counts from the moment it queues behind another on its key; maxQueue 0 runs a call only if it is free now', async () => {
     const clock = manualClock({ startMs: 0 });
     const runs: number[] = [];
     const now = throttle(async (id: number) => runs.push(id), {
@@ -80,27 +82,95 @@ describe('throttle', () => {
       clock,
       maxQueue: 0,
     });
-    // An idle key: three calls fit the burst and run, the fourth would wait and is refused.
-    const calls = [1, 2, 3, 4].map((id) =>
-      now(id).then(
+    const outcome = (p: Promise<unknown>) =>
+      p.then(
         () => 'ran',
         (error: { code?: string }) => error.code,
-      ),
-    );
-    expect(await Promise.all(calls)).toEqual(['ran', 'ran', 'ran', 'ERR_QUEUE_FULL']);
+      );
+    // One at a time on an idle key: three calls fit the burst and run, the fourth would wait and is refused.
+    for (const id of [1, 2, 3]) expect(await outcome(now(id))).toBe('ran');
+    expect(await outcome(now(4))).toBe('ERR_QUEUE_FULL');
     expect(runs).toEqual([1, 2, 3]);
     expect(now.queued).toBe(0);
+    // All at once: only the first is free; the others would wait behind it and are refused.
+    clock.advance(3000);
+    expect(await Promise.all([5, 6, 7].map((id) => outcome(now(id))))).toEqual([
+      'ran',
+      'ERR_QUEUE_FULL',
+      'ERR_QUEUE_FULL',
+    ]);
+    expect(runs).toEqual([1, 2, 3, 5]);
 
     const one = throttle(async (id: number) => id, {
-      policies: gcra({ limit: 2, periodMs: 2000 }),
+      policies: gcra({ limit: 1, periodMs: 1000 }),
       clock,
-      maxQueue: 1,
+      maxQueue: 2,
     });
     const batch = [1, 2, 3, 4].map((id) => one(id).then(String, (error: { code?: string }) => error.code));
+    await flush();
+    expect(one.queued).toBe(2);
+    clock.advance(1000);
     await flush();
     expect(one.queued).toBe(1);
     clock.advance(1000);
     expect(await Promise.all(batch)).toEqual(['1', '2', '3', 'ERR_QUEUE_FULL']);
+    expect(one.queued).toBe(0);
+  });
+
+  it('when the first call on a key must sleep and the queue is full, the newest call on the key gives its room up', async () => {
+    const clock = manualClock({ startMs: 0 });
+    const work = throttle(async (id: number) => [id, clock.nowMs()], {
+      policies: gcra({ limit: 1, periodMs: 1000 }),
+      clock,
+      maxQueue: 2,
+    });
+    await work(0);
+    const batch = [1, 2, 3].map((id) => work(id).catch((error: { code?: string }) => error.code));
+    await flush();
+    expect(work.queued).toBe(2);
+    expect(await batch[2]).toBe('ERR_QUEUE_FULL');
+    clock.advance(1000);
+    await flush();
+    clock.advance(1000);
+    expect(await Promise.all(batch.slice(0, 2))).toEqual([
+      [1, 1000],
+      [2, 2000],
+    ]);
+    expect(work.queued).toBe(0);
+  });
+
+  it('bounds the queue behind a call still asking a slow store', async () => {
+    const memory = memoryStore();
+    const slow: Store = {
+      name: 'slow',
+      hasOwnClock: false,
+      decide: (request) => new Promise((resolve) => setTimeout(() => resolve(memory.decide(request)), 5)),
+      reset: (prefix, key, policies) => memory.reset(prefix, key, policies),
+    };
+    const limiter = createLimiter({
+      store: slow,
+      policies: gcra({ limit: 1_000_000, periodMs: 1000 }),
+      breaker: false,
+    });
+    let most = 0;
+    const f = throttle(
+      async () => {
+        most = Math.max(most, f.queued);
+      },
+      { limiter, maxQueue: 2 },
+    );
+    const calls = Array.from({ length: 200 }, () =>
+      f().then(
+        () => 'ok',
+        (error: { code?: string }) => error.code,
+      ),
+    );
+    most = Math.max(most, f.queued);
+    const out = await Promise.all(calls);
+    expect(most).toBe(2);
+    expect(out.filter((x) => x === 'ok').length).toBe(3);
+    expect(out.filter((x) => x === 'ERR_QUEUE_FULL').length).toBe(197);
+    expect(f.queued).toBe(0);
   });
 
   it('a signal rejects waiting calls and later ones with ERR_ABORTED; the function never runs for them', async () => {
