@@ -483,49 +483,157 @@ describe.skipIf(!available)('postgres store', () => {
     }
   });
 
-  it('cancel() waits in the key’s lane: it never overtakes a call made before it', async () => {
-    const connection = connect('pg', 2);
-    try {
-      await postgresStore({ client: connection.client, schema, table: 'lane' }).migrate();
-      // Once armed, holds the next statement sent until the test lets it go.
-      let release: () => void = () => {};
-      const gate = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      let armed = false;
-      const sent: string[] = [];
+  describe('cancel and refund order', () => {
+    const table = 'side';
+    beforeAll(async () => {
+      if (admin !== undefined) {
+        const connection = connect('pg', 1);
+        await postgresStore({ client: connection.client, schema, table }).migrate();
+        await connection.close();
+      }
+    });
+
+    /** A client that records what it sends and, once armed, holds the next statement until released. */
+    function holdingClient(connection: Connection) {
+      const control = {
+        sent: [] as string[],
+        armed: false,
+        release: () => {},
+        throwOnCancel: false,
+      };
+      let gate = Promise.resolve();
       const client: PostgresClient = {
-        async query(text, params, name) {
-          sent.push(/_cancel"\(/.test(text) ? 'cancel' : 'decide');
-          if (armed) {
-            armed = false;
-            await gate;
+        query(text, params, name) {
+          const what = /_cancel"\(/.test(text) ? 'cancel' : /_refund"\(/.test(text) ? 'refund' : 'decide';
+          control.sent.push(what);
+          if (what === 'cancel' && control.throwOnCancel) throw new Error('driver bug');
+          if (control.armed) {
+            control.armed = false;
+            gate = new Promise<void>((resolve) => {
+              control.release = resolve;
+            });
+            const held = gate;
+            return held.then(() => connection.client.query(text, params, name));
           }
           return connection.client.query(text, params, name);
         },
       };
-      const store = postgresStore({ client, schema, table: 'lane' });
-      const clock = manualClock({ startMs: SCENARIO_START_MS });
-      const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 1, periodMs: 1000 })] });
-      await limiter.limit('k');
-      const booked = await limiter.limit('k', { maxDelayMs: 5000 });
-      expect(booked.allowed).toBe(true);
-      armed = true;
-      sent.length = 0;
-      const busy = limiter.limit('other'); // holds the lane
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      const later = limiter.limit('k', { maxDelayMs: 5000 }); // books after the reservation
-      const cancel = limiter.cancel('k', booked);
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      release();
-      await busy;
-      expect((await later).allowed).toBe(true);
-      // In arrival order the later booking moved the TAT, so the reservation is no longer the last one.
-      expect(await cancel).toBe(false);
-      expect(sent).toEqual(['decide', 'decide', 'cancel']);
-      await store.close();
-    } finally {
-      await connection.close();
+      return { client, control };
     }
+
+    const tick = () => new Promise((resolve) => setTimeout(resolve, 20));
+
+    it.skipIf(!available)('a cancel never overtakes a call made before it on its key', async () => {
+      const connection = connect('pg', 2);
+      try {
+        const { client, control } = holdingClient(connection);
+        const store = postgresStore({ client, schema, table });
+        const clock = manualClock({ startMs: SCENARIO_START_MS });
+        const limiter = createLimiter({
+          store,
+          clock,
+          prefix: uniquePrefix('same'),
+          policies: [gcra({ limit: 1, periodMs: 1000 })],
+        });
+        await limiter.limit('k');
+        const booked = await limiter.limit('k', { maxDelayMs: 5000 });
+        expect(booked.allowed).toBe(true);
+        control.armed = true;
+        control.sent.length = 0;
+        const later = limiter.limit('k', { maxDelayMs: 5000 }); // books after the reservation, held
+        await tick();
+        const cancel = limiter.cancel('k', booked);
+        const after = limiter.limit('k', { maxDelayMs: 5000 }); // made after the cancel: waits for it
+        await tick();
+        expect(control.sent).toEqual(['decide']);
+        control.release();
+        expect((await later).allowed).toBe(true);
+        // In arrival order the later booking moved the TAT, so the reservation is no longer the last one.
+        expect(await cancel).toBe(false);
+        expect((await after).allowed).toBe(true);
+        expect(control.sent).toEqual(['decide', 'cancel', 'decide']);
+        await store.close();
+      } finally {
+        await connection.close();
+      }
+    });
+
+    it.skipIf(!available)(
+      'a cancel or a refund waits for no other key, and later calls on its key wait for it',
+      async () => {
+        const connection = connect('pg', 2);
+        try {
+          const { client, control } = holdingClient(connection);
+          const store = postgresStore({ client, schema, table }); // one lane: every key shares it
+          const clock = manualClock({ startMs: SCENARIO_START_MS });
+          const limiter = createLimiter({
+            store,
+            clock,
+            prefix: uniquePrefix('other'),
+            policies: [gcra({ limit: 1, periodMs: 1000 })],
+          });
+          await limiter.limit('k');
+          const booked = await limiter.limit('k', { maxDelayMs: 5000 });
+          const leases = createLimiter({
+            store,
+            clock,
+            prefix: uniquePrefix('lease'),
+            policies: [gcra({ limit: 10, periodMs: 10_000 })],
+          });
+          const lease = leasedLimiter(leases, { size: 3, ttlMs: 60_000 });
+          expect((await lease.limit('leased')).allowed).toBe(true);
+          control.sent.length = 0;
+          const busy = limiter.limit('other'); // held: the lane has a statement in flight
+          control.armed = true;
+          await tick();
+          control.armed = false;
+          const cancel = limiter.cancel('k', booked);
+          const refund = lease.close();
+          const after = limiter.limit('k', { maxDelayMs: 5000 }); // made after the cancel: waits for it
+          expect(await cancel).toBe(true);
+          await refund;
+          expect(control.sent).toEqual(['decide', 'cancel', 'refund']);
+          control.release();
+          // The lane's next statement carries the call made after the cancel: it books the freed slot.
+          expect((await after).delayMs).toBe(1000);
+          expect((await busy).allowed).toBe(true);
+          await store.close();
+        } finally {
+          await connection.close();
+        }
+      },
+    );
+
+    it.skipIf(!available)(
+      'a client that throws instead of rejecting fails that call only: the key goes on',
+      async () => {
+        const connection = connect('pg', 2);
+        try {
+          const { client, control } = holdingClient(connection);
+          const store = postgresStore({ client, schema, table });
+          const clock = manualClock({ startMs: SCENARIO_START_MS });
+          const limiter = createLimiter({
+            store,
+            clock,
+            prefix: uniquePrefix('throws'),
+            policies: [gcra({ limit: 1, periodMs: 1000 })],
+            breaker: false,
+          });
+          await limiter.limit('k');
+          const booked = await limiter.limit('k', { maxDelayMs: 5000 });
+          control.throwOnCancel = true;
+          const first = limiter.limit('k', { maxDelayMs: 5000 });
+          const cancel = limiter.cancel('k', booked);
+          const after = limiter.limit('k', { maxDelayMs: 5000 });
+          expect((await first).allowed).toBe(true);
+          await expect(cancel).rejects.toThrow(/driver bug/);
+          expect((await after).delayMs).toBe(3000);
+          const closed = await Promise.race([store.close().then(() => 'closed'), tick().then(() => 'pending')]);
+          expect(closed).toBe('closed');
+        } finally {
+          await connection.close();
+        }
+      },
+    );
   });
 });

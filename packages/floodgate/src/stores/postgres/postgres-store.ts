@@ -59,27 +59,43 @@ export interface PostgresStore extends Store {
 const OP_CHECK = 0;
 const OP_LIMIT = 1;
 const OP_RESET = 2;
-/** Cancels and refunds ride in the lanes too, as statements of their own, so they keep their place. */
-const OP_CANCEL = 3;
-const OP_REFUND = 4;
 const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
 
 interface Pending {
-  op: 0 | 1 | 2 | 3 | 4;
+  op: 0 | 1 | 2;
+  prefix: string;
+  key: string;
   /** Row keys, one per policy. */
   keys: string[];
   policies: readonly CompiledPolicy[];
   request: StoreRequest | undefined;
-  /** A cancel's or refund's own statement. */
-  run: (() => Promise<unknown>) | undefined;
+  resolve(result: unknown): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * A cancel or a refund: one statement of its own, beside the lanes. It runs once the calls made before
+ * it on its key are answered; calls on its key made after it wait until it is done (`held`).
+ */
+interface Side {
+  prefix: string;
+  key: string;
+  run: () => Promise<unknown>;
   resolve(result: unknown): void;
   reject(error: unknown): void;
 }
 
 interface Lane {
   queue: Pending[];
+  /** The calls of the statement in flight. */
+  sending: readonly Pending[] | undefined;
+  /** Cancels and refunds waiting for calls on their key in this lane to be answered. */
+  sides: Side[];
   busy: boolean;
 }
+
+/** A call held behind a cancel or a refund on its key: a lane call, or another cancel or refund. */
+type Held = Pending | Side;
 
 /**
  * State in PostgreSQL, decided by a PL/pgSQL port of the model that `migrate()` installs. A call is one
@@ -141,6 +157,13 @@ class PostgresStoreImpl implements PostgresStore {
   private readonly statementName: string;
   private closed = false;
   private closing: Promise<void> | undefined;
+  /** Cancels and refunds running. */
+  private sidesRunning = 0;
+  /**
+   * Keys (by {@link keyId}) with a cancel or a refund not done yet, and the calls on them made since, in
+   * order. Empty almost always, so a decision pays one size check.
+   */
+  private readonly held = new Map<string, Held[]>();
   private idle: (() => void) | undefined;
 
   constructor(
@@ -152,7 +175,7 @@ class PostgresStoreImpl implements PostgresStore {
   ) {
     this.schema = names.schema;
     this.table = names.table;
-    this.lanes = Array.from({ length: concurrency }, () => ({ queue: [], busy: false }));
+    this.lanes = Array.from({ length: concurrency }, () => ({ queue: [], sending: undefined, sides: [], busy: false }));
     this.statement = decideStatement(names);
     this.statementName = statementName(names, 'decide');
   }
@@ -172,8 +195,8 @@ class PostgresStoreImpl implements PostgresStore {
   }
 
   /**
-   * One statement of its own (cancels are rare), in the key's lane: it waits for the calls made before it
-   * on that key, and calls made after it wait for it. See `cancelFunction` in postgres-sql.ts.
+   * One statement of its own (cancels are rare): it waits for the calls made before it on that key, and
+   * calls made after it on that key wait for it; other keys go on. See `cancelFunction` in postgres-sql.ts.
    */
   async cancel(request: CancelRequest): Promise<boolean> {
     const { reservation } = request;
@@ -182,7 +205,7 @@ class PostgresStoreImpl implements PostgresStore {
       pol.push(c.kind, c.a, c.b, c.c, reservation.tatUs[i] as number);
     });
     const keys = stateKeys(request.prefix, request.key, request.policies);
-    const rows = (await this.enqueue(OP_CANCEL, request.prefix, request.key, request.policies, undefined, () =>
+    const rows = (await this.side(request.prefix, request.key, () =>
       this.client.query(
         cancelStatement(this.names),
         [textArray(keys), String(request.nowUs ?? Number.NaN), String(reservation.cost), numberArray(pol)],
@@ -197,14 +220,14 @@ class PostgresStoreImpl implements PostgresStore {
   }
 
   /**
-   * One statement of its own (a lease gives back at most once), in the key's lane like `cancel`. See
+   * One statement of its own (a lease gives back at most once), ordered on its key like `cancel`. See
    * `refundFunction` in postgres-sql.ts.
    */
   async refund(request: RefundRequest): Promise<void> {
     const pol: number[] = [];
     for (const c of request.policies) pol.push(c.kind, c.limit, c.a, c.b, c.c);
     const keys = stateKeys(request.prefix, request.key, request.policies);
-    await this.enqueue(OP_REFUND, request.prefix, request.key, request.policies, undefined, () =>
+    await this.side(request.prefix, request.key, () =>
       this.client.query(
         refundStatement(this.names),
         [
@@ -228,7 +251,7 @@ class PostgresStoreImpl implements PostgresStore {
   close(): Promise<void> {
     this.closed = true;
     // Every call gets the same promise: a second close() neither hangs the first nor resolves early.
-    this.closing ??= this.lanes.every((lane) => !lane.busy)
+    this.closing ??= this.isIdle()
       ? Promise.resolve()
       : new Promise((resolve) => {
           this.idle = resolve;
@@ -242,39 +265,97 @@ class PostgresStoreImpl implements PostgresStore {
     key: string,
     policies: readonly CompiledPolicy[],
     request: StoreRequest | undefined,
-    run?: () => Promise<unknown>,
   ): Promise<unknown> {
     if (this.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the postgres store is closed'));
-    const lane = this.lanes[laneOf(prefix, key, this.lanes.length)] as Lane;
     return new Promise((resolve, reject) => {
-      lane.queue.push({ op, keys: stateKeys(prefix, key, policies), policies, request, run, resolve, reject });
-      if (!lane.busy) {
-        lane.busy = true;
-        // Calls made in the same tick share the first statement; a lone call waits for nothing else.
-        queueMicrotask(() => this.flush(lane));
-      }
+      const pending: Pending = {
+        op,
+        prefix,
+        key,
+        keys: stateKeys(prefix, key, policies),
+        policies,
+        request,
+        resolve,
+        reject,
+      };
+      const held = this.held.size === 0 ? undefined : this.held.get(keyId(prefix, key));
+      if (held === undefined) this.toLane(pending);
+      else held.push(pending);
     });
   }
 
-  private flush(lane: Lane): void {
-    const first = lane.queue[0] as Pending;
-    if (first.run !== undefined) {
-      // A cancel or a refund: alone, after what came before it and before what came after it.
-      lane.queue.shift();
-      first.run().then(
-        (rows) => {
-          first.resolve(rows);
-          this.next(lane);
-        },
-        (error: unknown) => {
-          first.reject(this.explain(error));
-          this.next(lane);
-        },
-      );
+  private toLane(pending: Pending): void {
+    const lane = this.laneOf(pending.prefix, pending.key);
+    lane.queue.push(pending);
+    if (!lane.busy) {
+      lane.busy = true;
+      // Calls made in the same tick share the first statement; a lone call waits for nothing else.
+      queueMicrotask(() => this.flush(lane));
+    }
+  }
+
+  private laneOf(prefix: string, key: string): Lane {
+    return this.lanes[laneOf(prefix, key, this.lanes.length)] as Lane;
+  }
+
+  /** Runs a cancel or a refund after the calls made before it on its key, and before those made after it. */
+  private side(prefix: string, key: string, run: () => Promise<unknown>): Promise<unknown> {
+    if (this.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the postgres store is closed'));
+    return new Promise((resolve, reject) => {
+      const side: Side = { prefix, key, run, resolve, reject };
+      const id = keyId(prefix, key);
+      const held = this.held.get(id);
+      if (held !== undefined) {
+        held.push(side);
+        return;
+      }
+      this.held.set(id, []);
+      this.startSide(side);
+    });
+  }
+
+  /** Runs a side statement now, or once the lane has answered every call on its key it holds. */
+  private startSide(side: Side): void {
+    const lane = this.laneOf(side.prefix, side.key);
+    const onKey = (p: Pending) => p.key === side.key && p.prefix === side.prefix;
+    if (lane.queue.some(onKey) || lane.sending?.some(onKey) === true) {
+      lane.sides.push(side);
       return;
     }
-    let end = 0;
-    while (end < lane.queue.length && end < this.maxBatch && (lane.queue[end] as Pending).run === undefined) end++;
+    this.sidesRunning++;
+    // A client that throws instead of rejecting fails this call only.
+    new Promise<unknown>((resolve) => resolve(side.run())).then(
+      (rows) => this.sideDone(side, () => side.resolve(rows)),
+      (error: unknown) => this.sideDone(side, () => side.reject(this.explain(error))),
+    );
+  }
+
+  private sideDone(side: Side, settle: () => void): void {
+    this.sidesRunning--;
+    settle();
+    // The calls held behind it go on in order, up to the next cancel or refund on the key.
+    const id = keyId(side.prefix, side.key);
+    const held = this.held.get(id) as Held[];
+    let next: Held | undefined = held.shift();
+    while (next !== undefined && !('run' in next)) {
+      this.toLane(next);
+      next = held.shift();
+    }
+    if (next === undefined) this.held.delete(id);
+    else this.startSide(next);
+    this.checkIdle();
+  }
+
+  /** After a statement: the cancels and refunds no call of this lane holds back any longer start. */
+  private releaseSides(lane: Lane): void {
+    if (lane.sides.length === 0) return;
+    const waiting = lane.sides;
+    lane.sides = [];
+    for (const side of waiting) this.startSide(side);
+  }
+
+  private flush(lane: Lane): void {
+    const end = Math.min(lane.queue.length, this.maxBatch);
     const batch = end === lane.queue.length ? lane.queue : lane.queue.slice(0, end);
     lane.queue = end === lane.queue.length ? [] : lane.queue.slice(end);
     let params: string[];
@@ -285,6 +366,7 @@ class PostgresStoreImpl implements PostgresStore {
       this.next(lane);
       return;
     }
+    lane.sending = batch;
     this.send(params, 0).then(
       (rows) => {
         try {
@@ -317,12 +399,22 @@ class PostgresStoreImpl implements PostgresStore {
   }
 
   private next(lane: Lane): void {
+    lane.sending = undefined;
+    this.releaseSides(lane);
     if (lane.queue.length > 0) {
       this.flush(lane);
       return;
     }
     lane.busy = false;
-    if (this.idle !== undefined && this.lanes.every((l) => !l.busy)) {
+    this.checkIdle();
+  }
+
+  private isIdle(): boolean {
+    return this.sidesRunning === 0 && this.lanes.every((l) => !l.busy);
+  }
+
+  private checkIdle(): void {
+    if (this.idle !== undefined && this.isIdle()) {
       this.idle();
       this.idle = undefined;
     }
@@ -349,6 +441,11 @@ class PostgresStoreImpl implements PostgresStore {
 function statementName(names: SqlNames, what: 'decide' | 'cancel' | 'refund'): string {
   const hash = createHash('sha256').update(`${names.schema}.${names.table}`).digest('hex').slice(0, 24);
   return `floodgate_${hash}_${what}`;
+}
+
+/** One string per prefix and key (the prefix's length first, so no two pairs meet). */
+function keyId(prefix: string, key: string): string {
+  return `${prefix.length}:${prefix}${key}`;
 }
 
 /** FNV-1a over prefix and key: calls on one key always use the same lane, which keeps their order. */
