@@ -376,7 +376,7 @@ describe.skipIf(!available)('postgres store', () => {
     }
   });
 
-  it('migrates a table made by an earlier version: the old <table>_state type and <table>_expires_at index go', async () => {
+  it('migrates a table made by an earlier version: the old <table>_state type goes, the index and primary key are renamed, not rebuilt', async () => {
     const connection = connect('pg', 2);
     try {
       await connection.sql(
@@ -384,6 +384,16 @@ describe.skipIf(!available)('postgres store', () => {
       );
       await connection.sql(`CREATE TYPE "${schema}".legacy_state AS (s float8[])`);
       await connection.sql(`CREATE INDEX legacy_expires_at ON "${schema}".legacy (expires_at)`);
+      const oids = async () =>
+        (
+          await connection.sql(
+            `SELECT c.relname AS name, c.oid::int8::text AS oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname LIKE 'legacy%' AND c.relkind = 'i' ORDER BY c.oid`,
+            [schema],
+          )
+        ).map((o) => [String(o.name), String(o.oid)]);
+      const before = await oids();
+      expect(before.map(([name]) => name).sort()).toEqual(['legacy_expires_at', 'legacy_pkey']);
       const store = postgresStore({ client: connection.client, schema, table: 'legacy' });
       await store.migrate();
       const objects = await connection.sql(
@@ -394,11 +404,24 @@ describe.skipIf(!available)('postgres store', () => {
       expect(objects.map((o) => o.name)).toEqual([
         'legacy',
         'legacy__fg_expires_at',
+        'legacy__fg_pkey',
         'legacy__fg_state',
-        'legacy_pkey',
       ]);
+      // The same indexes (same oids), under their new names.
+      const renamed = (name: string) => name.replace('legacy_', 'legacy__fg_');
+      expect(await oids()).toEqual(before.map(([name, oid]) => [renamed(name as string), oid]));
+      const constraints = await connection.sql(
+        `SELECT conname FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'p'`,
+        [`"${schema}".legacy`],
+      );
+      expect(constraints.map((c) => c.conname)).toEqual(['legacy__fg_pkey']);
       const limiter = createLimiter({ store, policies: [gcra({ limit: 2, periodMs: 60_000 })] });
       expect((await limiter.limit('k')).remaining).toBe(1);
+      // Idempotent: a second migrate changes nothing and keeps the state.
+      const after = await oids();
+      await store.migrate();
+      expect(await oids()).toEqual(after);
+      expect((await limiter.limit('k')).remaining).toBe(0);
       await postgresStore({ client: connection.client, schema, table: 'legacy_state' }).migrate();
     } finally {
       await connection.close();

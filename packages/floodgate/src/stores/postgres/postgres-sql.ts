@@ -105,12 +105,26 @@ BEGIN
     RAISE EXCEPTION 'floodgate: type %.% exists and is not a composite (s float8[])', ${literal(n.schema)},
       ${literal(n.stateTypeName)} USING ERRCODE = '42809';
   END IF;
-  CREATE INDEX IF NOT EXISTS ${quoteIdentifier(n.expiryIndexName)} ON ${n.qualified} (expires_at);
-  -- Earlier versions named the index <table>_expires_at: one expiry index is enough.
+  -- Earlier versions named the index <table>_expires_at and the primary key <table>_pkey: both are renamed
+  -- (a change of the catalog only, no index is built), unless the new name is taken already.
   IF EXISTS (SELECT 1 FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid JOIN pg_namespace s ON s.oid = x.relnamespace
       WHERE s.nspname = ${literal(n.schema)} AND x.relname = ${literal(`${n.table}_expires_at`)}
         AND i.indrelid = ${literal(n.qualified)}::regclass) THEN
-    DROP INDEX ${quoteIdentifier(n.schema)}.${quoteIdentifier(`${n.table}_expires_at`)};
+    IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+        WHERE s.nspname = ${literal(n.schema)} AND c.relname = ${literal(n.expiryIndexName)}) THEN
+      DROP INDEX ${quoteIdentifier(n.schema)}.${quoteIdentifier(`${n.table}_expires_at`)};
+    ELSE
+      ALTER INDEX ${quoteIdentifier(n.schema)}.${quoteIdentifier(`${n.table}_expires_at`)}
+        RENAME TO ${quoteIdentifier(n.expiryIndexName)};
+    END IF;
+  END IF;
+  CREATE INDEX IF NOT EXISTS ${quoteIdentifier(n.expiryIndexName)} ON ${n.qualified} (expires_at);
+  IF EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conrelid = ${literal(n.qualified)}::regclass AND k.contype = 'p'
+        AND k.conname = ${literal(`${n.table}_pkey`)})
+      AND NOT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
+        WHERE s.nspname = ${literal(n.schema)} AND c.relname = ${literal(n.primaryKeyName)}) THEN
+    ALTER TABLE ${n.qualified} RENAME CONSTRAINT ${quoteIdentifier(`${n.table}_pkey`)}
+      TO ${quoteIdentifier(n.primaryKeyName)};
   END IF;
 ${[
   appendFunction(n),
