@@ -4,23 +4,33 @@ import { FloodgateError, invalid } from '../errors.js';
 export interface BreakerOptions {
   /** Consecutive store failures (errors or timeouts) that open the breaker. @default 5 */
   failureThreshold?: number;
-  /** How long the breaker stays open before one call probes the store again, in ms. @default 1000 */
+  /**
+   * How long the breaker stays open before one call probes the store again, in ms. One probe at a time:
+   * another call probes only when the probe in flight has no answer after `max(cooldownMs, timeoutMs,
+   * 1000)`. @default 1000
+   */
   cooldownMs?: number;
 }
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
 
+/** The shortest time a probe in flight holds the half-open breaker before another call may probe. */
+export const MIN_PROBE_MS = 1000;
+
 /**
  * Stops calling a failing store for a cool-down, then lets one call probe it: a success closes the
- * breaker, a failure opens it again; a probe with no answer after another cool-down lets a new one go. While open, calls are decided by the failure policy at once,
- * instead of each waiting for a timeout against a dead server.
+ * breaker, a failure opens it again. One probe at a time: a probe with no answer after
+ * `max(cooldownMs, timeoutMs, 1000 ms)` lets a new one go. While open, calls are decided by the failure
+ * policy at once, instead of each waiting for a timeout against a dead server.
  */
 export class Breaker {
   private failures = 0;
   private openUntilMs = 0;
   private probing = false;
-  /** When the probe in flight started, ms: one that never settles gives way to a new one a cool-down later. */
+  /** When the probe in flight started, ms: one that never settles gives way to a new one `probeMs` later. */
   private probeStartMs = 0;
+  /** How long a probe in flight holds the half-open breaker: `max(cooldownMs, timeoutMs, MIN_PROBE_MS)`. */
+  readonly probeMs: number;
   state: BreakerState = 'closed';
   readonly failureThreshold: number;
   readonly cooldownMs: number;
@@ -28,6 +38,8 @@ export class Breaker {
   constructor(
     options: BreakerOptions,
     private readonly onChange: (state: BreakerState) => void,
+    /** The limiter's `timeoutMs`, if any: a probe is not stale before it could have timed out. */
+    storeTimeoutMs?: number,
   ) {
     this.failureThreshold = options.failureThreshold ?? 5;
     this.cooldownMs = options.cooldownMs ?? 1000;
@@ -42,6 +54,7 @@ export class Breaker {
         'a finite number of milliseconds ≥ 0',
       );
     }
+    this.probeMs = Math.max(this.cooldownMs, storeTimeoutMs ?? 0, MIN_PROBE_MS);
   }
 
   /** Whether a call may go to the store now; undefined means yes, an error means answer without it. */
@@ -50,9 +63,9 @@ export class Breaker {
     if (this.state === 'open' && nowMs >= this.openUntilMs) {
       this.set('half-open');
     }
-    // A probe with no answer after a cool-down (a lost request, no `timeoutMs`) would hold the breaker
-    // half-open forever: another call probes instead.
-    if (this.state === 'half-open' && (!this.probing || nowMs >= this.probeStartMs + this.cooldownMs)) {
+    // A probe with no answer (a lost request, no `timeoutMs`) would hold the breaker half-open forever:
+    // after `probeMs` another call probes instead. Not sooner, even with `cooldownMs: 0`: one probe at a time.
+    if (this.state === 'half-open' && (!this.probing || nowMs >= this.probeStartMs + this.probeMs)) {
       this.probing = true;
       this.probeStartMs = nowMs;
       return undefined;
@@ -60,7 +73,7 @@ export class Breaker {
     if (this.state === 'half-open') {
       return new FloodgateError(
         'ERR_STORE_UNAVAILABLE',
-        `the store is failing: a probe is in flight, the next one in ${Math.max(0, Math.ceil(this.probeStartMs + this.cooldownMs - nowMs))} ms at most (circuit breaker half-open)`,
+        `the store is failing: a probe is in flight, the next one in ${Math.max(0, Math.ceil(this.probeStartMs + this.probeMs - nowMs))} ms at most (circuit breaker half-open)`,
       );
     }
     return new FloodgateError(

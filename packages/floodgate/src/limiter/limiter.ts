@@ -159,7 +159,8 @@ export class Limiter {
     if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {
       throw invalid('ERR_INVALID_OPTION', 'breaker', breaker, 'breaker options or false');
     }
-    this.breaker = breaker === false ? undefined : new Breaker(breaker, (state) => this.emit('breaker', { state }));
+    this.breaker =
+      breaker === false ? undefined : new Breaker(breaker, (state) => this.emit('breaker', { state }), this.timeoutMs);
     const cache = options.blockedCache ?? false;
     if (typeof cache !== 'boolean' && (typeof cache !== 'object' || cache === null)) {
       throw invalid('ERR_INVALID_OPTION', 'blockedCache', cache, 'a boolean or blocked-cache options');

@@ -73,37 +73,49 @@ describe('circuit breaker', () => {
     expect(states).toEqual(['open', 'half-open', 'open', 'half-open', 'closed']);
   });
 
-  it('a probe that never settles gives way to a new probe one cool-down later', async () => {
-    const clock = manualClock();
-    const store = switchableStore();
-    let lose = false;
-    const lossy: Store = {
-      ...store,
-      // The probe's request is lost: no answer, no error (and no timeoutMs to bound it).
-      decide: (request) => (lose ? new Promise(() => {}) : store.decide(request)),
-    };
-    const limiter = createLimiter({
-      store: lossy,
-      clock,
-      policies: [gcra({ limit: 100, periodMs: 1000 })],
-      failure: 'open',
-      breaker: { failureThreshold: 2, cooldownMs: 500 },
-    });
-    store.up = false;
-    for (let i = 0; i < 2; i++) await limiter.limit('k');
-    expect(limiter.breakerState).toBe('open');
-    store.up = true;
-    lose = true;
-    clock.advance(500);
-    void limiter.limit('k'); // the probe, never answered
-    lose = false;
-    expect(limiter.breakerState).toBe('half-open');
-    clock.advance(499);
-    expect((await limiter.limit('k')).reason).toBe('degraded');
-    clock.advance(1);
-    const probe = await limiter.limit('k');
-    expect(probe.reason).toBeUndefined();
-    expect(limiter.breakerState).toBe('closed');
+  it('a probe that never settles gives way to a new probe after max(cooldownMs, timeoutMs, 1000 ms)', async () => {
+    for (const [cooldownMs, timeoutMs, probeMs] of [
+      [500, undefined, 1000],
+      [0, undefined, 1000],
+      [2000, undefined, 2000],
+      [0, 3000, 3000],
+    ] as const) {
+      const clock = manualClock();
+      const store = switchableStore();
+      let lose = false;
+      const lossy: Store = {
+        ...store,
+        // The probe's request is lost: no answer, no error (a timeoutMs would bound it on a real clock).
+        decide: (request) => (lose ? new Promise(() => {}) : store.decide(request)),
+      };
+      const limiter = createLimiter({
+        store: lossy,
+        clock,
+        policies: [gcra({ limit: 100, periodMs: 1000 })],
+        failure: 'open',
+        breaker: { failureThreshold: 2, cooldownMs },
+        ...(timeoutMs === undefined ? {} : { timeoutMs }),
+      });
+      store.up = false;
+      for (let i = 0; i < 2; i++) await limiter.limit('k');
+      expect(limiter.breakerState).toBe('open');
+      store.up = true;
+      lose = true;
+      clock.advance(cooldownMs);
+      void limiter.limit('k'); // the probe, never answered
+      lose = false;
+      expect(limiter.breakerState).toBe('half-open');
+      // One probe at a time, also with cooldownMs 0: the others are decided without the store.
+      const calls = store.calls;
+      for (let i = 0; i < 3; i++) expect((await limiter.limit('k')).reason).toBe('degraded');
+      clock.advance(probeMs - 1);
+      expect((await limiter.limit('k')).reason).toBe('degraded');
+      expect(store.calls).toBe(calls);
+      clock.advance(1);
+      const probe = await limiter.limit('k');
+      expect(probe.reason).toBeUndefined();
+      expect(limiter.breakerState).toBe('closed');
+    }
   });
 
   it("with failure 'throw' it fails fast while open", async () => {
