@@ -21,12 +21,10 @@ function apply(outcome: RateLimitOutcome | undefined, response: ServerResponse, 
     next();
     return;
   }
-  if (response.headersSent) {
-    // Another middleware (a timeout, a guard) answered while the decision was pending: there is nothing to
-    // add to its response, and a finished one must not reach the route handler.
-    if (outcome.allowed && !response.writableEnded) next();
-    return;
-  }
+  // Another middleware (a timeout, a guard, a stream) answered while the decision was pending, ended or
+  // not: there is nothing to add to its response, which stays its own to end, and the request does not
+  // go on (as with the node:http and Koa adapters), allowed or denied.
+  if (response.headersSent) return;
   try {
     if (!outcome.allowed) {
       sendDenial(response, outcome);
@@ -45,7 +43,8 @@ function apply(outcome: RateLimitOutcome | undefined, response: ServerResponse, 
  * get 429 (or 503 when the store is down and the failure policy is `'closed'`) with a problem body.
  * Errors (a throwing `key` hook, a limiter that throws, a response that refuses the headers) go to
  * Express's error handling through `next`. When another middleware answered while the decision was
- * pending, the middleware adds nothing to that response and does not go on.
+ * pending (its headers went out, even if its response has not ended), the middleware adds nothing to that
+ * response and does not go on; ending that response is left to whoever started it.
  *
  * @example
  * ```ts

@@ -136,6 +136,70 @@ describe.each([
   });
 });
 
+describe.each([
+  ['express 4', express4],
+  ['express 5', express],
+] as const)('%s, a response whose headers went out but that has not ended', (_name, factory) => {
+  it.each([
+    ['allowed', 10],
+    ['denied', 1],
+  ] as const)('adds nothing and does not go on when %s; the response stays its owner’s', async (_outcome, limit) => {
+    const events: Events = { handled: 0, errors: [] };
+    let g = gate();
+    let finish: (() => void) | undefined;
+    const app = factory();
+    app.use((request, response, next) => {
+      if (request.headers['x-stream'] === undefined) {
+        next();
+        return;
+      }
+      next();
+      // floodgate's decision is now pending on `key`: start a streamed answer first.
+      response.status(200);
+      response.flushHeaders();
+      response.write('streaming ');
+      finish = () => response.end('done');
+    });
+    app.use(
+      expressRateLimit({
+        policies: gcra({ limit, periodMs: 60_000 }),
+        key: async () => {
+          await g.opened;
+          return 'k';
+        },
+      }),
+    );
+    app.get('/', (_request, response) => {
+      events.handled++;
+      response.end('ok');
+    });
+    app.use((error: unknown, _request: express.Request, response: express.Response, _next: express.NextFunction) => {
+      events.errors.push(error);
+      response.end();
+    });
+    const server = await listen(createServer(app));
+    try {
+      // A first request uses up the single unit when limit is 1, so the streamed one is denied.
+      g.open();
+      expect((await fetch(server.url)).status).toBe(200);
+      events.handled = 0;
+      g = gate();
+      const response = await fetch(server.url, { headers: { 'x-stream': '1' } });
+      expect(response.status).toBe(200);
+      expect(response.headers.get('ratelimit')).toBeNull();
+      g.open();
+      await settle();
+      expect(events).toEqual({ handled: 0, errors: [] });
+      expect(rejections).toEqual([]);
+      finish?.();
+      expect(await response.text()).toBe('streaming done');
+      expect(events).toEqual({ handled: 0, errors: [] });
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('fastify', () => {
   it('adds nothing to a reply sent first, and does not go on', async () => {
     const g = gate();
