@@ -143,6 +143,24 @@ export function parseGrpcTimeout(value: unknown): number | undefined {
   return amount * unitMs;
 }
 
+/** Calls opened in this turn of the event loop, whose read timers are not armed yet. */
+let unarmed: Call[] = [];
+
+/**
+ * Arms a call's read timer after this turn of the event loop, once for all the calls opened in it: a
+ * unary request usually arrives whole with its headers, and is read by then, so it needs no timer.
+ */
+function armLater(call: Call): void {
+  if (unarmed.length === 0) setImmediate(armReadTimers);
+  unarmed.push(call);
+}
+
+function armReadTimers(): void {
+  const calls = unarmed;
+  unarmed = [];
+  for (const call of calls) call.armReadTimer();
+}
+
 /**
  * One unary call, answered exactly once: by its handler, or by a timer (the request did not arrive in
  * time, the caller's deadline passed), or on shutdown. A stream the peer resets counts as answered.
@@ -151,6 +169,7 @@ class Call {
   private answered = false;
   private readTimer: NodeJS.Timeout | undefined;
   private deadlineTimer: NodeJS.Timeout | undefined;
+  private readonly readTimeoutMs: number;
 
   constructor(
     private readonly ctx: ServiceContext,
@@ -162,10 +181,8 @@ class Call {
   ) {
     reading.add(this);
     if (method === 'ShouldRateLimit') ctx.metrics.inFlight.grpc++;
-    this.readTimer = setTimeout(
-      () => this.fail(GrpcStatus.DEADLINE_EXCEEDED, `the request message did not arrive within ${readTimeoutMs} ms`),
-      readTimeoutMs,
-    );
+    this.readTimeoutMs = readTimeoutMs;
+    armLater(this);
     if (deadlineMs !== undefined && deadlineMs < MAX_TIMER_MS) {
       this.deadlineTimer = setTimeout(
         () => this.fail(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded (grpc-timeout)'),
@@ -173,6 +190,16 @@ class Call {
       );
     }
     stream.once('close', () => this.settle());
+  }
+
+  /** Arms the read timer, unless the request already arrived whole (or the call was answered). */
+  armReadTimer(): void {
+    if (!this.reading.has(this)) return;
+    this.readTimer = setTimeout(
+      () =>
+        this.fail(GrpcStatus.DEADLINE_EXCEEDED, `the request message did not arrive within ${this.readTimeoutMs} ms`),
+      this.readTimeoutMs,
+    );
   }
 
   /** Whether the call still waits for its answer. */
