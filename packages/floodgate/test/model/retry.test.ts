@@ -171,7 +171,8 @@ function multiRetryMisses(policies: readonly Policy[], calls: readonly Call[], e
     const miss = (problem: string) =>
       misses.push({ call: i, atUs: now - START_US, cost: call.cost, retryAfterUs: retry, problem });
     if (decision.retryAfterMs !== usToMs(retry)) miss(`retryAfterMs ${decision.retryAfterMs} is not the longest wait`);
-    if (decision.resetAfterMs < decision.retryAfterMs) miss(`resetAfterMs ${decision.resetAfterMs} before retryAfterMs`);
+    if (decision.resetAfterMs < decision.retryAfterMs)
+      miss(`resetAfterMs ${decision.resetAfterMs} before retryAfterMs`);
     if (!allowedAt(now + retry, call.cost)) miss('denied at now + the longest retryAfterUs');
     if (!allowedAt(now + decision.retryAfterMs * 1000, call.cost)) miss('denied at now + retryAfterMs');
     if (exact && allowedAt(now + retry - 1, call.cost)) miss('admitted 1 µs before now + the longest retryAfterUs');
