@@ -115,9 +115,9 @@ for (const driver of [...DRIVERS, ...OLDER_CLUSTER_DRIVERS]) {
       await Promise.all(keys.map((key) => double.reset(key)));
     });
 
-    it.runIf(installed)(
-      'follows a failover: the promoted replica has the state, and gets the scripts by EVAL',
-      async () => {
+    // The older majors' cluster clients run everything but the failover (see OLDER_CLUSTER_DRIVERS).
+    if (installed) {
+      it('follows a failover: the promoted replica has the state, and gets the scripts by EVAL', async () => {
         const nodes = cluster as TestCluster;
         const prefix = uniquePrefix('failover');
         // Hour-long policies: on a loaded machine the failover may take long, and the keys must not expire
@@ -162,9 +162,8 @@ for (const driver of [...DRIVERS, ...OLDER_CLUSTER_DRIVERS]) {
         expect((await double.limit('k')).remaining).toBe(1);
         expect(await nodes.onNode(replica, 'SCRIPT', 'EXISTS', METER_SCRIPT_SHA, DECIDE_SCRIPT_SHA)).toBe('1\n1');
         await double.reset('k');
-      },
-      120_000,
-    );
+      }, 120_000);
+    }
 
     it('a storage key lives in the slot of its hash tag', async () => {
       const prefix = uniquePrefix();
