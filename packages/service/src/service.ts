@@ -120,7 +120,12 @@ export class Service implements ServiceContext {
 
   constructor(private readonly options: ServiceOptions) {
     const logger = options.logger;
-    this.logger = typeof logger === 'object' ? logger : pino({ name: 'floodgate', level: logger ?? 'info' });
+    // Synchronous writes: pino's default asynchronous stdout never lets the process exit once whatever read
+    // the logs has gone away (a dead pipe), so SIGTERM would hang; the service logs little, never per call.
+    this.logger =
+      typeof logger === 'object'
+        ? logger
+        : pino({ name: 'floodgate', level: logger ?? 'info' }, pino.destination({ dest: 1, sync: true }));
     this.headers = new RateLimitHeaders(options.headers ?? 'ietf');
   }
 

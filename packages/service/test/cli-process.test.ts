@@ -134,6 +134,21 @@ describe('floodgate serve (a real process)', () => {
     expect(service.logs.some((l) => l.msg === 'floodgate stopped')).toBe(true);
   });
 
+  it('stops on SIGTERM when whatever read its logs has gone away', async () => {
+    const file = join(dir, 'dead-pipe.yaml');
+    writeFileSync(file, config(3));
+    const service = await serve(['--config', file, '--no-watch']);
+    // The reader of stdout goes away (a log shipper that died): every later log line meets a closed pipe.
+    service.child.stdout?.destroy();
+    expect(await decide(service.httpPort)).toMatchObject({ limit: 3, remaining: 2 });
+    service.child.kill('SIGTERM');
+    const code = await Promise.race([
+      service.exit,
+      new Promise<string>((resolve) => setTimeout(() => resolve('still running 10 s after SIGTERM'), 10_000)),
+    ]);
+    expect(code).toBe(EXIT.OK);
+  }, 20_000);
+
   it('exits 3 on an invalid config, naming the file, line and path', async () => {
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, config(0));
