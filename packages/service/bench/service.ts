@@ -62,6 +62,8 @@ async function startService(store: string): Promise<Running> {
     [CLI, 'serve', '--config', configFile, '--store', store, '--port', '0', '--grpc-port', '0', '--no-watch'],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
+  // Never leave a service running behind a benchmark that failed.
+  process.once('exit', () => child.kill('SIGKILL'));
   const line = await new Promise<string>((resolve, reject) => {
     let buffer = '';
     child.stdout?.on('data', (chunk: Buffer) => {
