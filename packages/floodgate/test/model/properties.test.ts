@@ -1,18 +1,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  createLimiter,
-  type Decision,
-  fixedWindow,
-  gcra,
-  leakyBucket,
-  memoryStore,
-  type Policy,
-  slidingLog,
-  slidingWindow,
-  tokenBucket,
-} from '../../src/index.js';
+import { createLimiter, type Decision, memoryStore, type Policy } from '../../src/index.js';
 import { manualClock } from '../../src/testing/index.js';
+import { policyArbitrary } from './arbitraries.js';
 
 const START_MS = Date.UTC(2030, 0, 1);
 
@@ -20,36 +10,7 @@ const blockMs = fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 3000 }));
 const count = fc.oneof(fc.integer({ min: 1, max: 12 }), fc.double({ min: 1, max: 12, noNaN: true }));
 
 /** Every algorithm and option, with parameters small enough for random traffic to hit the limits. */
-const policyArb: fc.Arbitrary<Policy> = fc.oneof(
-  fc.record({ limit: count, periodMs: fc.integer({ min: 1, max: 2000 }), burst: count, blockMs }).map((o) => gcra(o)),
-  fc
-    .record({ capacity: count, refillAmount: count, refillIntervalMs: fc.integer({ min: 1, max: 1000 }), blockMs })
-    .map((o) => tokenBucket(o)),
-  fc
-    .record({ capacity: count, refillAmount: count, refillIntervalMs: fc.integer({ min: 1, max: 1000 }), blockMs })
-    .map((o) => tokenBucket({ ...o, refill: 'interval' })),
-  fc
-    .record({
-      capacity: count,
-      leakPerSecond: fc.double({ min: 0.5, max: 50, noNaN: true }),
-      blockMs,
-      queue: fc.boolean(),
-    })
-    .map(({ queue, ...o }) => leakyBucket({ ...o, mode: queue ? 'queue' : 'meter' })),
-  fc
-    .record({ limit: count, windowMs: fc.integer({ min: 1, max: 2000 }), blockMs, first: fc.boolean() })
-    .map(({ first, ...o }) => fixedWindow({ ...o, align: first ? 'first-request' : 'clock' })),
-  fc.record({ limit: count, windowMs: fc.integer({ min: 1, max: 2000 }), blockMs }).map((o) => slidingWindow(o)),
-  fc
-    .record({
-      limit: count,
-      windowMs: fc.integer({ min: 1, max: 2000 }),
-      minGapMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 })),
-      countDenied: fc.boolean(),
-      blockMs,
-    })
-    .map((o) => slidingLog(o)),
-);
+const policyArb = policyArbitrary({ size: count, refill: count, blockMs });
 
 interface Call {
   /** µs since the previous call. */

@@ -6,18 +6,17 @@ import {
   decide,
   type Evaluation,
   emptyEvaluation,
-  fixedWindow,
   gcra,
   inspect,
   leakyBucket,
   type Policy,
   type State,
   slidingLog,
-  slidingWindow,
   toDecision,
   tokenBucket,
   usToMs,
 } from '../../src/model/index.js';
+import { policyArbitrary } from './arbitraries.js';
 
 /** 2030-01-01T00:00:00Z in µs: a realistic epoch, so float dust shows as it does in production. */
 const START_US = Date.UTC(2030, 0, 1) * 1000;
@@ -40,39 +39,7 @@ const blockMs = fc.oneof(
 );
 
 /** Every algorithm with fractional parameters, with and without a penalty box. */
-const policyArb: fc.Arbitrary<Policy> = fc.oneof(
-  fc.record({ limit: size, periodMs: fc.integer({ min: 1, max: 2000 }), blockMs }).map((o) => gcra(o)),
-  fc
-    .record({ limit: size, periodMs: fc.integer({ min: 1, max: 2000 }), burst: size, blockMs })
-    .map((o) => gcra({ ...o, burst: Math.max(1, o.burst) })),
-  fc
-    .record({ capacity: size, refillAmount: amount, refillIntervalMs: fc.integer({ min: 1, max: 1000 }), blockMs })
-    .map((o) => tokenBucket(o)),
-  fc
-    .record({ capacity: size, refillAmount: amount, refillIntervalMs: fc.integer({ min: 1, max: 1000 }), blockMs })
-    .map((o) => tokenBucket({ ...o, refill: 'interval' })),
-  fc
-    .record({
-      capacity: size,
-      leakPerSecond: fc.double({ min: 0.5, max: 50, noNaN: true }),
-      queue: fc.boolean(),
-      blockMs,
-    })
-    .map(({ queue, ...o }) => leakyBucket({ ...o, mode: queue ? 'queue' : 'meter' })),
-  fc
-    .record({ limit: size, windowMs: fc.integer({ min: 1, max: 2000 }), first: fc.boolean(), blockMs })
-    .map(({ first, ...o }) => fixedWindow({ ...o, align: first ? 'first-request' : 'clock' })),
-  fc.record({ limit: size, windowMs: fc.integer({ min: 1, max: 2000 }), blockMs }).map((o) => slidingWindow(o)),
-  fc
-    .record({
-      limit: size,
-      windowMs: fc.integer({ min: 1, max: 2000 }),
-      minGapMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 })),
-      countDenied: fc.boolean(),
-      blockMs,
-    })
-    .map((o) => slidingLog(o)),
-);
+const policyArb = policyArbitrary({ size, refill: amount, blockMs });
 
 interface Call {
   gapUs: number;
