@@ -73,6 +73,26 @@ interface Miss {
 }
 
 /**
+ * Replays the calls through one policy, committing each, and hands every call to `visit` with its
+ * evaluation, the state it left and its time.
+ */
+function replay(
+  c: CompiledPolicy,
+  calls: readonly Call[],
+  visit: (call: Call, i: number, out: Evaluation, s: State | undefined, now: number) => void,
+): void {
+  let s: State | undefined;
+  let now = START_US;
+  calls.forEach((call, i) => {
+    now += call.gapUs;
+    const out = emptyEvaluation();
+    decide([c], [s], now, call.cost, { commit: true }, [out]);
+    if (out.next !== undefined) s = [...out.next];
+    visit(call, i, out, s, now);
+  });
+}
+
+/**
  * Replays the calls through the model; after every denial on the policy's limit or by its penalty box,
  * asks the model what the same call gets when retried at `now + retryAfterUs` (must pass), 1 µs
  * earlier (must not, where the wait is exact), and at the promised whole milliseconds (must pass).
@@ -81,14 +101,8 @@ interface Miss {
  */
 function retryMisses(policy: Policy, calls: readonly Call[], exact: boolean): Miss[] {
   const c = compilePolicy(policy);
-  let s: State | undefined;
-  let now = START_US;
   const misses: Miss[] = [];
-  calls.forEach((call, i) => {
-    now += call.gapUs;
-    const out = emptyEvaluation();
-    decide([c], [s], now, call.cost, { commit: true }, [out]);
-    if (out.next !== undefined) s = [...out.next];
+  replay(c, calls, (call, i, out, s, now) => {
     if (out.allowed || out.reason === 'exceeds-capacity') return;
     const retry = out.retryAfterUs;
     const miss = (problem: string) =>
@@ -150,14 +164,8 @@ function multiRetryMisses(policies: readonly Policy[], calls: readonly Call[], e
 /** The same for resetAfter: at `now + resetAfterUs` the key is back to untouched (full). */
 function resetMisses(policy: Policy, calls: readonly Call[]): Miss[] {
   const c = compilePolicy(policy);
-  let s: State | undefined;
-  let now = START_US;
   const misses: Miss[] = [];
-  calls.forEach((call, i) => {
-    now += call.gapUs;
-    const out = emptyEvaluation();
-    decide([c], [s], now, call.cost, { commit: true }, [out]);
-    if (out.next !== undefined) s = [...out.next];
+  replay(c, calls, (call, i, _out, s, now) => {
     const reset = inspect(c, s, now).resetAfterUs;
     const later = inspect(c, s, now + reset);
     const fresh = inspect(c, undefined, now + reset);
