@@ -110,13 +110,17 @@ function random(seed: number) {
   };
   const below = (n: number) => Math.floor(next() * n);
   const pick = <T>(items: readonly T[]) => items[below(items.length)] as T;
-  /** Mostly lowercase (which nghttp2 Huffman-codes), sometimes any visible byte 0x21-0xff. */
+  /**
+   * Latin1 text: lowercase letters (which nghttp2 Huffman-codes), sometimes sprinkled with other bytes from
+   * 0x21 to 0xff (still shorter Huffman-coded), sometimes made of them only (then sent raw).
+   */
   const text = (maxLength: number) => {
-    const binary = next() < 0.3;
+    const mode = next();
+    const other = mode < 0.5 ? 0 : mode < 0.85 ? 0.15 : 1;
     let out = '';
     for (let i = below(maxLength + 1); i > 0; i--) {
-      out += String.fromCharCode(binary ? 0x21 + below(0xff - 0x20) : 0x61 + below(26));
-      if (binary && out.endsWith('\x7f')) out = `${out.slice(0, -1)}~`;
+      const code = next() < other ? 0x21 + below(0xff - 0x20) : 0x61 + below(26);
+      out += code === 0x7f ? '~' : String.fromCharCode(code);
     }
     return out;
   };
@@ -458,6 +462,7 @@ describe('HpackDecoder: malformed blocks', () => {
     ['EOS inside a Huffman string', [0x00, 0x80 | huffman('a', [256]).length, ...huffman('a', [256]), 0x00]],
     ['EOS then a symbol in a Huffman string', [0x00, 0x85, ...huffman('', [256, 0x30]), 0x00]],
     ['Huffman padding longer than 7 bits', [0x00, 0x82, ...huffman('a'), 0xff, 0x00]],
+    ['Huffman padding of 8 bits', [0x00, 0x86, ...huffman('00000000'), 0xff, 0x00]],
     ['Huffman padding of 0s', [0x00, 0x81, 0b00011000, 0x00]],
     ['a size update above SETTINGS_HEADER_TABLE_SIZE', int(4097, 5, 0x20)],
     ['a size update after a field', [0x82, 0x20]],

@@ -281,8 +281,8 @@ export class HpackDecoder {
           value = this.values[slot] as string;
         }
       } else if (byte >= 0x40) {
-        // §6.2.1 Literal Header Field with Incremental Indexing: the value is needed for the table even
-        // when the list is over its limit, unless the entry is too big to enter it.
+        // §6.2.1 Literal Header Field with Incremental Indexing: the strings are made even when the list
+        // is over its limit, since the table needs them.
         name = this.name(buf, 0x3f, true);
         value = this.string(buf, true);
         this.insert(name, value);
