@@ -324,6 +324,11 @@ export class Writer {
     return out;
   }
 
+  /** The message, unframed, as a view of this writer's buffer: valid until the next write or reset. */
+  view(): Buffer {
+    return this.buf.subarray(0, this.pos);
+  }
+
   /** The message, unframed, in a new buffer. */
   bytes(): Buffer {
     return Buffer.from(this.buf.subarray(0, this.pos));

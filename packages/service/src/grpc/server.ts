@@ -1,22 +1,17 @@
-import {
-  constants,
-  createServer,
-  type Http2Server,
-  type Http2Session,
-  type IncomingHttpHeaders,
-  type ServerHttp2Stream,
-} from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import type { ServiceContext } from '../context.js';
 import type { DescriptorOutcome } from '../engine.js';
 import { classify, type FailureKind } from '../failures.js';
 import { DecodeError, decodeHealthCheckRequest, decodeRateLimitRequest, Writer } from './codec.js';
+import { createH2Server, type H2Stream, type StreamHandler } from './h2.js';
 import { encodeRateLimitResponse, toDecisionRequest } from './rate-limit.js';
 
 /** The Envoy rate limit service's full name. */
 export const RATE_LIMIT_SERVICE = 'envoy.service.ratelimit.v3.RateLimitService';
 /** Largest gRPC message accepted, in bytes. */
 export const MAX_GRPC_MESSAGE_BYTES = 1024 * 1024;
+/** Largest request header list accepted (RFC 9113 size), in bytes. */
+const MAX_HEADER_LIST_BYTES = 64 * 1024;
 /** Default of {@link GrpcServerOptions.readTimeoutMs}. */
 export const DEFAULT_GRPC_READ_TIMEOUT_MS = 10_000;
 /** Longest delay a timer takes (about 24.8 days); longer deadlines are as good as none. */
@@ -84,23 +79,19 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
   if (!Number.isInteger(readTimeoutMs) || readTimeoutMs < 1) {
     throw new RangeError(`readTimeoutMs must be a whole number of milliseconds, at least 1; got ${readTimeoutMs}`);
   }
-  const server: Http2Server = createServer({
-    settings: { maxConcurrentStreams: 1000 },
-    maxSessionMemory: 64,
-  });
-  const sessions = new Set<Http2Session>();
   const writer = new Writer(4096);
   /** Calls whose request message has not fully arrived. */
   const reading = new Set<Call>();
-  let closing = false;
-
-  server.on('session', (session) => {
-    sessions.add(session);
-    session.on('close', () => sessions.delete(session));
-    session.on('error', () => {});
-    if (closing) session.close();
+  const h2 = createH2Server({
+    maxConcurrentStreams: 1000,
+    maxHeaderListSize: MAX_HEADER_LIST_BYTES,
+    maxBodyBytes: MAX_GRPC_MESSAGE_BYTES + 5,
+    maxSessionMemory: 64 * 1024 * 1024,
+    prefaceTimeoutMs: readTimeoutMs,
+    onStream: (stream, fields) => onStream(context(), stream, fields, writer, reading, readTimeoutMs),
+    onError: (error) => context().logger.error({ err: error }, 'internal error on a gRPC connection'),
   });
-  server.on('stream', (stream, headers) => onStream(context(), stream, headers, writer, reading, readTimeoutMs));
+  const server = h2.server;
 
   return {
     listen: (host, port) =>
@@ -113,18 +104,17 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
       }),
     close: (drainMs) =>
       new Promise((resolve) => {
-        closing = true;
         const timer = setTimeout(() => {
-          for (const session of sessions) session.destroy();
+          h2.destroy();
           resolve(false);
         }, drainMs);
         server.close(() => {
           clearTimeout(timer);
           resolve(true);
         });
-        // GOAWAY: clients stop opening streams; open streams finish, then each session closes. A call
-        // still waiting for its request would hold its session to the end of the drain: answer it now.
-        for (const session of sessions) session.close();
+        // GOAWAY: clients stop opening streams; open streams finish, then each connection closes. A call
+        // still waiting for its request would hold its connection to the end of the drain: answer it now.
+        h2.goAway();
         for (const call of [...reading]) call.fail(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
       }),
   };
@@ -165,7 +155,7 @@ function armReadTimers(): void {
  * One unary call, answered exactly once: by its handler, or by a timer (the request did not arrive in
  * time, the caller's deadline passed), or on shutdown. A stream the peer resets counts as answered.
  */
-class Call {
+class Call implements StreamHandler {
   private answered = false;
   private readTimer: NodeJS.Timeout | undefined;
   private deadlineTimer: NodeJS.Timeout | undefined;
@@ -173,23 +163,25 @@ class Call {
 
   constructor(
     private readonly ctx: ServiceContext,
-    readonly stream: ServerHttp2Stream,
+    readonly stream: H2Stream,
     readonly method: 'ShouldRateLimit' | 'Check',
     private readonly reading: Set<Call>,
+    private readonly writer: Writer,
     readTimeoutMs: number,
     deadlineMs: number | undefined,
   ) {
     reading.add(this);
     if (method === 'ShouldRateLimit') ctx.metrics.inFlight.grpc++;
     this.readTimeoutMs = readTimeoutMs;
-    armLater(this);
+    // A request that ended with its headers is read at once, and needs no timer.
+    if (!stream.remoteEnded) armLater(this);
     if (deadlineMs !== undefined && deadlineMs < MAX_TIMER_MS) {
       this.deadlineTimer = setTimeout(
         () => this.fail(GrpcStatus.DEADLINE_EXCEEDED, 'deadline exceeded (grpc-timeout)'),
         Math.ceil(deadlineMs),
       );
     }
-    stream.once('close', () => this.settle());
+    stream.handler = this;
   }
 
   /** Arms the read timer, unless the request already arrived whole (or the call was answered). */
@@ -207,25 +199,48 @@ class Call {
     return !this.answered;
   }
 
-  /** The request message arrived whole. */
-  received(): void {
+  /** The request ended: `frame` should be one length-prefixed message. */
+  body(frame: Buffer): void {
+    if (this.answered) return;
+    if (frame.length < 5) {
+      this.fail(GrpcStatus.INVALID_ARGUMENT, 'no request message');
+      return;
+    }
+    if (frame[0] !== 0) {
+      this.fail(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported');
+      return;
+    }
+    if (frame.readUInt32BE(1) !== frame.length - 5) {
+      this.fail(GrpcStatus.INVALID_ARGUMENT, 'a unary call carries exactly one message');
+      return;
+    }
     this.reading.delete(this);
     clearTimeout(this.readTimer);
+    const message = frame.subarray(5);
+    if (this.method === 'Check') healthCheck(this.ctx, this, message);
+    else shouldRateLimit(this.ctx, this, message, this.writer);
   }
 
-  reply(frame: Buffer): void {
-    if (this.settle()) reply(this.stream, frame);
+  tooLarge(): void {
+    this.fail(GrpcStatus.RESOURCE_EXHAUSTED, `message larger than ${MAX_GRPC_MESSAGE_BYTES} bytes`);
+  }
+
+  aborted(): void {
+    this.settle();
+  }
+
+  /** Answers `message` (unframed) with status OK. */
+  reply(message: Buffer): void {
+    if (this.settle()) this.stream.sendMessage(message);
   }
 
   /** Answers an error status, counted in the error metric. */
   fail(status: number, message: string): void {
-    const reading = this.reading.has(this);
     if (!this.settle()) return;
     this.ctx.metrics.error('grpc', this.method, STATUS_NAMES[status] ?? String(status));
-    fail(this.stream, status, message);
-    // The peer has not ended its request: end the stream once the status is sent (RST_STREAM NO_ERROR,
-    // as gRPC allows), or it would stay open until the peer gives up.
-    if (reading && !this.stream.destroyed) this.stream.close(constants.NGHTTP2_NO_ERROR);
+    // The transport ends a request the peer is still sending once the status is out (RST_STREAM
+    // NO_ERROR, as gRPC allows), so it does not stay open until the peer gives up.
+    this.stream.sendStatus(status, percentEncode(message));
   }
 
   private settle(): boolean {
@@ -241,91 +256,60 @@ class Call {
 
 function onStream(
   ctx: ServiceContext,
-  stream: ServerHttp2Stream,
-  headers: IncomingHttpHeaders,
+  stream: H2Stream,
+  fields: string[] | undefined,
   writer: Writer,
   reading: Set<Call>,
   readTimeoutMs: number,
 ): void {
-  stream.on('error', () => {});
-  const contentType = headers['content-type'];
-  if (typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
-    stream.respond({ ':status': 415 }, { endStream: true });
+  if (fields === undefined) {
+    stream.sendStatus(GrpcStatus.RESOURCE_EXHAUSTED, `request headers larger than ${MAX_HEADER_LIST_BYTES} bytes`);
     return;
   }
-  const path = headers[':path'];
+  let contentType: string | undefined;
+  let path: string | undefined;
+  let encoding: string | undefined;
+  let timeout: string | undefined;
+  for (let i = 0; i < fields.length; i += 2) {
+    const value = fields[i + 1];
+    switch (fields[i]) {
+      case 'content-type':
+        contentType = value;
+        break;
+      case ':path':
+        path = value;
+        break;
+      case 'grpc-encoding':
+        encoding = value;
+        break;
+      case 'grpc-timeout':
+        timeout = value;
+        break;
+      default:
+    }
+  }
+  if (contentType === undefined || !contentType.startsWith('application/grpc')) {
+    stream.sendHttpStatus(415);
+    return;
+  }
   const method = path === SHOULD_RATE_LIMIT ? 'ShouldRateLimit' : path === HEALTH_CHECK ? 'Check' : undefined;
   if (method === undefined) {
-    fail(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`);
+    stream.sendStatus(GrpcStatus.UNIMPLEMENTED, percentEncode(`unknown method ${String(path)}`));
     return;
   }
   if (ctx.draining) {
     ctx.metrics.error('grpc', method, 'UNAVAILABLE');
-    fail(stream, GrpcStatus.UNAVAILABLE, 'the service is shutting down');
+    stream.sendStatus(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
     return;
   }
-  const encoding = headers['grpc-encoding'];
   if (encoding !== undefined && encoding !== 'identity') {
-    fail(stream, GrpcStatus.UNIMPLEMENTED, `grpc-encoding ${String(encoding)} is not supported (identity only)`);
+    stream.sendStatus(
+      GrpcStatus.UNIMPLEMENTED,
+      percentEncode(`grpc-encoding ${encoding} is not supported (identity only)`),
+    );
     return;
   }
-  const call = new Call(ctx, stream, method, reading, readTimeoutMs, parseGrpcTimeout(headers['grpc-timeout']));
-  readMessage(stream, (status, message, body) => {
-    if (!call.open) return;
-    if (body === undefined) {
-      call.fail(status, message);
-      return;
-    }
-    call.received();
-    if (method === 'Check') healthCheck(ctx, call, body);
-    else shouldRateLimit(ctx, call, body, writer);
-  });
-}
-
-/** Reads the one length-prefixed message of a unary call. */
-function readMessage(
-  stream: ServerHttp2Stream,
-  done: (status: number, message: string, body: Buffer | undefined) => void,
-): void {
-  let first: Buffer | undefined;
-  let chunks: Buffer[] | undefined;
-  let size = 0;
-  let failed = false;
-  stream.on('data', (chunk: Buffer) => {
-    if (failed) return;
-    size += chunk.length;
-    if (size > MAX_GRPC_MESSAGE_BYTES + 5) {
-      failed = true;
-      first = undefined;
-      chunks = undefined;
-      done(GrpcStatus.RESOURCE_EXHAUSTED, `message larger than ${MAX_GRPC_MESSAGE_BYTES} bytes`, undefined);
-      return;
-    }
-    if (first === undefined) {
-      first = chunk;
-    } else {
-      chunks ??= [first];
-      chunks.push(chunk);
-    }
-  });
-  stream.on('end', () => {
-    if (failed) return;
-    const frame = chunks === undefined ? first : Buffer.concat(chunks, size);
-    if (frame === undefined || frame.length < 5) {
-      done(GrpcStatus.INVALID_ARGUMENT, 'no request message', undefined);
-      return;
-    }
-    if (frame[0] !== 0) {
-      done(GrpcStatus.UNIMPLEMENTED, 'compressed messages are not supported', undefined);
-      return;
-    }
-    const length = frame.readUInt32BE(1);
-    if (length !== frame.length - 5) {
-      done(GrpcStatus.INVALID_ARGUMENT, 'a unary call carries exactly one message', undefined);
-      return;
-    }
-    done(GrpcStatus.OK, '', frame.subarray(5));
-  });
+  new Call(ctx, stream, method, reading, writer, readTimeoutMs, parseGrpcTimeout(timeout));
 }
 
 function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: Writer): void {
@@ -337,7 +321,7 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
       // Answered already (the deadline passed, the peer reset the stream): nothing to encode.
       if (!call.open) return;
       encodeRateLimitResponse(writer.reset(), outcomes, ctx.headers);
-      call.reply(writer.framed());
+      call.reply(writer.view());
       return;
     }
     let status: number;
@@ -389,41 +373,9 @@ function healthCheck(ctx: ServiceContext, call: Call, body: Buffer): void {
   const answer = (up: boolean) => {
     const w = new Writer(8);
     w.uint(1, up && !ctx.draining ? SERVING : NOT_SERVING);
-    call.reply(w.framed());
+    call.reply(w.view());
   };
   ctx.probeStore().then(answer, () => answer(false));
-}
-
-const RESPONSE_HEADERS = {
-  ':status': 200,
-  'content-type': 'application/grpc',
-  'grpc-accept-encoding': 'identity',
-};
-const OK_TRAILERS = { 'grpc-status': '0' };
-
-function reply(stream: ServerHttp2Stream, frame: Buffer): void {
-  if (stream.destroyed || stream.closed) return;
-  stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
-  stream.once('wantTrailers', () => stream.sendTrailers(OK_TRAILERS));
-  stream.end(frame);
-}
-
-/** A trailers-only response carrying an error status. */
-function fail(stream: ServerHttp2Stream, status: number, message: string): void {
-  if (stream.destroyed || stream.closed) return;
-  if (stream.headersSent) {
-    stream.close(constants.NGHTTP2_INTERNAL_ERROR);
-    return;
-  }
-  stream.respond(
-    {
-      ':status': 200,
-      'content-type': 'application/grpc',
-      'grpc-status': String(status),
-      'grpc-message': percentEncode(message),
-    },
-    { endStream: true },
-  );
 }
 
 /** gRPC's percent-encoding of `grpc-message`: bytes outside printable ASCII, and `%`. */

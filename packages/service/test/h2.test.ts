@@ -1,0 +1,374 @@
+import { type ClientHttp2Session, connect, constants } from 'node:http2';
+import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createH2Server, H2Error, type H2Server, type H2ServerOptions, type H2Stream } from '../src/grpc/h2.js';
+import { encodeIndexed, encodeLiteral } from '../src/grpc/hpack.js';
+
+// The HTTP/2 transport of the gRPC server, against two kinds of peer: nghttp2 (node:http2's client, which
+// does flow control, HPACK with Huffman and a dynamic table on its own) and a raw socket that writes
+// frames by hand, for what no well-behaved client does.
+
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+
+let server: H2Server | undefined;
+let port = 0;
+const cleanup: Array<() => void> = [];
+
+afterEach(async () => {
+  for (const step of cleanup.splice(0)) step();
+  server?.destroy();
+  await new Promise<void>((resolve) => (server === undefined ? resolve() : server.server.close(() => resolve())));
+  server = undefined;
+});
+
+/** Answers each request with its body reversed, so a test can tell answers apart; `hold` keeps them. */
+async function start(options: Partial<H2ServerOptions> & { hold?: H2Stream[] } = {}): Promise<void> {
+  const hold = options.hold;
+  server = createH2Server({
+    maxConcurrentStreams: 100,
+    maxHeaderListSize: 8192,
+    maxBodyBytes: 1024 * 1024,
+    maxSessionMemory: 64 * 1024 * 1024,
+    prefaceTimeoutMs: 10_000,
+    onError: (error) => {
+      throw error;
+    },
+    onStream: (stream, fields) => {
+      if (fields === undefined) {
+        stream.sendStatus(8, 'headers too large');
+        return;
+      }
+      stream.handler = {
+        body: (body) => {
+          if (hold !== undefined) hold.push(stream);
+          else stream.sendMessage(Buffer.from(body).reverse());
+        },
+        tooLarge: () => stream.sendStatus(8, 'too large'),
+        aborted: () => {},
+      };
+    },
+    ...options,
+  });
+  await new Promise<void>((resolve) => server?.server.listen(0, '127.0.0.1', resolve));
+  port = (server.server.address() as AddressInfo).port;
+}
+
+function session(settings: Record<string, number> = {}): ClientHttp2Session {
+  const s = connect(`http://127.0.0.1:${port}`, { settings });
+  s.on('error', () => {});
+  cleanup.push(() => s.destroy());
+  return s;
+}
+
+interface Answer {
+  status: number | undefined;
+  grpcStatus: string | undefined;
+  data: Buffer;
+  rstCode: number;
+}
+
+function request(s: ClientHttp2Session, body: Buffer, headers: Record<string, string> = {}): Promise<Answer> {
+  return new Promise((resolve) => {
+    const stream = s.request({ ':method': 'POST', ':path': '/x', 'content-type': 'application/grpc', ...headers });
+    const chunks: Buffer[] = [];
+    let status: number | undefined;
+    let grpcStatus: string | undefined;
+    stream.on('response', (h) => {
+      status = h[':status'];
+      grpcStatus = h['grpc-status'] as string | undefined;
+    });
+    stream.on('trailers', (t) => {
+      grpcStatus = t['grpc-status'] as string | undefined;
+    });
+    stream.on('data', (chunk: Buffer) => chunks.push(chunk));
+    stream.on('error', () => {});
+    stream.on('close', () => resolve({ status, grpcStatus, data: Buffer.concat(chunks), rstCode: stream.rstCode }));
+    stream.end(body);
+  });
+}
+
+/** The gRPC frame of `body` reversed: what the test server answers. */
+function answerTo(body: Buffer): Buffer {
+  const out = Buffer.alloc(5 + body.length);
+  out.writeUInt32BE(body.length, 1);
+  Buffer.from(body).reverse().copy(out, 5);
+  return out;
+}
+
+describe('HTTP/2 transport with nghttp2 as the client', () => {
+  it('answers many concurrent requests on one connection, each with its own answer', async () => {
+    await start();
+    const s = session();
+    const bodies = Array.from({ length: 300 }, (_, i) => Buffer.from(`request number ${i}`));
+    const answers = await Promise.all(bodies.map((body) => request(s, body)));
+    answers.forEach((answer, i) => {
+      expect(answer.status).toBe(200);
+      expect(answer.grpcStatus).toBe('0');
+      expect(answer.data).toEqual(answerTo(bodies[i] as Buffer));
+    });
+  });
+
+  it('reads a body of many DATA frames, giving window back as it goes', async () => {
+    await start();
+    const body = Buffer.alloc(600_000, 'abc');
+    body.write('the end', body.length - 7);
+    const answer = await request(session(), body);
+    expect(answer.grpcStatus).toBe('0');
+    // Buffer.equals: a deep equality of 600 kB element by element takes seconds.
+    expect(answer.data.equals(answerTo(body))).toBe(true);
+  });
+
+  it('holds DATA the peer has no window for, and sends it as the window opens', async () => {
+    await start();
+    // Every stream starts with 16 bytes of window; nghttp2 opens more as it reads.
+    const s = session({ initialWindowSize: 16 });
+    const bodies = Array.from({ length: 20 }, (_, i) => Buffer.alloc(5000 + i, String.fromCharCode(97 + i)));
+    const answers = await Promise.all(bodies.map((body) => request(s, body)));
+    answers.forEach((answer, i) => {
+      expect(answer.grpcStatus).toBe('0');
+      expect(answer.data).toEqual(answerTo(bodies[i] as Buffer));
+    });
+  });
+
+  it('answers a body over the limit with the handler, and keeps the connection', async () => {
+    await start({ maxBodyBytes: 1000 });
+    const s = session();
+    const big = await request(s, Buffer.alloc(50_000));
+    expect(big.grpcStatus).toBe('8');
+    const small = await request(s, Buffer.from('ok'));
+    expect(small.data).toEqual(answerTo(Buffer.from('ok')));
+  });
+
+  it('answers a header list over the limit, and keeps the connection', async () => {
+    await start({ maxHeaderListSize: 1000 });
+    const s = session();
+    const big = await request(s, Buffer.from('x'), { 'x-big': 'v'.repeat(2000) });
+    expect(big.grpcStatus).toBe('8');
+    const small = await request(s, Buffer.from('ok'));
+    expect(small.data).toEqual(answerTo(Buffer.from('ok')));
+  });
+
+  it('tells the handler of a stream the peer resets before the answer', async () => {
+    const aborted: number[] = [];
+    server = createH2Server({
+      maxConcurrentStreams: 100,
+      maxHeaderListSize: 8192,
+      maxBodyBytes: 1024,
+      maxSessionMemory: 1024 * 1024,
+      prefaceTimeoutMs: 10_000,
+      onError: () => {},
+      onStream: (stream) => {
+        stream.handler = { body: () => {}, tooLarge: () => {}, aborted: () => aborted.push(stream.id) };
+      },
+    });
+    await new Promise<void>((resolve) => server?.server.listen(0, '127.0.0.1', resolve));
+    port = (server.server.address() as AddressInfo).port;
+    const s = session();
+    const stream = s.request({ ':method': 'POST', ':path': '/x', 'content-type': 'application/grpc' });
+    stream.on('error', () => {});
+    stream.write('partial');
+    await new Promise((resolve) => setImmediate(resolve));
+    stream.close(constants.NGHTTP2_CANCEL);
+    await expect.poll(() => aborted).toEqual([1]);
+  });
+
+  it('sends GOAWAY on goAway, answers the streams already open, then ends the connection', async () => {
+    const hold: H2Stream[] = [];
+    await start({ hold });
+    const s = session();
+    const first = request(s, Buffer.from('one'));
+    const second = request(s, Buffer.from('two'));
+    await expect.poll(() => hold.length).toBe(2);
+    const goaway = new Promise<number>((resolve) => s.once('goaway', (_code, lastStreamId) => resolve(lastStreamId)));
+    const closed = new Promise<void>((resolve) => s.once('close', () => resolve()));
+    server?.goAway();
+    expect(await goaway).toBe(3);
+    for (const stream of hold) stream.sendMessage(Buffer.from(`answer ${stream.id}`));
+    expect((await first).grpcStatus).toBe('0');
+    expect((await second).grpcStatus).toBe('0');
+    await closed;
+  });
+});
+
+/** A hand-driven peer: writes frames, reads frames. */
+class RawPeer {
+  private buffer = Buffer.alloc(0);
+  readonly frames: Array<{ type: number; flags: number; id: number; payload: Buffer }> = [];
+  ended = false;
+  private waiters: Array<() => void> = [];
+
+  constructor(readonly socket: Socket) {
+    socket.on('data', (chunk: Buffer) => {
+      this.buffer = Buffer.concat([this.buffer, chunk]);
+      while (this.buffer.length >= 9) {
+        const length = this.buffer.readUIntBE(0, 3);
+        if (this.buffer.length < 9 + length) break;
+        this.frames.push({
+          type: this.buffer[3] as number,
+          flags: this.buffer[4] as number,
+          id: this.buffer.readUInt32BE(5) & 0x7fffffff,
+          payload: this.buffer.subarray(9, 9 + length),
+        });
+        this.buffer = this.buffer.subarray(9 + length);
+      }
+      this.wake();
+    });
+    socket.on('end', () => {
+      this.ended = true;
+      this.wake();
+    });
+    socket.on('close', () => {
+      this.ended = true;
+      this.wake();
+    });
+    socket.on('error', () => {});
+  }
+
+  private wake(): void {
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  static async open(prefaceAndSettings = true): Promise<RawPeer> {
+    const socket = netConnect(port, '127.0.0.1');
+    cleanup.push(() => socket.destroy());
+    await new Promise((resolve) => socket.once('connect', resolve));
+    const peer = new RawPeer(socket);
+    if (prefaceAndSettings) {
+      socket.write(PREFACE);
+      peer.send(4, 0, 0, Buffer.alloc(0));
+    }
+    return peer;
+  }
+
+  send(type: number, flags: number, id: number, payload: Buffer): void {
+    const header = Buffer.alloc(9);
+    header.writeUIntBE(payload.length, 0, 3);
+    header[3] = type;
+    header[4] = flags;
+    header.writeUInt32BE(id, 5);
+    this.socket.write(Buffer.concat([header, payload]));
+  }
+
+  /** Waits for a frame matching `match`. */
+  async waitFor(match: (f: RawPeer['frames'][number]) => boolean): Promise<RawPeer['frames'][number]> {
+    for (;;) {
+      const found = this.frames.find(match);
+      if (found !== undefined) return found;
+      if (this.ended) throw new Error('the connection ended first');
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+  }
+
+  /** Waits for the GOAWAY; resolves to its error code, after the connection ended. */
+  async goaway(): Promise<number> {
+    const frame = await this.waitFor((f) => f.type === 7);
+    while (!this.ended) await new Promise<void>((resolve) => this.waiters.push(resolve));
+    return frame.payload.readUInt32BE(4);
+  }
+}
+
+const REQUEST_BLOCK = Buffer.concat([
+  encodeIndexed(3), // :method POST
+  encodeIndexed(6), // :scheme http
+  encodeLiteral(':path', '/x'),
+  encodeLiteral('content-type', 'application/grpc'),
+]);
+
+describe('HTTP/2 transport with a hand-driven peer', () => {
+  it('answers PING with PING ACK and the same payload', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    peer.send(6, 0, 0, Buffer.from('12345678'));
+    const ack = await peer.waitFor((f) => f.type === 6);
+    expect(ack.flags).toBe(1);
+    expect(ack.payload.toString()).toBe('12345678');
+  });
+
+  it('reads a header block split over CONTINUATIONs, with padding, and a padded DATA', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    // HEADERS: PADDED, 3 bytes of padding; the block in three pieces.
+    const a = REQUEST_BLOCK.subarray(0, 3);
+    const b = REQUEST_BLOCK.subarray(3, 10);
+    const c = REQUEST_BLOCK.subarray(10);
+    peer.send(1, 0x8, 1, Buffer.concat([Buffer.from([3]), a, Buffer.alloc(3)]));
+    peer.send(9, 0, 1, b);
+    peer.send(9, 0x4, 1, c);
+    peer.send(0, 0x1 | 0x8, 1, Buffer.concat([Buffer.from([2]), Buffer.from('hello'), Buffer.alloc(2)]));
+    const data = await peer.waitFor((f) => f.type === 0 && f.id === 1);
+    expect(data.payload).toEqual(answerTo(Buffer.from('hello')));
+    const trailers = await peer.waitFor((f) => f.type === 1 && f.id === 1 && (f.flags & 1) === 1);
+    expect(trailers.payload).toEqual(encodeLiteral('grpc-status', '0'));
+  });
+
+  it('refuses streams over the concurrent limit with REFUSED_STREAM', async () => {
+    const hold: H2Stream[] = [];
+    await start({ hold, maxConcurrentStreams: 2 });
+    const peer = await RawPeer.open();
+    for (const id of [1, 3, 5]) peer.send(1, 0x4 | 0x1, id, REQUEST_BLOCK);
+    const refused = await peer.waitFor((f) => f.type === 3);
+    expect(refused.id).toBe(5);
+    expect(refused.payload.readUInt32BE(0)).toBe(H2Error.REFUSED_STREAM);
+    expect(hold.map((s) => s.id)).toEqual([1, 3]);
+  });
+
+  it('ends the request of a stream answered early with RST_STREAM NO_ERROR', async () => {
+    await start({ maxBodyBytes: 10 });
+    const peer = await RawPeer.open();
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    peer.send(0, 0, 1, Buffer.alloc(20));
+    const reset = await peer.waitFor((f) => f.type === 3 && f.id === 1);
+    expect(reset.payload.readUInt32BE(0)).toBe(H2Error.NO_ERROR);
+    // Late DATA of that stream is dropped, and the connection goes on.
+    peer.send(0, 0x1, 1, Buffer.alloc(5));
+    peer.send(1, 0x4 | 0x1, 3, REQUEST_BLOCK);
+    await peer.waitFor((f) => f.type === 1 && f.id === 3);
+  });
+
+  const connectionErrors: Array<[string, number, (peer: RawPeer) => void]> = [
+    ['DATA on a stream never opened', H2Error.PROTOCOL_ERROR, (p) => p.send(0, 0, 7, Buffer.from('x'))],
+    [
+      'a header block interrupted by another frame',
+      H2Error.PROTOCOL_ERROR,
+      (p) => {
+        p.send(1, 0, 1, REQUEST_BLOCK.subarray(0, 2));
+        p.send(6, 0, 0, Buffer.alloc(8));
+      },
+    ],
+    ['CONTINUATION without HEADERS', H2Error.PROTOCOL_ERROR, (p) => p.send(9, 0x4, 1, REQUEST_BLOCK)],
+    ['a frame over 16 KiB', H2Error.FRAME_SIZE_ERROR, (p) => p.send(0, 0, 1, Buffer.alloc(16_385))],
+    ['HEADERS on an even stream', H2Error.PROTOCOL_ERROR, (p) => p.send(1, 0x5, 2, REQUEST_BLOCK)],
+    ['a malformed header block', H2Error.COMPRESSION_ERROR, (p) => p.send(1, 0x5, 1, Buffer.from([0x80]))],
+    ['PUSH_PROMISE from a client', H2Error.PROTOCOL_ERROR, (p) => p.send(5, 0x4, 1, Buffer.alloc(4))],
+    ['PING of 7 bytes', H2Error.FRAME_SIZE_ERROR, (p) => p.send(6, 0, 0, Buffer.alloc(7))],
+    ['SETTINGS of 5 bytes', H2Error.FRAME_SIZE_ERROR, (p) => p.send(4, 0, 0, Buffer.alloc(5))],
+    ['a zero connection WINDOW_UPDATE', H2Error.PROTOCOL_ERROR, (p) => p.send(8, 0, 0, Buffer.alloc(4))],
+    [
+      'a connection window past 2^31 - 1',
+      H2Error.FLOW_CONTROL_ERROR,
+      (p) => p.send(8, 0, 0, Buffer.from([0x7f, 0xff, 0xff, 0xff])),
+    ],
+  ];
+  for (const [name, code, act] of connectionErrors) {
+    it(`ends the connection with GOAWAY on ${name}`, async () => {
+      await start();
+      const peer = await RawPeer.open();
+      act(peer);
+      expect(await peer.goaway()).toBe(code);
+    });
+  }
+
+  it('ends a connection that does not start with the HTTP/2 preface', async () => {
+    await start();
+    const peer = await RawPeer.open(false);
+    peer.socket.write('GET / HTTP/1.1\r\nhost: x\r\n\r\n');
+    expect(await peer.goaway()).toBe(H2Error.PROTOCOL_ERROR);
+  });
+
+  it('ends a connection that sends no preface in time', async () => {
+    await start({ prefaceTimeoutMs: 50 });
+    const peer = await RawPeer.open(false);
+    await new Promise<void>((resolve) => peer.socket.once('close', () => resolve()));
+    expect(peer.ended).toBe(true);
+  });
+});
