@@ -1,5 +1,7 @@
 import { type ClientHttp2Session, connect, constants } from 'node:http2';
 import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createH2Server, H2Error, type H2Server, type H2ServerOptions, type H2Stream } from '../src/grpc/h2.js';
 import { encodeIndexed, encodeLiteral } from '../src/grpc/hpack.js';
@@ -370,5 +372,97 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     const peer = await RawPeer.open(false);
     await new Promise<void>((resolve) => peer.socket.once('close', () => resolve()));
     expect(peer.ended).toBe(true);
+  });
+});
+
+describe('HTTP/2 transport review: resource bounds and lingering connections', () => {
+  it('ends a connection that sends CONTINUATION frames without end', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    peer.send(1, 0, 1, REQUEST_BLOCK.subarray(0, 2));
+    // Empty CONTINUATIONs add nothing to the block's size, but each one is kept.
+    const empty = Buffer.alloc(9);
+    empty[3] = 9;
+    empty.writeUInt32BE(1, 5);
+    const burst = Buffer.concat(Array.from({ length: 10_000 }, () => empty));
+    for (let i = 0; i < 20 && !peer.ended; i++) {
+      peer.socket.write(burst);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+  });
+
+  /** Heap and buffer memory in use, after a full collection. */
+  function memoryInUse(): number {
+    (runInNewContext('gc') as () => void)();
+    const { heapUsed, arrayBuffers } = process.memoryUsage();
+    return heapUsed + arrayBuffers;
+  }
+
+  /** Opens stream 1 (request not ended), sends what `fill` writes, and waits until the server read it all. */
+  async function heldFor(fill: (peer: RawPeer) => void): Promise<{ size: number; held: number }> {
+    setFlagsFromString('--expose-gc');
+    const opened: H2Stream[] = [];
+    await start({
+      onStream: (stream) => {
+        opened.push(stream);
+        stream.handler = { body: () => {}, tooLarge: () => {}, aborted: () => {} };
+      },
+    });
+    const peer = await RawPeer.open();
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    await peer.waitFor((f) => f.type === 4 && (f.flags & 1) === 1);
+    const before = memoryInUse();
+    fill(peer);
+    peer.send(6, 0, 0, Buffer.from('syncsync'));
+    await peer.waitFor((f) => f.type === 6 && (f.flags & 1) === 1);
+    peer.frames.length = 0;
+    // Buffers are freed a little after the collection that finds them dead.
+    for (let i = 0; i < 2; i++) {
+      memoryInUse();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    const held = memoryInUse() - before;
+    return { size: (opened[0] as H2Stream).size, held };
+  }
+
+  it('does not hold whole reads for the few body bytes they carry', async () => {
+    // 1 byte of body, then a frame of an unknown type (ignored) that fills the rest of the read.
+    const { size, held } = await heldFor((peer) => {
+      for (let i = 0; i < 1000; i++) {
+        peer.send(0, 0, 1, Buffer.from('x'));
+        peer.send(0xfa, 0, 0, Buffer.alloc(16_000));
+      }
+    });
+    expect(size).toBe(1000);
+    expect(held).toBeLessThan(4 * 1024 * 1024);
+  });
+
+  it('holds a body of many 1-byte DATA frames in about its size', async () => {
+    const { size, held } = await heldFor((peer) => {
+      const frame = Buffer.from([0, 0, 1, 0, 0, 0, 0, 0, 1, 0x78]);
+      peer.socket.write(Buffer.concat(Array.from({ length: 100_000 }, () => frame)));
+    });
+    expect(size).toBe(100_000);
+    expect(held).toBeLessThan(4 * 1024 * 1024);
+  });
+
+  it('closes a connection it ended with GOAWAY even if the peer keeps its side open', async () => {
+    await start({ lingerMs: 200 });
+    const socket = netConnect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    cleanup.push(() => socket.destroy());
+    socket.on('error', () => {});
+    socket.resume();
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(PREFACE);
+    socket.write(Buffer.from([0, 0, 0, 4, 0, 0, 0, 0, 0]));
+    // PING of 7 bytes: a connection error.
+    socket.write(Buffer.from([0, 0, 7, 6, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7]));
+    await new Promise((resolve) => socket.once('end', resolve));
+    // The peer saw GOAWAY and the end, but never ends nor closes its own side.
+    const connections = () => new Promise<number>((resolve) => server?.server.getConnections((_e, n) => resolve(n)));
+    expect(await connections()).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    expect(await connections()).toBe(0);
   });
 });

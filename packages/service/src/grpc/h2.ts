@@ -67,6 +67,13 @@ const CONNECTION_WINDOW = 16 * 1024 * 1024;
 const HEADER_TABLE_SIZE = 4096;
 /** Largest header block (HEADERS and its CONTINUATIONs, compressed) read; past it, the connection ends. */
 const MAX_HEADER_BLOCK = 256 * 1024;
+/**
+ * Most CONTINUATION frames a header block may take. Clients split a block at the frame size (16 KiB here),
+ * so the largest block takes 16; without a count, empty CONTINUATIONs would grow a block forever.
+ */
+const MAX_CONTINUATIONS = 64;
+/** How long a connection this side ended waits for the peer to close its side before it is cut, in ms. */
+const LINGER_MS = 5000;
 /** Past this much output waiting for a peer that does not read, the connection ends. */
 const MAX_UNSENT_BYTES = 16 * 1024 * 1024;
 
@@ -82,6 +89,8 @@ export interface H2ServerOptions {
   maxSessionMemory: number;
   /** How long a new connection may take to send its preface, in ms. */
   prefaceTimeoutMs: number;
+  /** How long a connection this side ended (GOAWAY) waits for the peer to close, in ms; then it is cut. */
+  lingerMs?: number;
   /**
    * A stream's request headers arrived, as a flat list [name, value, name, value, ...] (latin1), or
    * undefined when the list is larger than {@link maxHeaderListSize}. The callee answers the stream or sets
@@ -133,9 +142,12 @@ export class H2Stream {
   closed = false;
   sendWindow: number;
   recvWindow = DEFAULT_WINDOW;
-  /** Request body: the first chunk, then all of them once there is a second. */
-  first: Buffer | undefined = undefined;
-  chunks: Buffer[] | undefined = undefined;
+  /**
+   * Request body: its first `size` bytes. A copy of the DATA, grown as it comes, so that neither the reads
+   * it came in nor one object per frame are held; only a body that arrives whole in its last frame is a
+   * view of the read, handed over at once.
+   */
+  body: Buffer | undefined = undefined;
   size = 0;
   /** The body went past its limit: DATA is counted, not kept. */
   discarding = false;
@@ -241,6 +253,7 @@ export class H2Session {
   /** Bytes of request bodies held. */
   private buffered = 0;
   private prefaceTimer: NodeJS.Timeout | undefined;
+  private lingerTimer: NodeJS.Timeout | undefined;
 
   constructor(
     readonly socket: Socket,
@@ -285,7 +298,7 @@ export class H2Session {
 
   private read(chunk: Buffer): void {
     if (this.ended) return;
-    let buf = this.rest === undefined ? chunk : Buffer.concat([this.rest, chunk]);
+    const buf = this.rest === undefined ? chunk : Buffer.concat([this.rest, chunk]);
     this.rest = undefined;
     let off = 0;
     this.processing = true;
@@ -322,9 +335,8 @@ export class H2Session {
         if (this.ended) return;
       }
       if (off < buf.length) {
-        // A partial frame: keep it, unshared, for the next read.
-        buf = buf.subarray(off);
-        this.rest = buf;
+        // A partial frame: keep it, unshared (not a view holding the whole read), for the next read.
+        this.rest = off === 0 ? buf : Buffer.from(buf.subarray(off));
       }
     } catch (error) {
       if (error instanceof ConnectionError) {
@@ -375,7 +387,7 @@ export class H2Session {
         }
         block.fragments.push(buf.subarray(start, end));
         block.size += length;
-        if (block.size > MAX_HEADER_BLOCK) {
+        if (block.size > MAX_HEADER_BLOCK || block.fragments.length > MAX_CONTINUATIONS + 1) {
           throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'header block too large');
         }
         if ((flags & FLAG_END_HEADERS) !== 0) {
@@ -455,9 +467,9 @@ export class H2Session {
     stream.recvWindow -= length;
     const ended = (flags & FLAG_END_STREAM) !== 0;
     if (!stream.discarding && e > s) {
-      const chunk = buf.subarray(s, e);
-      stream.size += chunk.length;
-      this.buffered += chunk.length;
+      const at = stream.size;
+      stream.size += e - s;
+      this.buffered += e - s;
       if (stream.size > this.options.maxBodyBytes) {
         this.release(stream);
         stream.discarding = true;
@@ -466,11 +478,17 @@ export class H2Session {
       } else if (this.buffered > this.options.maxSessionMemory) {
         this.resetStream(id, H2Error.ENHANCE_YOUR_CALM);
         return;
-      } else if (stream.first === undefined) {
-        stream.first = chunk;
+      } else if (stream.body === undefined && ended) {
+        stream.body = buf.subarray(s, e);
       } else {
-        stream.chunks ??= [stream.first];
-        stream.chunks.push(chunk);
+        if (stream.body === undefined || stream.size > stream.body.length) {
+          const grown = Buffer.allocUnsafe(
+            Math.min(Math.max(stream.size, 2 * (stream.body?.length ?? 0), 1024), this.options.maxBodyBytes),
+          );
+          stream.body?.copy(grown, 0, 0, at);
+          stream.body = grown;
+        }
+        buf.copy(stream.body, at, s, e);
       }
     }
     if (ended) {
@@ -485,8 +503,7 @@ export class H2Session {
   /** Drops a stream's body from the connection's account. */
   private release(stream: H2Stream): void {
     this.buffered -= stream.size;
-    stream.first = undefined;
-    stream.chunks = undefined;
+    stream.body = undefined;
     stream.size = 0;
   }
 
@@ -528,8 +545,7 @@ export class H2Session {
   /** The peer ended its side: hand the body over, and close the stream if it is answered. */
   private remoteEnd(stream: H2Stream): void {
     stream.remoteEnded = true;
-    const body =
-      stream.chunks !== undefined ? Buffer.concat(stream.chunks, stream.size) : (stream.first ?? Buffer.alloc(0));
+    const body = stream.body === undefined ? Buffer.alloc(0) : stream.body.subarray(0, stream.size);
     const discarded = stream.discarding;
     this.release(stream);
     if (stream.answered) {
@@ -716,7 +732,7 @@ export class H2Session {
     if ((this.goAwayId !== undefined || this.peerGoneAway) && this.streams.size === 0 && !this.ended) {
       this.ended = true;
       this.flush();
-      this.socket.end();
+      this.endSocket();
     }
   }
 
@@ -726,8 +742,18 @@ export class H2Session {
     this.queue(frame(GOAWAY, 0, 0, Buffer.concat([u32(this.lastStreamId), u32(code)])));
     this.ended = true;
     this.flush();
-    this.socket.end();
+    this.endSocket();
     for (const stream of [...this.streams.values()]) this.close(stream);
+  }
+
+  /**
+   * Ends this side of the socket; a peer that does not close its side (or does not read what is left to
+   * send) is cut after a while, so an ended connection is not held forever.
+   */
+  private endSocket(): void {
+    this.socket.end();
+    this.lingerTimer = setTimeout(() => this.socket.destroy(), this.options.lingerMs ?? LINGER_MS);
+    this.lingerTimer.unref();
   }
 
   private queue(buf: Buffer): void {
@@ -757,6 +783,7 @@ export class H2Session {
 
   private closed(): void {
     clearTimeout(this.prefaceTimer);
+    clearTimeout(this.lingerTimer);
     this.ended = true;
     for (const stream of [...this.streams.values()]) this.close(stream);
     this.onEnd(this);
