@@ -192,6 +192,16 @@ describe('HTTP/2 transport with nghttp2 as the client', () => {
   });
 });
 
+/** One frame's bytes. */
+function rawFrame(type: number, flags: number, id: number, payload: Buffer): Buffer {
+  const header = Buffer.alloc(9);
+  header.writeUIntBE(payload.length, 0, 3);
+  header[3] = type;
+  header[4] = flags;
+  header.writeUInt32BE(id, 5);
+  return Buffer.concat([header, payload]);
+}
+
 /** A hand-driven peer: writes frames, reads frames. */
 class RawPeer {
   private buffer = Buffer.alloc(0);
@@ -243,12 +253,7 @@ class RawPeer {
   }
 
   send(type: number, flags: number, id: number, payload: Buffer): void {
-    const header = Buffer.alloc(9);
-    header.writeUIntBE(payload.length, 0, 3);
-    header[3] = type;
-    header[4] = flags;
-    header.writeUInt32BE(id, 5);
-    this.socket.write(Buffer.concat([header, payload]));
+    this.socket.write(rawFrame(type, flags, id, payload));
   }
 
   /** Waits for a frame matching `match`. */
@@ -301,6 +306,35 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     expect(data.payload).toEqual(answerTo(Buffer.from('hello')));
     const trailers = await peer.waitFor((f) => f.type === 1 && f.id === 1 && (f.flags & 1) === 1);
     expect(trailers.payload).toEqual(encodeLiteral('grpc-status', '0'));
+  });
+
+  it('ends a connection that keeps resetting streams before their answer (rapid reset)', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    const frames: Buffer[] = [];
+    for (let i = 0; i < 1100; i++) {
+      const id = 2 * i + 1;
+      // HEADERS without END_STREAM: the call waits for its body; then the peer cancels it.
+      frames.push(rawFrame(1, 0x4, id, REQUEST_BLOCK), rawFrame(3, 0, id, Buffer.from([0, 0, 0, 8])));
+    }
+    peer.socket.write(Buffer.concat(frames));
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+  });
+
+  it('lets a peer reset streams it already has the answer of, without limit', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    const frames: Buffer[] = [];
+    for (let i = 0; i < 1100; i++) {
+      const id = 2 * i + 1;
+      frames.push(rawFrame(1, 0x5, id, REQUEST_BLOCK), rawFrame(3, 0, id, Buffer.from([0, 0, 0, 8])));
+    }
+    peer.socket.write(Buffer.concat(frames));
+    peer.send(6, 0, 0, Buffer.from('still-up'));
+    const ack = await peer.waitFor((f) => f.type === 6);
+    expect(ack.payload.toString()).toBe('still-up');
+    expect(peer.frames.filter((f) => f.type === 1 && (f.flags & 1) === 1)).toHaveLength(1100);
+    expect(peer.frames.some((f) => f.type === 7)).toBe(false);
   });
 
   it('refuses streams over the concurrent limit with REFUSED_STREAM', async () => {

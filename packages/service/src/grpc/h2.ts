@@ -74,6 +74,13 @@ const MAX_HEADER_BLOCK = 256 * 1024;
 const MAX_CONTINUATIONS = 64;
 /** How long a connection this side ended waits for the peer to close its side before it is cut, in ms. */
 const LINGER_MS = 5000;
+/**
+ * Resets of unanswered streams a peer may make: a burst, then a rate per second, as nghttp2 allows by
+ * default. Without it a peer could open and reset streams forever ("rapid reset", CVE-2023-44487): a reset
+ * stream no longer counts against the concurrent stream limit, yet its request is already being decided.
+ */
+const RESET_BURST = 1000;
+const RESETS_PER_SECOND = 33;
 /** Past this much output waiting for a peer that does not read, the connection ends. */
 const MAX_UNSENT_BYTES = 16 * 1024 * 1024;
 
@@ -253,6 +260,9 @@ export class H2Session {
   /** Bytes of request bodies held. */
   private buffered = 0;
   private prefaceTimer: NodeJS.Timeout | undefined;
+  /** Resets the peer may still make (a token bucket), as of {@link resetsAtMs}. */
+  private resetTokens = RESET_BURST;
+  private resetsAtMs = 0;
   private lingerTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -370,7 +380,10 @@ export class H2Session {
           const pad = buf[s++] as number;
           e -= pad;
         }
-        if ((flags & FLAG_PRIORITY) !== 0) s += 5;
+        if ((flags & FLAG_PRIORITY) !== 0) {
+          if (e - s < 5) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'HEADERS too short for its priority');
+          s += 5;
+        }
         if (e < s) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'padding longer than the frame');
         const fragment = buf.subarray(s, e);
         if ((flags & FLAG_END_HEADERS) !== 0) {
@@ -405,7 +418,9 @@ export class H2Session {
         if (length !== 4) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'RST_STREAM of bad length');
         if (id > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
         const stream = this.streams.get(id);
-        if (stream !== undefined) this.close(stream);
+        if (stream === undefined) return;
+        if (!stream.answered) this.countReset();
+        this.close(stream);
         return;
       }
       case SETTINGS:
@@ -430,6 +445,15 @@ export class H2Session {
       default:
       // Unknown frame types are ignored (RFC 9113 §4.1).
     }
+  }
+
+  /** Counts a peer's reset of an unanswered stream; past the allowance, the connection ends. */
+  private countReset(): void {
+    const nowMs = performance.now();
+    this.resetTokens = Math.min(RESET_BURST, this.resetTokens + ((nowMs - this.resetsAtMs) * RESETS_PER_SECOND) / 1000);
+    this.resetsAtMs = nowMs;
+    if (this.resetTokens < 1) throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many streams reset');
+    this.resetTokens -= 1;
   }
 
   private data(flags: number, id: number, buf: Buffer, start: number, end: number): void {

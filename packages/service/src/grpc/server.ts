@@ -344,10 +344,17 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
   try {
     const request = toDecisionRequest(decodeRateLimitRequest(body));
     if (!engine.sync) {
-      engine.decide(request, 'limit').then(
-        (result) => finish(undefined, result),
-        (error: unknown) => finish(error, undefined),
-      );
+      engine
+        .decide(request, 'limit')
+        .then(
+          (result) => finish(undefined, result),
+          (error: unknown) => finish(error, undefined),
+        )
+        // A fault in answering (encoding, say) must not become an unhandled rejection, which ends the process.
+        .catch((error: unknown) => {
+          ctx.logger.error({ err: error }, 'internal error answering ShouldRateLimit');
+          call.fail(GrpcStatus.INTERNAL, 'internal error');
+        });
       return;
     }
     outcomes = engine.decideSync(request, 'limit');
