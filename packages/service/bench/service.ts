@@ -21,9 +21,11 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { get } from 'node:http';
 import { type ClientHttp2Session, connect } from 'node:http2';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { loadSync } from '@grpc/proto-loader';
 import autocannon from 'autocannon';
@@ -130,6 +132,8 @@ interface Load {
   errors: number;
   latenciesMs: Float64Array;
   seconds: number;
+  /** This process's longest event-loop stall during the open loop, ms: time its own calls waited too. */
+  clientStallMs?: number;
 }
 
 /** One gRPC call on raw HTTP/2; resolves to its latency in ms, or -1 for an error status. */
@@ -190,6 +194,8 @@ async function grpcOpenLoop(port: number, pool: Buffer[], rate: number, seconds:
   let calls = 0;
   let errors = 0;
   let sent = 0;
+  const stalls = monitorEventLoopDelay({ resolution: 1 });
+  stalls.enable();
   const start = performance.now();
   // Counts answers instead of keeping every call's promise: a run's worth of live promises would make this
   // process collect garbage in long pauses, and its pauses would count as the service's latency.
@@ -213,8 +219,15 @@ async function grpcOpenLoop(port: number, pool: Buffer[], rate: number, seconds:
     else tick();
   });
   const elapsed = (performance.now() - start) / 1000;
+  stalls.disable();
   for (const s of list) s.close();
-  return { calls, errors, latenciesMs: latencies.subarray(0, calls), seconds: elapsed };
+  return {
+    calls,
+    errors,
+    latenciesMs: latencies.subarray(0, calls),
+    seconds: elapsed,
+    clientStallMs: stalls.max / 1e6,
+  };
 }
 
 function percentile(sorted: Float64Array, p: number): number {
@@ -230,6 +243,29 @@ interface Row {
   p99: number;
   cpuUsPerDecision: number;
   errors: number;
+  clientStallMs?: number | undefined;
+  serviceStallMs?: number | undefined;
+}
+
+/**
+ * The service's longest event-loop stall since the last call, in ms, from its own metrics (prom-client
+ * samples the loop every 10 ms and resets on each scrape; the 10 ms are taken off).
+ */
+async function serviceStallMs(httpPort: number): Promise<number> {
+  // A new connection each time (no keep-alive): spawnSync holds this event loop while h2load runs, so a
+  // pooled connection would not hear that the service closed it meanwhile.
+  const text = await new Promise<string>((resolve, reject) => {
+    get({ host: '127.0.0.1', port: httpPort, path: '/metrics', agent: false }, (response) => {
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      response.on('end', () => resolve(body));
+    }).on('error', reject);
+  });
+  const max = Number(/^nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(text)?.[1]);
+  return Math.max(0, max * 1000 - 10);
 }
 
 async function httpLoad(port: number, seconds: number, overallRate?: number): Promise<autocannon.Result> {
@@ -259,9 +295,11 @@ async function scenarios(store: string): Promise<Row[]> {
     await httpLoad(service.httpPort, 1);
 
     const grpcRow = async (scenario: string, run: () => Promise<Load>, perRequest: number): Promise<Row> => {
+      await serviceStallMs(service.httpPort);
       const cpuBefore = cpuSeconds(pid);
       const load = await run();
       const cpu = cpuSeconds(pid) - cpuBefore;
+      const serviceStall = await serviceStallMs(service.httpPort);
       const sorted = Float64Array.from(load.latenciesMs).sort();
       const decisions = load.calls * perRequest;
       return {
@@ -272,6 +310,8 @@ async function scenarios(store: string): Promise<Row[]> {
         p99: percentile(sorted, 0.99),
         cpuUsPerDecision: (cpu * 1e6) / decisions,
         errors: load.errors,
+        clientStallMs: load.clientStallMs,
+        serviceStallMs: serviceStall,
       };
     };
     const max1 = await grpcRow(
@@ -305,8 +345,9 @@ async function scenarios(store: string): Promise<Row[]> {
     if (spawnSync('h2load', ['--version']).status === 0) {
       const body = join(tmpdir(), `floodgate-bench-${randomBytes(4).toString('hex')}.bin`);
       writeFileSync(body, one[0] as Buffer);
-      const h2loadRow = (scenario: string, args: string[]): Row | undefined => {
+      const h2loadRow = async (scenario: string, args: string[]): Promise<Row | undefined> => {
         const log = join(tmpdir(), `floodgate-bench-${randomBytes(4).toString('hex')}.log`);
+        await serviceStallMs(service.httpPort);
         const cpuBefore = cpuSeconds(pid);
         const run = spawnSync(
           'h2load',
@@ -324,6 +365,7 @@ async function scenarios(store: string): Promise<Row[]> {
           { encoding: 'utf8' },
         );
         const cpu = cpuSeconds(pid) - cpuBefore;
+        const serviceStall = await serviceStallMs(service.httpPort);
         const seconds = Number(/finished in ([\d.]+)s/.exec(run.stdout)?.[1]);
         if (!Number.isFinite(seconds)) {
           console.error(`h2load failed: ${run.stdout}${run.stderr}`);
@@ -344,13 +386,21 @@ async function scenarios(store: string): Promise<Row[]> {
           p99: percentile(latencies, 0.99),
           cpuUsPerDecision: (cpu * 1e6) / lines.length,
           errors: failed,
+          serviceStallMs: serviceStall,
         };
       };
       const clients = 4;
       const rows2 = [
-        h2loadRow('gRPC max, h2load client, 4 x 32 in flight', ['-n', '300000', '-c', String(clients), '-m', '32']),
+        await h2loadRow('gRPC max, h2load client, 4 x 32 in flight', [
+          '-n',
+          '300000',
+          '-c',
+          String(clients),
+          '-m',
+          '32',
+        ]),
         // --rps: each client sends on a schedule (open loop), up to 256 calls in flight each.
-        h2loadRow('gRPC at 10,000/s, h2load client (open loop)', [
+        await h2loadRow('gRPC at 10,000/s, h2load client (open loop)', [
           '-D',
           String(SECONDS),
           '-c',
@@ -388,6 +438,8 @@ async function scenarios(store: string): Promise<Row[]> {
   return rows;
 }
 
+const minOf = (a: number | undefined, b: number | undefined) =>
+  a === undefined || b === undefined ? undefined : Math.min(a, b);
 const best = new Map<string, Row>();
 for (let round = 1; round <= ROUNDS; round++) {
   for (const store of STORES) {
@@ -395,14 +447,14 @@ for (let round = 1; round <= ROUNDS; round++) {
     try {
       rows = await scenarios(store);
     } catch (error) {
-      console.error(`${store}: ${(error as Error).message}`);
+      console.error(`${store}: ${(error as Error).message}`, (error as Error).cause);
       continue;
     }
     for (const row of rows) {
       const id = `${row.store}|${row.scenario.replace(/: [\d,]+\/s$/, '')}`;
       const previous = best.get(id);
       console.error(
-        `round ${round} ${store.padEnd(6)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(7)}/s  p50 ${row.p50.toFixed(2)} ms  p99 ${row.p99.toFixed(2)} ms  ${row.cpuUsPerDecision.toFixed(1)} µs CPU/decision${row.errors > 0 ? `  ${row.errors} errors` : ''}`,
+        `round ${round} ${store.padEnd(6)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(7)}/s  p50 ${row.p50.toFixed(2)} ms  p99 ${row.p99.toFixed(2)} ms  ${row.cpuUsPerDecision.toFixed(1)} µs CPU/decision${row.serviceStallMs === undefined ? '' : `  service stalled up to ${row.serviceStallMs.toFixed(1)} ms`}${row.clientStallMs === undefined ? '' : `, client ${row.clientStallMs.toFixed(1)} ms`}${row.errors > 0 ? `  ${row.errors} errors` : ''}`,
       );
       if (previous === undefined) {
         best.set(id, row);
@@ -415,6 +467,8 @@ for (let round = 1; round <= ROUNDS; round++) {
           p99: Math.min(row.p99, previous.p99),
           cpuUsPerDecision: Math.min(row.cpuUsPerDecision, previous.cpuUsPerDecision),
           errors: row.errors + previous.errors,
+          clientStallMs: minOf(row.clientStallMs, previous.clientStallMs),
+          serviceStallMs: minOf(row.serviceStallMs, previous.serviceStallMs),
         });
       }
     }
@@ -429,7 +483,7 @@ console.log(
 );
 for (const row of best.values()) {
   console.log(
-    `${row.store.padEnd(7)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(11)} ${row.p50.toFixed(2).padStart(7)} ${row.p99.toFixed(2).padStart(7)} ${row.cpuUsPerDecision.toFixed(1).padStart(15)}${row.errors > 0 ? `  (${row.errors} errors)` : ''}`,
+    `${row.store.padEnd(7)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(11)} ${row.p50.toFixed(2).padStart(7)} ${row.p99.toFixed(2).padStart(7)} ${row.cpuUsPerDecision.toFixed(1).padStart(15)}${row.serviceStallMs === undefined ? '' : `  stalls: service ${row.serviceStallMs.toFixed(1)} ms`}${row.clientStallMs === undefined ? '' : `, client ${row.clientStallMs.toFixed(1)} ms`}${row.errors > 0 ? `  (${row.errors} errors)` : ''}`,
   );
 }
 const memoryMax = best.get('memory|gRPC max, 1 descriptor/call, 64 in flight');
