@@ -372,6 +372,20 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
       },
     ],
     ['CONTINUATION without HEADERS', H2Error.PROTOCOL_ERROR, (p) => p.send(9, 0x4, 1, REQUEST_BLOCK)],
+    [
+      'HEADERS whose padding is longer than the frame',
+      H2Error.PROTOCOL_ERROR,
+      (p) => p.send(1, 0x4 | 0x8, 1, Buffer.concat([Buffer.from([200]), REQUEST_BLOCK])),
+    ],
+    [
+      'DATA whose padding is longer than the frame',
+      H2Error.PROTOCOL_ERROR,
+      (p) => {
+        p.send(1, 0x4, 1, REQUEST_BLOCK);
+        p.send(0, 0x8, 1, Buffer.from([5, 1, 2]));
+      },
+    ],
+    ['HEADERS with PRIORITY and no room for it', H2Error.FRAME_SIZE_ERROR, (p) => p.send(1, 0x24, 1, Buffer.alloc(3))],
     ['a frame over 16 KiB', H2Error.FRAME_SIZE_ERROR, (p) => p.send(0, 0, 1, Buffer.alloc(16_385))],
     ['HEADERS on an even stream', H2Error.PROTOCOL_ERROR, (p) => p.send(1, 0x5, 2, REQUEST_BLOCK)],
     ['a malformed header block', H2Error.COMPRESSION_ERROR, (p) => p.send(1, 0x5, 1, Buffer.from([0x80]))],

@@ -221,6 +221,14 @@ function u32(value: number): Buffer {
   return out;
 }
 
+/** The padding length of a PADDED frame whose payload is `buf[start..end)`, checked against the payload. */
+function padLength(buf: Buffer, start: number, end: number): number {
+  if (end - start < 1) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'padded frame too short');
+  const pad = buf[start] as number;
+  if (pad > end - start - 1) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'padding longer than the frame');
+  return pad;
+}
+
 /** A connection error: the connection ends with GOAWAY carrying `code`. */
 class ConnectionError extends Error {
   constructor(
@@ -373,18 +381,13 @@ export class H2Session {
         return;
       case HEADERS: {
         if (id === 0 || id % 2 === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'HEADERS on a bad stream id');
-        let s = start;
-        let e = end;
-        if ((flags & FLAG_PADDED) !== 0) {
-          if (length < 1) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'padded frame too short');
-          const pad = buf[s++] as number;
-          e -= pad;
-        }
+        const padded = (flags & FLAG_PADDED) !== 0;
+        let s = padded ? start + 1 : start;
+        const e = padded ? end - padLength(buf, start, end) : end;
         if ((flags & FLAG_PRIORITY) !== 0) {
           if (e - s < 5) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'HEADERS too short for its priority');
           s += 5;
         }
-        if (e < s) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'padding longer than the frame');
         const fragment = buf.subarray(s, e);
         if ((flags & FLAG_END_HEADERS) !== 0) {
           this.headers(id, flags, fragment);
@@ -466,14 +469,9 @@ export class H2Session {
       this.queue(frame(WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - this.recvWindow)));
       this.recvWindow = CONNECTION_WINDOW;
     }
-    let s = start;
-    let e = end;
-    if ((flags & FLAG_PADDED) !== 0) {
-      if (length < 1) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'padded frame too short');
-      const pad = buf[s++] as number;
-      e -= pad;
-      if (e < s) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'padding longer than the frame');
-    }
+    const padded = (flags & FLAG_PADDED) !== 0;
+    const s = padded ? start + 1 : start;
+    const e = padded ? end - padLength(buf, start, end) : end;
     const stream = this.streams.get(id);
     if (stream === undefined) {
       if (id > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'DATA on an idle stream');
