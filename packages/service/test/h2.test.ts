@@ -308,28 +308,28 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     expect(trailers.payload).toEqual(encodeLiteral('grpc-status', '0'));
   });
 
+  /** 1100 streams, each opened with HEADERS of `flags` and reset at once (RST_STREAM CANCEL). */
+  const openAndCancel = (flags: number): Buffer =>
+    Buffer.concat(
+      Array.from({ length: 1100 }, (_, i) => [
+        rawFrame(1, flags, 2 * i + 1, REQUEST_BLOCK),
+        rawFrame(3, 0, 2 * i + 1, Buffer.from([0, 0, 0, 8])),
+      ]).flat(),
+    );
+
   it('ends a connection that keeps resetting streams before their answer (rapid reset)', async () => {
     await start();
     const peer = await RawPeer.open();
-    const frames: Buffer[] = [];
-    for (let i = 0; i < 1100; i++) {
-      const id = 2 * i + 1;
-      // HEADERS without END_STREAM: the call waits for its body; then the peer cancels it.
-      frames.push(rawFrame(1, 0x4, id, REQUEST_BLOCK), rawFrame(3, 0, id, Buffer.from([0, 0, 0, 8])));
-    }
-    peer.socket.write(Buffer.concat(frames));
+    // HEADERS without END_STREAM: each call waits for its body when the peer cancels it.
+    peer.socket.write(openAndCancel(0x4));
     expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
   });
 
   it('lets a peer reset streams it already has the answer of, without limit', async () => {
     await start();
     const peer = await RawPeer.open();
-    const frames: Buffer[] = [];
-    for (let i = 0; i < 1100; i++) {
-      const id = 2 * i + 1;
-      frames.push(rawFrame(1, 0x5, id, REQUEST_BLOCK), rawFrame(3, 0, id, Buffer.from([0, 0, 0, 8])));
-    }
-    peer.socket.write(Buffer.concat(frames));
+    // HEADERS with END_STREAM: each call is answered before the peer's reset arrives.
+    peer.socket.write(openAndCancel(0x5));
     peer.send(6, 0, 0, Buffer.from('still-up'));
     const ack = await peer.waitFor((f) => f.type === 6);
     expect(ack.payload.toString()).toBe('still-up');
