@@ -408,6 +408,16 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     });
   }
 
+  it('says why in the GOAWAY debug data, and tells onConnectionError', async () => {
+    const errors: Array<[number, string]> = [];
+    await start({ onConnectionError: (code, reason) => errors.push([code, reason]) });
+    const peer = await RawPeer.open();
+    peer.send(6, 0, 0, Buffer.alloc(7));
+    const goaway = await peer.waitFor((f) => f.type === 7);
+    expect(goaway.payload.subarray(8).toString()).toBe('PING of bad length');
+    expect(errors).toEqual([[H2Error.FRAME_SIZE_ERROR, 'PING of bad length']]);
+  });
+
   it('ends a connection that does not start with the HTTP/2 preface', async () => {
     await start();
     const peer = await RawPeer.open(false);

@@ -106,6 +106,8 @@ export interface H2ServerOptions {
   onStream(stream: H2Stream, fields: string[] | undefined): void;
   /** A fault in this server's own code while reading a connection, which then ends. */
   onError(error: unknown): void;
+  /** The peer broke the protocol (`code`, an {@link H2Error}); the connection ended with GOAWAY. */
+  onConnectionError?(code: number, reason: string, remoteAddress: string | undefined): void;
 }
 
 /** What a stream tells the code answering it. */
@@ -358,10 +360,11 @@ export class H2Session {
       }
     } catch (error) {
       if (error instanceof ConnectionError) {
-        this.fail(error.code);
+        this.fail(error.code, error.message);
+        this.options.onConnectionError?.(error.code, error.message, this.socket.remoteAddress);
       } else {
         // A fault of this server's own: the connection ends, the process and other connections go on.
-        this.fail(H2Error.INTERNAL_ERROR);
+        this.fail(H2Error.INTERNAL_ERROR, 'internal error');
         this.options.onError(error);
       }
     } finally {
@@ -759,9 +762,10 @@ export class H2Session {
   }
 
   /** A connection error: GOAWAY with `code`, then the connection ends. */
-  private fail(code: number): void {
+  private fail(code: number, reason: string): void {
     if (this.ended) return;
-    this.queue(frame(GOAWAY, 0, 0, Buffer.concat([u32(this.lastStreamId), u32(code)])));
+    // The reason goes in GOAWAY's debug data, where clients (nghttp2, Envoy) log it.
+    this.queue(frame(GOAWAY, 0, 0, Buffer.concat([u32(this.lastStreamId), u32(code), Buffer.from(reason, 'latin1')])));
     this.ended = true;
     this.flush();
     this.endSocket();

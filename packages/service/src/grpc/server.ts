@@ -90,6 +90,9 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
     prefaceTimeoutMs: readTimeoutMs,
     onStream: (stream, fields) => onStream(context(), stream, fields, writer, reading, readTimeoutMs),
     onError: (error) => context().logger.error({ err: error }, 'internal error on a gRPC connection'),
+    // Debug level: a peer that breaks HTTP/2 on purpose should not be able to fill the logs.
+    onConnectionError: (code, reason, remoteAddress) =>
+      context().logger.debug({ code, reason, remoteAddress }, 'gRPC connection ended: the peer broke HTTP/2'),
   });
   const server = h2.server;
 
