@@ -342,6 +342,12 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
     }
     call.fail(status, message);
   };
+  // A fault in answering (encoding, say) fails this call alone: thrown, it would become an unhandled
+  // rejection (asynchronous store), which ends the process, or end the connection and every call on it.
+  const faulted = (error: unknown): void => {
+    ctx.logger.error({ err: error }, 'internal error answering ShouldRateLimit');
+    call.fail(GrpcStatus.INTERNAL, 'internal error');
+  };
   const engine = ctx.engine;
   let outcomes: DescriptorOutcome[];
   try {
@@ -353,19 +359,23 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
           (result) => finish(undefined, result),
           (error: unknown) => finish(error, undefined),
         )
-        // A fault in answering (encoding, say) must not become an unhandled rejection, which ends the process.
-        .catch((error: unknown) => {
-          ctx.logger.error({ err: error }, 'internal error answering ShouldRateLimit');
-          call.fail(GrpcStatus.INTERNAL, 'internal error');
-        });
+        .catch(faulted);
       return;
     }
     outcomes = engine.decideSync(request, 'limit');
   } catch (error) {
-    finish(error, undefined);
+    try {
+      finish(error, undefined);
+    } catch (fault) {
+      faulted(fault);
+    }
     return;
   }
-  finish(undefined, outcomes);
+  try {
+    finish(undefined, outcomes);
+  } catch (error) {
+    faulted(error);
+  }
 }
 
 function healthCheck(ctx: ServiceContext, call: Call, body: Buffer): void {
