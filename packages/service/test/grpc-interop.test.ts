@@ -1,11 +1,10 @@
 import { connect } from 'node:http2';
-import { type ChannelOptions, credentials, loadPackageDefinition, type ServiceError, status } from '@grpc/grpc-js';
-import { loadSync } from '@grpc/proto-loader';
+import { type ChannelOptions, credentials, type ServiceError, status } from '@grpc/grpc-js';
 import { memoryStore, type Store } from 'floodgate';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Writer } from '../src/grpc/codec.js';
 import { type Service, startService } from '../src/service.js';
-import { PROTO_DIR, TEST_CONFIG } from './helpers.js';
+import { loadServiceProtos, TEST_CONFIG } from './helpers.js';
 
 // gRPC clients as Envoy, grpc-go and grpc-js use them: keepalive pings, many calls on one channel,
 // cancellation, deadlines, messages near the limit; and a request body in several DATA frames.
@@ -23,21 +22,11 @@ interface Client {
 }
 
 function clients(port: number, options: ChannelOptions) {
-  const definition = loadSync(['envoy/service/ratelimit/v3/rls.proto', 'grpc/health/v1/health.proto'], {
-    includeDirs: [PROTO_DIR],
-    keepCase: true,
-    longs: Number,
-    enums: String,
-    defaults: true,
-  });
-  const loaded = loadPackageDefinition(definition) as unknown as {
-    envoy: { service: { ratelimit: { v3: { RateLimitService: new (a: string, c: unknown, o: unknown) => Client } } } };
-    grpc: { health: { v1: { Health: new (a: string, c: unknown, o: unknown) => Client } } };
-  };
+  const loaded = loadServiceProtos<Client>();
   const address = `127.0.0.1:${port}`;
   return {
-    rls: new loaded.envoy.service.ratelimit.v3.RateLimitService(address, credentials.createInsecure(), options),
-    health: new loaded.grpc.health.v1.Health(address, credentials.createInsecure(), options),
+    rls: new loaded.RateLimitService(address, credentials.createInsecure(), options),
+    health: new loaded.Health(address, credentials.createInsecure(), options),
   };
 }
 
@@ -160,13 +149,10 @@ describe('gRPC interop with @grpc/grpc-js', () => {
     const calls = Array.from({ length: 50 }, (_, i) =>
       unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries(`10.1.0.${i}`)] }),
     );
-    await new Promise((r) => setTimeout(r, 50));
-    expect(await metric(s, IN_FLIGHT)).toBe(50);
+    await expect.poll(() => metric(s, IN_FLIGHT)).toBe(50);
     for (const c of calls) c.cancel();
     expect((await Promise.all(calls.map((c) => code(c.promise)))).every((c) => c === status.CANCELLED)).toBe(true);
-    await new Promise((r) => setTimeout(r, 50));
-    expect(await metric(s, IN_FLIGHT)).toBe(0);
-    await new Promise((r) => setTimeout(r, 250));
+    await expect.poll(() => metric(s, IN_FLIGHT)).toBe(0);
     expect(
       (await unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries('10.1.1.1')] }).promise).overall_code,
     ).toBe('OK');
@@ -183,8 +169,7 @@ describe('gRPC interop with @grpc/grpc-js', () => {
       { deadline: new Date(Date.now() + 100) },
     );
     expect(await code(c.promise)).toBe(status.DEADLINE_EXCEEDED);
-    await new Promise((r) => setTimeout(r, 400));
-    expect(await metric(s, IN_FLIGHT)).toBe(0);
+    await expect.poll(() => metric(s, IN_FLIGHT)).toBe(0);
     const ok = unary(
       rls,
       'ShouldRateLimit',
@@ -241,7 +226,7 @@ describe('gRPC interop: shutdown with calls on the wire', () => {
       { length: 200 },
       (_, i) => unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries(`10.4.0.${i}`)] }).promise,
     );
-    await new Promise((r) => setTimeout(r, 100));
+    await expect.poll(() => metric(s, IN_FLIGHT)).toBe(200);
     const closing = s.close();
     service = undefined;
     await closing;
@@ -252,17 +237,28 @@ describe('gRPC interop: shutdown with calls on the wire', () => {
   });
 
   it('keeps the connection through a burst of 1500 cancellations (calls timed out on a slow store)', async () => {
-    const s = await start(slowStore(300));
+    // Slow enough that no call is answered before the test cancels them all.
+    const s = await start(slowStore(800));
     const { rls } = clients(s.grpcPort, {});
     open.push(rls);
     const keep = unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries('10.5.9.9')] });
     const calls = Array.from({ length: 1500 }, (_, i) =>
       unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries(`10.5.${i >> 8}.${i & 255}`)] }),
     );
-    await new Promise((r) => setTimeout(r, 100));
+    // The first 1000 (the stream limit) are being decided; the rest wait on the client.
+    await expect.poll(() => metric(s, IN_FLIGHT)).toBeGreaterThanOrEqual(1000);
     for (const c of calls) c.cancel();
     expect((await Promise.all(calls.map((c) => code(c.promise)))).every((c) => c === status.CANCELLED)).toBe(true);
     expect(await code(keep.promise)).toBe(status.OK);
+    // The cancelled calls' work held their places under the stream limit until the store answered; then
+    // the places are free: 999 new calls at once are all admitted and answered.
+    await expect.poll(() => metric(s, IN_FLIGHT)).toBe(0);
+    const again = Array.from(
+      { length: 999 },
+      (_, i) =>
+        unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries(`10.6.${i >> 8}.${i & 255}`)] }).promise,
+    );
+    expect((await Promise.all(again.map(code))).filter((c) => c !== status.OK)).toEqual([]);
   });
 });
 

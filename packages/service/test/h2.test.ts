@@ -308,28 +308,50 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     expect(trailers.payload).toEqual(encodeLiteral('grpc-status', '0'));
   });
 
-  /** 1100 streams, each opened with HEADERS of `flags` and reset at once (RST_STREAM CANCEL). */
-  const openAndCancel = (flags: number): Buffer =>
-    Buffer.concat(
-      Array.from({ length: 1100 }, (_, i) => [
-        rawFrame(1, flags, 2 * i + 1, REQUEST_BLOCK),
-        rawFrame(3, 0, 2 * i + 1, Buffer.from([0, 0, 0, 8])),
-      ]).flat(),
-    );
-
-  it('ends a connection that keeps resetting streams before their answer (rapid reset)', async () => {
-    await start();
+  it('counts streams reset while their work goes on against the stream limit (rapid reset)', async () => {
+    const working: H2Stream[] = [];
+    await start({
+      maxConcurrentStreams: 2,
+      onStream: (stream) => {
+        stream.handler = {
+          body: () => {
+            // Asynchronous work that has not finished: the stream holds its place.
+            stream.hold();
+            working.push(stream);
+          },
+          tooLarge: () => {},
+          aborted: () => {},
+        };
+      },
+    });
     const peer = await RawPeer.open();
-    // HEADERS without END_STREAM: each call waits for its body when the peer cancels it.
-    peer.socket.write(openAndCancel(0x4));
-    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    for (const id of [1, 3, 5]) {
+      peer.send(1, 0x5, id, REQUEST_BLOCK);
+      peer.send(3, 0, id, Buffer.from([0, 0, 0, 8]));
+    }
+    const refused = await peer.waitFor((f) => f.type === 3);
+    expect([refused.id, refused.payload.readUInt32BE(0)]).toEqual([5, H2Error.REFUSED_STREAM]);
+    expect(working.map((s) => s.id)).toEqual([1, 3]);
+    // The work of stream 1 ends: its place is free again.
+    working[0]?.release();
+    peer.send(1, 0x5, 7, REQUEST_BLOCK);
+    await expect.poll(() => working.map((s) => s.id)).toEqual([1, 3, 7]);
+    expect(peer.frames.filter((f) => f.type === 3)).toHaveLength(1);
+    expect(peer.frames.some((f) => f.type === 7)).toBe(false);
   });
 
-  it('lets a peer reset streams it already has the answer of, without limit', async () => {
+  it('lets a peer reset streams whose answer is out, without limit', async () => {
     await start();
     const peer = await RawPeer.open();
     // HEADERS with END_STREAM: each call is answered before the peer's reset arrives.
-    peer.socket.write(openAndCancel(0x5));
+    peer.socket.write(
+      Buffer.concat(
+        Array.from({ length: 1100 }, (_, i) => [
+          rawFrame(1, 0x5, 2 * i + 1, REQUEST_BLOCK),
+          rawFrame(3, 0, 2 * i + 1, Buffer.from([0, 0, 0, 8])),
+        ]).flat(),
+      ),
+    );
     peer.send(6, 0, 0, Buffer.from('still-up'));
     const ack = await peer.waitFor((f) => f.type === 6);
     expect(ack.payload.toString()).toBe('still-up');

@@ -94,7 +94,11 @@ export interface RateLimitClient {
   close(): void;
 }
 
-export function grpcClient(port: number): RateLimitClient {
+/** The @grpc/grpc-js client classes of Envoy's rate limit service and the health service, from the service's own protos. */
+export function loadServiceProtos<C>(): {
+  RateLimitService: new (address: string, credentials: unknown, options?: unknown) => C;
+  Health: new (address: string, credentials: unknown, options?: unknown) => C;
+} {
   const definition = loadSync(['envoy/service/ratelimit/v3/rls.proto', 'grpc/health/v1/health.proto'], {
     includeDirs: [PROTO_DIR],
     keepCase: true,
@@ -102,13 +106,19 @@ export function grpcClient(port: number): RateLimitClient {
     enums: String,
     defaults: true,
   });
+  type Ctor = new (address: string, credentials: unknown, options?: unknown) => C;
   const loaded = loadPackageDefinition(definition) as unknown as {
-    envoy: { service: { ratelimit: { v3: { RateLimitService: new (a: string, c: unknown) => GenericClient } } } };
-    grpc: { health: { v1: { Health: new (a: string, c: unknown) => GenericClient } } };
+    envoy: { service: { ratelimit: { v3: { RateLimitService: Ctor } } } };
+    grpc: { health: { v1: { Health: Ctor } } };
   };
+  return { RateLimitService: loaded.envoy.service.ratelimit.v3.RateLimitService, Health: loaded.grpc.health.v1.Health };
+}
+
+export function grpcClient(port: number): RateLimitClient {
+  const loaded = loadServiceProtos<GenericClient>();
   const address = `127.0.0.1:${port}`;
-  const rls = new loaded.envoy.service.ratelimit.v3.RateLimitService(address, credentials.createInsecure());
-  const health = new loaded.grpc.health.v1.Health(address, credentials.createInsecure());
+  const rls = new loaded.RateLimitService(address, credentials.createInsecure());
+  const health = new loaded.Health(address, credentials.createInsecure());
   const unary =
     (client: GenericClient, method: string) =>
     (request: unknown): Promise<Record<string, unknown>> =>

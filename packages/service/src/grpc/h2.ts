@@ -74,13 +74,6 @@ const MAX_HEADER_BLOCK = 256 * 1024;
 const MAX_CONTINUATIONS = 64;
 /** How long a connection this side ended waits for the peer to close its side before it is cut, in ms. */
 const LINGER_MS = 5000;
-/**
- * Resets of unanswered streams a peer may make: a burst, then a rate per second, as nghttp2 allows by
- * default. Without it a peer could open and reset streams forever ("rapid reset", CVE-2023-44487): a reset
- * stream no longer counts against the concurrent stream limit, yet its request is already being decided.
- */
-const RESET_BURST = 1000;
-const RESETS_PER_SECOND = 33;
 /** Past this much output waiting for a peer that does not read, the connection ends. */
 const MAX_UNSENT_BYTES = 16 * 1024 * 1024;
 
@@ -160,6 +153,8 @@ export class H2Stream {
   size = 0;
   /** The body went past its limit: DATA is counted, not kept. */
   discarding = false;
+  /** Work is under way for this stream (see {@link hold}). */
+  holding = false;
   /** DATA (and trailers) of the answer waiting for the peer's flow-control window. */
   pending: Buffer | undefined = undefined;
   pendingTrailers: Buffer | undefined = undefined;
@@ -189,6 +184,21 @@ export class H2Stream {
       ...(message === '' ? [] : [encodeLiteral('grpc-message', message)]),
     ]);
     this.session.sendHeaders(this, block, true);
+  }
+
+  /**
+   * Marks work under way for this stream (an asynchronous decision): until {@link release}, the stream
+   * counts against the concurrent stream limit, even once the peer has reset it.
+   */
+  hold(): void {
+    this.holding = true;
+  }
+
+  /** The work {@link hold} marked is over. */
+  release(): void {
+    if (!this.holding) return;
+    this.holding = false;
+    if (this.closed) this.session.released();
   }
 
   /** Answers a bare HTTP status (not gRPC, e.g. 415 to a request that is not gRPC). */
@@ -270,9 +280,13 @@ export class H2Session {
   /** Bytes of request bodies held. */
   private buffered = 0;
   private prefaceTimer: NodeJS.Timeout | undefined;
-  /** Resets the peer may still make (a token bucket), as of {@link resetsAtMs}. */
-  private resetTokens = RESET_BURST;
-  private resetsAtMs = 0;
+  /**
+   * Streams closed (reset by the peer, most often) whose work goes on: they still count against the
+   * concurrent stream limit, so a peer that opens and resets streams ("rapid reset", CVE-2023-44487)
+   * cannot have more work under way than that limit, while one that cancels calls honestly keeps its
+   * connection.
+   */
+  private held = 0;
   private lingerTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -301,6 +315,11 @@ export class H2Session {
   /** Open streams. */
   get size(): number {
     return this.streams.size;
+  }
+
+  /** A closed stream's work is over: its place under the concurrent stream limit is free. */
+  released(): void {
+    this.held--;
   }
 
   /** Sends GOAWAY (NO_ERROR): no new streams; the connection ends when the open ones are answered. */
@@ -424,9 +443,7 @@ export class H2Session {
         if (length !== 4) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'RST_STREAM of bad length');
         if (id > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
         const stream = this.streams.get(id);
-        if (stream === undefined) return;
-        if (!stream.answered) this.countReset();
-        this.close(stream);
+        if (stream !== undefined) this.close(stream);
         return;
       }
       case SETTINGS:
@@ -451,15 +468,6 @@ export class H2Session {
       default:
       // Unknown frame types are ignored (RFC 9113 §4.1).
     }
-  }
-
-  /** Counts a peer's reset of an unanswered stream; past the allowance, the connection ends. */
-  private countReset(): void {
-    const nowMs = performance.now();
-    this.resetTokens = Math.min(RESET_BURST, this.resetTokens + ((nowMs - this.resetsAtMs) * RESETS_PER_SECOND) / 1000);
-    this.resetsAtMs = nowMs;
-    if (this.resetTokens < 1) throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many streams reset');
-    this.resetTokens -= 1;
   }
 
   private data(flags: number, id: number, buf: Buffer, start: number, end: number): void {
@@ -555,7 +563,7 @@ export class H2Session {
     // A closed stream's late trailers (this side answered and reset it while they were on the way).
     if (id <= this.lastStreamId) return;
     this.lastStreamId = id;
-    if (this.goAwayId !== undefined || this.streams.size >= this.options.maxConcurrentStreams) {
+    if (this.goAwayId !== undefined || this.streams.size + this.held >= this.options.maxConcurrentStreams) {
       this.resetStream(id, H2Error.REFUSED_STREAM);
       return;
     }
@@ -744,6 +752,7 @@ export class H2Session {
   private close(stream: H2Stream): void {
     if (stream.closed) return;
     stream.closed = true;
+    if (stream.holding) this.held++;
     this.streams.delete(stream.id);
     this.blocked.delete(stream);
     this.release(stream);

@@ -353,8 +353,11 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
   try {
     const request = toDecisionRequest(decodeRateLimitRequest(body));
     if (!engine.sync) {
+      // Until the store answers, the call counts against its connection's stream limit, reset or not.
+      call.stream.hold();
       engine
         .decide(request, 'limit')
+        .finally(() => call.stream.release())
         .then(
           (result) => finish(undefined, result),
           (error: unknown) => finish(error, undefined),
@@ -395,7 +398,11 @@ function healthCheck(ctx: ServiceContext, call: Call, body: Buffer): void {
     w.uint(1, up && !ctx.draining ? SERVING : NOT_SERVING);
     call.reply(w.view());
   };
-  ctx.probeStore().then(answer, () => answer(false));
+  call.stream.hold();
+  ctx
+    .probeStore()
+    .finally(() => call.stream.release())
+    .then(answer, () => answer(false));
 }
 
 /** gRPC's percent-encoding of `grpc-message`: bytes outside printable ASCII, and `%`. */
