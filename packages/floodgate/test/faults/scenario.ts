@@ -123,7 +123,10 @@ export async function faultScenario(
     expect((back as number) - run.backAt, `${name}: recovery, ms`).toBeLessThanOrEqual(RECOVERY_MS);
     const late = list.filter((c) => c.startMs > run.backAt + RECOVERY_MS);
     expect(late.length).toBeGreaterThan(0);
-    const lateErrors = storeErrors.filter((e) => e.atMs > run.backAt + RECOVERY_MS).map((e) => e.message);
+    // When, after the store came back, each late error happened: a failure says whether it was one stall.
+    const lateErrors = storeErrors
+      .filter((e) => e.atMs > run.backAt + RECOVERY_MS)
+      .map((e) => `${e.message} (${(e.atMs - run.backAt).toFixed(0)} ms after the store was back)`);
     expect(lateErrors, 'store errors once recovered').toEqual([]);
     for (const c of late) {
       expect(c.error, `${name}: no error once recovered`).toBeUndefined();
