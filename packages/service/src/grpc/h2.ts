@@ -322,7 +322,7 @@ export class H2Session {
   goAway(): void {
     if (this.ended || this.goAwayId !== undefined) return;
     this.goAwayId = this.lastStreamId;
-    this.queue(frame(GOAWAY, 0, 0, Buffer.concat([u32(this.lastStreamId), u32(H2Error.NO_ERROR)])));
+    this.queueGoAway(H2Error.NO_ERROR, '');
     this.endIfIdle();
     this.flush();
   }
@@ -703,8 +703,7 @@ export class H2Session {
   /** Sends what the windows let through of the answers waiting for them. */
   private drainBlocked(): void {
     for (const stream of this.blocked) {
-      const data = stream.pending;
-      if (data === undefined || stream.closed) {
+      if (stream.pending === undefined || stream.closed) {
         this.blocked.delete(stream);
         continue;
       }
@@ -769,12 +768,16 @@ export class H2Session {
   /** A connection error: GOAWAY with `code`, then the connection ends. */
   private fail(code: number, reason: string): void {
     if (this.ended) return;
-    // The reason goes in GOAWAY's debug data, where clients (nghttp2, Envoy) log it.
-    this.queue(frame(GOAWAY, 0, 0, Buffer.concat([u32(this.lastStreamId), u32(code), Buffer.from(reason, 'latin1')])));
+    this.queueGoAway(code, reason);
     this.ended = true;
     this.flush();
     this.endSocket();
     for (const stream of [...this.streams.values()]) this.close(stream);
+  }
+
+  /** GOAWAY with the last stream this side took; `reason` goes in the debug data, which clients log. */
+  private queueGoAway(code: number, reason: string): void {
+    this.queue(frame(GOAWAY, 0, 0, Buffer.concat([u32(this.lastStreamId), u32(code), Buffer.from(reason, 'latin1')])));
   }
 
   /**
