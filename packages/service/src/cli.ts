@@ -9,6 +9,7 @@ import { compileRules } from './rules.js';
 import { ListenError, type Service, startService } from './service.js';
 import { DecisionStats } from './stats.js';
 import { STORE_URL_FORMS, StoreUrlError } from './store-url.js';
+import { TlsError, type TlsOptions } from './tls.js';
 import { VERSION } from './version.js';
 
 /** The web page (simulator and live view), built by the web package next to the compiled CLI. */
@@ -59,13 +60,25 @@ Options of serve (environment variable in brackets):
                            and the live view, built into dist/web)
       --log-level <level>  fatal, error, warn, info, debug, trace or silent [FLOODGATE_LOG_LEVEL] (default: info)
 
+TLS (PEM files, reloaded on SIGHUP and when they change; a bad file keeps the old ones serving):
+      --grpc-tls-cert <file>       serve gRPC over TLS with this certificate chain [FLOODGATE_GRPC_TLS_CERT]
+      --grpc-tls-key <file>        and its private key [FLOODGATE_GRPC_TLS_KEY]
+      --grpc-tls-client-ca <file>  require client certificates from these CAs (mutual TLS)
+                                   [FLOODGATE_GRPC_TLS_CLIENT_CA]
+      --grpc-tls-client-san <name> and with this subject alternative name (DNS, URI, IP or email)
+                                   [FLOODGATE_GRPC_TLS_CLIENT_SAN]
+      --http-tls-cert <file>, --http-tls-key <file>, --http-tls-client-ca <file>, --http-tls-client-san <name>
+                                   the same for the HTTP API (HTTPS) [FLOODGATE_HTTP_TLS_CERT, …]
+  envoyproxy/ratelimit's variables are read too when FLOODGATE_GRPC_TLS_* are unset: GRPC_SERVER_USE_TLS=true
+  with GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN.
+
 Store URLs:
   ${STORE_URL_FORMS.join('\n  ')}
 
-Signals: SIGHUP reloads the config (a bad config is rejected, the old one keeps serving);
+Signals: SIGHUP reloads the config and the TLS files (bad ones are rejected, the old ones keep serving);
 SIGTERM and SIGINT drain in-flight calls and stop.
 
-Exit codes: 0 ok, 1 unexpected failure, 2 bad command line, 3 invalid config, 4 store unusable,
+Exit codes: 0 ok, 1 unexpected failure, 2 bad command line, 3 invalid config or TLS file, 4 store unusable,
 5 cannot listen.
 `;
 
@@ -167,6 +180,14 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       'grpc-read-timeout-ms': { type: 'string' },
       failure: { type: 'string' },
       headers: { type: 'string' },
+      'grpc-tls-cert': { type: 'string' },
+      'grpc-tls-key': { type: 'string' },
+      'grpc-tls-client-ca': { type: 'string' },
+      'grpc-tls-client-san': { type: 'string' },
+      'http-tls-cert': { type: 'string' },
+      'http-tls-key': { type: 'string' },
+      'http-tls-client-ca': { type: 'string' },
+      'http-tls-client-san': { type: 'string' },
     },
   });
   if (positionals.length > 0) throw new UsageError(`serve takes no arguments, got ${JSON.stringify(positionals[0])}`);
@@ -209,6 +230,8 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
     ? false
     : (port(values['grpc-port'] ?? env.FLOODGATE_GRPC_PORT, '--grpc-port') ?? 8081);
   const staticDir = values['static-dir'] ?? (existsSync(PAGE_DIR) ? PAGE_DIR : undefined);
+  const grpcTls = tlsOptions('grpc', values, env);
+  const httpTls = tlsOptions('http', values, env);
   let service: Service;
   try {
     service = await startService({
@@ -225,10 +248,19 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       failure,
       headers: headers as HeaderFormat,
       ...(staticDir === undefined ? {} : { staticDir }),
+      ...(grpcTls === undefined ? {} : { grpcTls }),
+      ...(httpTls === undefined ? {} : { httpTls }),
     });
   } catch (error) {
     if (error instanceof ConfigError) {
       io.err(`floodgate: ${error.message}\n`);
+      return EXIT.CONFIG;
+    }
+    if (error instanceof TlsError) {
+      // Named as the command line names it: `grpcTls.certFile` is `--grpc-tls-cert` here.
+      const [api, field] = error.option.split('.') as [string, string];
+      const flag = `--${api.slice(0, -3)}-tls-${TLS_FLAGS[field as keyof typeof TLS_FLAGS] ?? field}`;
+      io.err(`floodgate: ${flag} ${JSON.stringify(error.file)}: ${error.reason}\n`);
       return EXIT.CONFIG;
     }
     if (error instanceof StoreUrlError) {
@@ -264,8 +296,9 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       );
     };
     const onHup = () => {
-      service.logger.info('SIGHUP: reloading the config');
+      service.logger.info('SIGHUP: reloading the config and the TLS files');
       service.reload();
+      service.reloadTls();
     };
     const onTerm = () => stop('SIGTERM');
     const onInt = () => stop('SIGINT');
@@ -273,6 +306,59 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);
   });
+}
+
+/** The command line's name of each TLS option. */
+const TLS_FLAGS = { certFile: 'cert', keyFile: 'key', clientCaFile: 'client-ca', clientSan: 'client-san' } as const;
+
+/**
+ * The TLS options of one API from `--<api>-tls-*` or `FLOODGATE_<API>_TLS_*`; for gRPC, else from
+ * envoyproxy/ratelimit's variables, so its deployments can move over unchanged.
+ */
+function tlsOptions(
+  api: 'grpc' | 'http',
+  values: Record<string, string | boolean | undefined>,
+  env: Record<string, string | undefined>,
+): TlsOptions | undefined {
+  const prefix = `FLOODGATE_${api.toUpperCase()}_TLS_`;
+  const pick = (field: keyof typeof TLS_FLAGS, envoyName?: string): string | undefined => {
+    const flag = values[`${api}-tls-${TLS_FLAGS[field]}`];
+    if (typeof flag === 'string') return flag;
+    const own = env[`${prefix}${TLS_FLAGS[field].replace('-', '_').toUpperCase()}`];
+    if (own !== undefined && own !== '') return own;
+    if (envoyName !== undefined && api === 'grpc' && env.GRPC_SERVER_USE_TLS?.toLowerCase() === 'true') {
+      const value = env[envoyName];
+      if (value !== undefined && value !== '') return value;
+    }
+    return undefined;
+  };
+  const certFile = pick('certFile', 'GRPC_SERVER_TLS_CERT');
+  const keyFile = pick('keyFile', 'GRPC_SERVER_TLS_KEY');
+  const clientCaFile = pick('clientCaFile', 'GRPC_CLIENT_TLS_CACERT');
+  const clientSan = pick('clientSan', 'GRPC_CLIENT_TLS_SAN');
+  if (certFile === undefined && keyFile === undefined) {
+    if (clientCaFile !== undefined || clientSan !== undefined) {
+      throw new UsageError(
+        `--${api}-tls-client-ca and --${api}-tls-client-san need --${api}-tls-cert and --${api}-tls-key`,
+      );
+    }
+    if (api === 'grpc' && env.GRPC_SERVER_USE_TLS?.toLowerCase() === 'true') {
+      throw new UsageError('GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY');
+    }
+    return undefined;
+  }
+  if (certFile === undefined || keyFile === undefined) {
+    throw new UsageError(`--${api}-tls-cert and --${api}-tls-key go together`);
+  }
+  if (clientSan !== undefined && clientCaFile === undefined) {
+    throw new UsageError(`--${api}-tls-client-san checks client certificates: it needs --${api}-tls-client-ca`);
+  }
+  return {
+    certFile,
+    keyFile,
+    ...(clientCaFile === undefined ? {} : { clientCaFile }),
+    ...(clientSan === undefined ? {} : { clientSan }),
+  };
 }
 
 function isEntryPoint(): boolean {

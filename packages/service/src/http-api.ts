@@ -1,11 +1,13 @@
 import { createReadStream, statSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { extname, join, resolve, sep } from 'node:path';
 import type { ServiceContext } from './context.js';
 import type { DecisionRequest, DescriptorOutcome, DescriptorRequest, LimitOverride, Mode } from './engine.js';
 import { classify, HTTP_STATUS } from './failures.js';
 import type { RateLimitHeaders } from './headers.js';
 import { openApiDocument } from './openapi.js';
+import { refuseTls, type TlsCredentials } from './tls.js';
 
 /** Largest request body accepted, in bytes. */
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -14,7 +16,12 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 export interface HttpApiOptions {
   /** Serve the files of this directory at `/` (a web page); API paths take precedence. */
   readonly staticDir?: string | undefined;
+  /** Serve HTTPS (HTTP/1.1) with these credentials, instead of cleartext HTTP. */
+  readonly tls?: TlsCredentials | undefined;
 }
+
+/** The HTTP API's server: cleartext or HTTPS. */
+export type HttpApiServer = Server | HttpsServer;
 
 const MODES: Record<string, Mode> = {
   '/v1/decide': 'limit',
@@ -54,9 +61,9 @@ class BadRequest extends Error {
  * (`/healthz`, `/readyz`), `/metrics`, `/openapi.json`, `/v1/config`, `/v1/stats`, and optionally a
  * static web page at `/`.
  */
-export function createHttpApi(context: () => ServiceContext, options: HttpApiOptions = {}): Server {
+export function createHttpApi(context: () => ServiceContext, options: HttpApiOptions = {}): HttpApiServer {
   const staticRoot = options.staticDir === undefined ? undefined : resolve(options.staticDir);
-  const server = createServer((req, res) => {
+  const handle = (req: IncomingMessage, res: ServerResponse) => {
     const ctx = context();
     if (ctx.draining) res.setHeader('Connection', 'close');
     const url = req.url ?? '/';
@@ -96,7 +103,20 @@ export function createHttpApi(context: () => ServiceContext, options: HttpApiOpt
     if (staticRoot !== undefined && serveStatic(staticRoot, path, req, res)) return;
     if (path === '/') return json(res, 200, index());
     problem(res, 404, 'Not Found', `no route ${req.method} ${path}; see /openapi.json`);
-  });
+  };
+  const tls = options.tls;
+  let server: HttpApiServer;
+  if (tls === undefined) {
+    server = createServer(handle);
+  } else {
+    // HTTP/1.1 only: a client that insists on h2 by ALPN fails its handshake rather than misspeaking.
+    const https = createHttpsServer(tls.serverOptions(['http/1.1']), handle);
+    https.on('secureConnection', (socket) => {
+      if (!tls.admit(socket)) refuseTls(context(), 'http', socket, 'client_san');
+    });
+    tls.attach(https, (reason, error, socket) => refuseTls(context(), 'http', socket, reason, error));
+    server = https;
+  }
   // Envoy and sidecars keep connections open; a short keep-alive bounds the drain on shutdown.
   server.keepAliveTimeout = 5000;
   server.headersTimeout = 10_000;

@@ -28,4 +28,11 @@ export { openApiDocument } from './openapi.js';
 export type { DescriptorEntry } from './rules.js';
 export { ListenError, type ReloadResult, Service, type ServiceOptions, startService } from './service.js';
 export { type OpenedStore, openStore, STORE_URL_FORMS, StoreUrlError } from './store-url.js';
+export {
+  DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
+  TlsError,
+  type TlsErrorCode,
+  type TlsOptions,
+  type TlsReloadResult,
+} from './tls.js';
 export { VERSION } from './version.js';

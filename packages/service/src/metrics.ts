@@ -26,6 +26,9 @@ export class Metrics {
   private readonly lastReload: Gauge;
   private readonly configInfo: Gauge<'sha256'>;
   private readonly timers = new Map<string, MethodTimer>();
+  private readonly tlsRefusals: Counter<'api' | 'reason'>;
+  private readonly tlsReloads: Counter<'api' | 'result'>;
+  private readonly tlsExpiry: Gauge<'api'>;
 
   constructor(stats: DecisionStats, store: Store) {
     const registers = [this.registry];
@@ -146,6 +149,24 @@ export class Metrics {
       });
     }
     this.storeUp.set({ store: store.name }, 1);
+    this.tlsRefusals = new Counter({
+      name: 'floodgate_tls_refused_connections_total',
+      help: 'TLS connections refused, by API and reason (handshake, handshake_timeout, alpn, client_san).',
+      labelNames: ['api', 'reason'],
+      registers,
+    });
+    this.tlsReloads = new Counter({
+      name: 'floodgate_tls_reloads_total',
+      help: 'Certificate reloads that found changed files, by API and result; a failed one keeps the previous certificate.',
+      labelNames: ['api', 'result'],
+      registers,
+    });
+    this.tlsExpiry = new Gauge({
+      name: 'floodgate_tls_certificate_expiry_timestamp_seconds',
+      help: 'When the certificate served on each TLS port expires.',
+      labelNames: ['api'],
+      registers,
+    });
   }
 
   /** The duration histogram of one API method, resolved once. */
@@ -166,6 +187,17 @@ export class Metrics {
 
   setStoreUp(store: string, up: boolean): void {
     this.storeUp.set({ store }, up ? 1 : 0);
+  }
+
+  /** Counts a refused TLS connection. */
+  tlsRefused(api: Api, reason: string): void {
+    this.tlsRefusals.inc({ api, reason });
+  }
+
+  /** Records the certificate served on a TLS port: at start, or by a reload that may have failed. */
+  tlsLoaded(api: Api, ok: boolean, validTo: Date | undefined, reload: boolean): void {
+    if (reload) this.tlsReloads.inc({ api, result: ok ? 'success' : 'failure' });
+    if (ok && validTo !== undefined) this.tlsExpiry.set({ api }, Math.floor(validTo.getTime() / 1000));
   }
 
   /** Records a config load: the first one (`reload` false) or a reload, which may have failed. */

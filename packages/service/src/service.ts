@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import { type FSWatcher, readFileSync, watch } from 'node:fs';
-import type { Server as HttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
 import { gcra, type Store } from 'floodgate';
@@ -11,10 +10,12 @@ import type { ServiceContext } from './context.js';
 import { Engine } from './engine.js';
 import { createGrpcServer, type GrpcServer } from './grpc/server.js';
 import { RateLimitHeaders } from './headers.js';
-import { createHttpApi } from './http-api.js';
+import { createHttpApi, type HttpApiServer } from './http-api.js';
+import type { Api } from './metrics.js';
 import { Metrics } from './metrics.js';
 import { DecisionStats } from './stats.js';
 import { type OpenedStore, openStore } from './store-url.js';
+import { TlsCredentials, type TlsOptions, type TlsReloadResult } from './tls.js';
 
 /** Options of {@link startService}. */
 export interface ServiceOptions {
@@ -30,7 +31,7 @@ export interface ServiceOptions {
   httpPort?: number | false;
   /** gRPC port; 0 picks a free one; `false` turns the gRPC API off. @default 8081 */
   grpcPort?: number | false;
-  /** Reload the config file when it changes. @default true with `configFile` */
+  /** Reload the config file, and the TLS certificate, key and CA files, when they change. @default true */
   watch?: boolean;
   /** How long shutdown waits for in-flight calls before closing connections. @default 10_000 */
   drainTimeoutMs?: number;
@@ -58,6 +59,13 @@ export interface ServiceOptions {
    * @default 'ietf'
    */
   headers?: HeaderFormat;
+  /**
+   * Serve gRPC over TLS (ALPN `h2`), and with `clientCaFile` require client certificates (mutual TLS).
+   * The files are reloaded on SIGHUP ({@link Service.reloadTls}) and when they change.
+   */
+  grpcTls?: TlsOptions;
+  /** Serve the HTTP API over HTTPS, and with `clientCaFile` require client certificates (mutual TLS). */
+  httpTls?: TlsOptions;
 }
 
 /** The outcome of a reload. */
@@ -67,6 +75,9 @@ export interface ReloadResult {
   readonly changed: boolean;
   readonly error?: ConfigError;
 }
+
+/** How long the certificate files are left to settle after a change before they are read. */
+const TLS_DEBOUNCE_MS = 250;
 
 /** How long a readiness probe result is reused. */
 const PROBE_CACHE_MS = 1000;
@@ -105,7 +116,11 @@ export class Service implements ServiceContext {
   grpcPort = 0;
   private opened: OpenedStore | undefined;
   private store!: Store;
-  private http: HttpServer | undefined;
+  private http: HttpApiServer | undefined;
+  /** TLS credentials of each port that has them. */
+  private readonly tls = new Map<Api, TlsCredentials>();
+  private tlsWatchers: FSWatcher[] = [];
+  private tlsDebounce: NodeJS.Timeout | undefined;
   private grpc: GrpcServer | undefined;
   private watcher: FSWatcher | undefined;
   private debounce: NodeJS.Timeout | undefined;
@@ -152,6 +167,13 @@ export class Service implements ServiceContext {
       config = options.config as ServiceConfig;
       this.configSha = sha256(JSON.stringify(config));
     }
+    // Before the store opens: a certificate that cannot be used fails the start at once.
+    if (options.grpcTls !== undefined && options.grpcPort !== false) {
+      this.tls.set('grpc', loadTls('grpcTls', options.grpcTls));
+    }
+    if (options.httpTls !== undefined && options.httpPort !== false) {
+      this.tls.set('http', loadTls('httpTls', options.httpTls));
+    }
     if (typeof options.store === 'object') {
       this.store = options.store;
     } else {
@@ -161,17 +183,22 @@ export class Service implements ServiceContext {
     this.metrics = new Metrics(this.stats, this.store);
     this.engine = this.newEngine(config);
     this.metrics.configLoaded(true, this.configSha, false);
+    for (const [api, credentials] of this.tls) {
+      this.metrics.tlsLoaded(api, true, credentials.validTo, false);
+      this.warnIfExpiring(api, credentials);
+    }
     const host = options.host ?? '127.0.0.1';
     const context = () => this as ServiceContext;
     if (options.httpPort !== false) {
-      this.http = createHttpApi(context, { staticDir: options.staticDir });
+      this.http = createHttpApi(context, { staticDir: options.staticDir, tls: this.tls.get('http') });
       this.httpPort = await listenHttp(this.http, host, options.httpPort ?? 8080);
     }
     if (options.grpcPort !== false) {
-      this.grpc = createGrpcServer(
-        context,
-        options.grpcReadTimeoutMs === undefined ? {} : { readTimeoutMs: options.grpcReadTimeoutMs },
-      );
+      const grpcTls = this.tls.get('grpc');
+      this.grpc = createGrpcServer(context, {
+        ...(options.grpcReadTimeoutMs === undefined ? {} : { readTimeoutMs: options.grpcReadTimeoutMs }),
+        ...(grpcTls === undefined ? {} : { tls: grpcTls }),
+      });
       const port = options.grpcPort ?? 8081;
       this.grpcPort = await this.grpc.listen(host, port).catch((error: Error) => {
         throw new ListenError('gRPC', host, port, error);
@@ -181,10 +208,13 @@ export class Service implements ServiceContext {
     this.sampler.unref();
     this.stats.sample(Date.now());
     if (this.configFile !== undefined && options.watch !== false) this.watchConfig(this.configFile);
+    if (this.tls.size > 0 && options.watch !== false) this.watchTls();
     this.logger.info(
       {
         http: this.http === undefined ? null : `${host}:${this.httpPort}`,
         grpc: this.grpc === undefined ? null : `${host}:${this.grpcPort}`,
+        httpTls: describeTls(this.tls.get('http')),
+        grpcTls: describeTls(this.tls.get('grpc')),
         store: this.opened?.description ?? this.store.name,
         config: options.configFile ?? '(inline)',
         domains: config.domains.map((d) => d.domain),
@@ -237,6 +267,73 @@ export class Service implements ServiceContext {
       'config reloaded',
     );
     return { ok: true, changed: true };
+  }
+
+  /**
+   * Reads the TLS certificate, key and CA files of each TLS port again. Changed files that are good are
+   * served to new connections, open ones keep theirs; files that cannot be used are rejected (logged and
+   * returned), and the certificate in use keeps serving.
+   */
+  reloadTls(): TlsReloadResult[] {
+    const results: TlsReloadResult[] = [];
+    for (const [api, credentials] of this.tls) {
+      const result = credentials.reload();
+      results.push(result);
+      if (!result.changed) continue;
+      this.metrics.tlsLoaded(api, result.ok, credentials.validTo, true);
+      if (result.error !== undefined) {
+        this.logger.error(
+          { api, option: result.error.option, file: result.error.file, reason: result.error.reason },
+          'certificates rejected; the previous ones keep serving',
+        );
+      } else {
+        this.logger.info(
+          { api, fingerprint256: result.fingerprint256, validTo: credentials.validTo.toISOString() },
+          'certificates reloaded',
+        );
+        this.warnIfExpiring(api, credentials);
+      }
+    }
+    return results;
+  }
+
+  private warnIfExpiring(api: Api, credentials: TlsCredentials): void {
+    const left = credentials.validTo.getTime() - Date.now();
+    if (left < 7 * 86_400_000) {
+      this.logger.warn(
+        { api, file: credentials.options.certFile, validTo: credentials.validTo.toISOString() },
+        left <= 0 ? 'the TLS certificate has expired' : 'the TLS certificate expires within a week',
+      );
+    }
+  }
+
+  private watchTls(): void {
+    // As for the config: watch the folders, since certificate tools and Kubernetes replace files.
+    const folders = new Map<string, Set<string>>();
+    for (const credentials of this.tls.values()) {
+      for (const file of credentials.files()) {
+        const path = resolve(file);
+        const names = folders.get(dirname(path)) ?? new Set<string>();
+        names.add(basename(path));
+        folders.set(dirname(path), names);
+      }
+    }
+    for (const [folder, names] of folders) {
+      try {
+        const watcher = watch(folder, (_event, changed) => {
+          if (changed !== null && !names.has(changed) && !changed.startsWith('..')) return;
+          // A certificate and its key are often written one after the other: read them once both are.
+          clearTimeout(this.tlsDebounce);
+          this.tlsDebounce = setTimeout(() => this.reloadTls(), TLS_DEBOUNCE_MS);
+          this.tlsDebounce.unref();
+        });
+        watcher.unref();
+        watcher.on('error', (error) => this.logger.warn({ err: error, folder }, 'watching certificates stopped'));
+        this.tlsWatchers.push(watcher);
+      } catch (error) {
+        this.logger.warn({ err: error, folder }, 'cannot watch the certificate files; reload with SIGHUP');
+      }
+    }
   }
 
   /** Replaces the config in use with an already parsed one (programmatic reload). */
@@ -364,6 +461,8 @@ export class Service implements ServiceContext {
     clearInterval(this.sampler);
     clearTimeout(this.debounce);
     this.watcher?.close();
+    clearTimeout(this.tlsDebounce);
+    for (const watcher of this.tlsWatchers) watcher.close();
     const drainMs = this.options.drainTimeoutMs ?? 10_000;
     const started = Date.now();
     const waits: Promise<void>[] = [];
@@ -417,7 +516,18 @@ function sha256(text: string): string {
   return createHash('sha256').update(text).digest('hex');
 }
 
-function listenHttp(server: HttpServer, host: string, port: number): Promise<number> {
+function loadTls(option: string, options: TlsOptions): TlsCredentials {
+  const credentials = new TlsCredentials(option, options);
+  credentials.load();
+  return credentials;
+}
+
+function describeTls(credentials: TlsCredentials | undefined): string | undefined {
+  if (credentials === undefined) return undefined;
+  return `${credentials.mutual ? 'mutual TLS' : 'TLS'}, certificate ${credentials.fingerprint256}`;
+}
+
+function listenHttp(server: HttpApiServer, host: string, port: number): Promise<number> {
   return new Promise((resolve, reject) => {
     const onError = (error: Error) => reject(new ListenError('HTTP', host, port, error));
     server.once('error', onError);

@@ -102,6 +102,11 @@ export interface H2ServerOptions {
   onError(error: unknown): void;
   /** The peer broke the protocol (`code`, an {@link H2Error}); the connection ended with GOAWAY. */
   onConnectionError?(code: number, reason: string, remoteAddress: string | undefined): void;
+  /**
+   * Makes the listening server, which hands each connection to `accept`: a TLS server hands its sockets
+   * once their handshake is done. @default node:net's `createServer` (cleartext)
+   */
+  createServer?(accept: (socket: Socket) => void): Server;
 }
 
 /** What a stream tells the code answering it. */
@@ -828,11 +833,12 @@ export class H2Session {
 export function createH2Server(options: H2ServerOptions): H2Server {
   const sessions = new Set<H2Session>();
   let goingAway = false;
-  const server = createServer((socket) => {
+  const accept = (socket: Socket): void => {
     const session = new H2Session(socket, options, (s) => sessions.delete(s));
     sessions.add(session);
     if (goingAway) session.goAway();
-  });
+  };
+  const server = options.createServer?.(accept) ?? createServer(accept);
   return {
     server,
     goAway: () => {

@@ -1,7 +1,9 @@
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server, Socket } from 'node:net';
+import { createServer as createTlsServer } from 'node:tls';
 import type { ServiceContext } from '../context.js';
 import type { DescriptorOutcome } from '../engine.js';
 import { classify, type FailureKind } from '../failures.js';
+import { refuseTls, type TlsCredentials } from '../tls.js';
 import { DecodeError, decodeHealthCheckRequest, decodeRateLimitRequest, Writer } from './codec.js';
 import { createH2Server, type H2Stream, type StreamHandler } from './h2.js';
 import { encodeRateLimitResponse, toDecisionRequest } from './rate-limit.js';
@@ -52,6 +54,8 @@ export interface GrpcServerOptions {
    * @default 10_000
    */
   readTimeoutMs?: number;
+  /** Serve over TLS with these credentials (ALPN `h2`), instead of cleartext HTTP/2. */
+  tls?: TlsCredentials;
 }
 
 /** The gRPC server: listen, then close gracefully. */
@@ -67,7 +71,7 @@ export interface GrpcServer {
 
 /**
  * A gRPC server for unary calls over HTTP/2 (cleartext, as Envoy and sidecars talk to a rate limit
- * service): Envoy's `RateLimitService/ShouldRateLimit` and the standard health check. It speaks the
+ * service, or TLS with optional client certificates): Envoy's `RateLimitService/ShouldRateLimit` and the standard health check. It speaks the
  * gRPC wire protocol directly on `node:http2` with hand-written message codecs, which costs a third of a
  * general-purpose gRPC server per call; interoperability is tested with @grpc/grpc-js as the client.
  * Every failure is a proper status (INVALID_ARGUMENT, UNAVAILABLE, DEADLINE_EXCEEDED,
@@ -93,6 +97,7 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
     // Debug level: a peer that breaks HTTP/2 on purpose should not be able to fill the logs.
     onConnectionError: (code, reason, remoteAddress) =>
       context().logger.debug({ code, reason, remoteAddress }, 'gRPC connection ended: the peer broke HTTP/2'),
+    ...(options.tls === undefined ? {} : { createServer: tlsServer(context, options.tls) }),
   });
   const server = h2.server;
 
@@ -120,6 +125,27 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
         h2.goAway();
         for (const call of [...reading]) call.fail(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
       }),
+  };
+}
+
+/** Makes the TLS server of the gRPC port: HTTP/2 chosen by ALPN, as gRPC over TLS requires. */
+function tlsServer(context: () => ServiceContext, tls: TlsCredentials) {
+  return (accept: (socket: Socket) => void): Server => {
+    const server = createTlsServer(tls.serverOptions(['h2']), (socket) => {
+      // A client offering other protocols only fails the handshake (no_application_protocol); one that
+      // offers none gets here, and would not speak HTTP/2 either (RFC 9113 §3.2).
+      if (socket.alpnProtocol !== 'h2') {
+        refuseTls(context(), 'grpc', socket, 'alpn');
+        return;
+      }
+      if (!tls.admit(socket)) {
+        refuseTls(context(), 'grpc', socket, 'client_san');
+        return;
+      }
+      accept(socket);
+    });
+    tls.attach(server, (reason, error, socket) => refuseTls(context(), 'grpc', socket, reason, error));
+    return server;
   };
 }
 
