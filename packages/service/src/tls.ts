@@ -1,4 +1,4 @@
-import { createHash, createPrivateKey, type KeyObject, X509Certificate } from 'node:crypto';
+import { constants, createHash, createPrivateKey, type KeyObject, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { isIP, type Socket } from 'node:net';
 import {
@@ -178,8 +178,8 @@ export class TlsCredentials {
 
   /**
    * Options for `tls.createServer` or `https.createServer`: the credentials, client certificates
-   * required and verified when there is a client CA, `alpn` as the only application protocols, TLS 1.2
-   * at least (RFC 9113 §9.2), and the handshake timeout.
+   * required and verified when there is a client CA, `alpn` as the only application protocols, and the
+   * handshake timeout.
    */
   serverOptions(alpn: readonly string[]): NodeTlsOptions & { noDelay: boolean } {
     const material = this.loaded();
@@ -188,7 +188,6 @@ export class TlsCredentials {
       requestCert: this.mutual,
       rejectUnauthorized: this.mutual,
       ALPNProtocols: [...alpn],
-      minVersion: 'TLSv1.2',
       handshakeTimeout: this.handshakeTimeoutMs,
       // Small answers go out at once: Nagle's algorithm would hold them for the peer's delayed ACK.
       noDelay: true,
@@ -206,13 +205,8 @@ export class TlsCredentials {
     });
   }
 
-  /**
-   * Whether a connection whose handshake is done may go on: TLS 1.2 renegotiation is turned off (RFC
-   * 9113 §9.2.1, and a client-driven CPU cost otherwise), and with `clientSan` the client certificate
-   * must carry it.
-   */
+  /** Whether a connection whose handshake is done may go on: with `clientSan`, its certificate must carry it. */
   admit(socket: TLSSocket): boolean {
-    socket.disableRenegotiation();
     const san = this.options.clientSan;
     if (san === undefined) return true;
     const certificate = socket.getPeerX509Certificate();
@@ -342,10 +336,19 @@ export class TlsCredentials {
   }
 }
 
+/**
+ * The secure context: the files, TLS 1.2 at least and no renegotiation (RFC 9113 §9.2; a renegotiation
+ * is also a handshake's CPU cost that a client could ask for again and again on one connection). All of
+ * it is given again on reload, since `setSecureContext` resets what it is not given.
+ */
 function secureContextOptions(material: Material): NodeTlsOptions {
-  return material.ca === undefined
-    ? { cert: material.cert, key: material.key }
-    : { cert: material.cert, key: material.key, ca: material.ca };
+  return {
+    cert: material.cert,
+    key: material.key,
+    ...(material.ca === undefined ? {} : { ca: material.ca }),
+    minVersion: 'TLSv1.2',
+    secureOptions: constants.SSL_OP_NO_RENEGOTIATION,
+  };
 }
 
 function pemCertificates(bytes: Buffer): string[] {
