@@ -62,6 +62,21 @@ export function encodeKey(key: string): string {
     : encoded;
 }
 
+const LONG_KEY_MARK = '\u0001';
+
+/**
+ * The key an in-process map holds for a user key: the key itself up to {@link HASH_KEYS_LONGER_THAN}
+ * characters, else a mark and its SHA-256, so that a map of `n` keys holds at most about `n × 200`
+ * characters of keys whatever length clients send (up to {@link MAX_KEY_LENGTH} each). A short key that
+ * starts with the mark gets a second one, so no short key can ever equal a long key's digest.
+ */
+export function localKey(key: string): string {
+  if (key.length > HASH_KEYS_LONGER_THAN) {
+    return LONG_KEY_MARK + createHash('sha256').update(key).digest('base64url');
+  }
+  return key.charCodeAt(0) === 1 ? LONG_KEY_MARK + key : key;
+}
+
 /**
  * The storage key of one policy's state: `<prefix>:{<encoded key>}:<policy>`. The hash tag keeps all
  * policies of a user key in one Redis Cluster slot, so a multi-policy decision stays one atomic script.

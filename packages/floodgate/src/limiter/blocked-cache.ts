@@ -1,4 +1,5 @@
 import { invalid } from '../errors.js';
+import { localKey } from '../keys.js';
 import { type CompiledPolicy, KIND_SLIDING_LOG } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
 
@@ -60,12 +61,12 @@ export class BlockedCache {
     maxDelayUs: number,
     nowMs: number,
   ): Decision | undefined {
-    const entry = this.entries.get(key);
+    const entry = this.entries.get(localKey(key));
     if (entry === undefined || entry.policies !== policies || cost !== entry.cost || maxDelayUs !== entry.maxDelayUs) {
       return undefined;
     }
     if (nowMs >= entry.untilMs) {
-      this.entries.delete(key);
+      this.entries.delete(localKey(key));
       return undefined;
     }
     this.hits++;
@@ -97,12 +98,13 @@ export class BlockedCache {
     if (!cacheable(policies, committed)) return;
     const untilMs = Math.min(nowMs + decision.retryAfterMs, blockEndMs(policies, decision, nowMs));
     if (!(untilMs > nowMs)) return;
-    if (!this.entries.has(key) && this.entries.size >= this.maxKeys) {
+    const held = localKey(key);
+    if (!this.entries.has(held) && this.entries.size >= this.maxKeys) {
       const oldest = this.entries.keys().next().value as string;
       this.entries.delete(oldest);
     }
-    this.entries.delete(key);
-    this.entries.set(key, {
+    this.entries.delete(held);
+    this.entries.set(held, {
       policies,
       cost,
       maxDelayUs,
@@ -113,7 +115,7 @@ export class BlockedCache {
   }
 
   forget(key: string): void {
-    this.entries.delete(key);
+    this.entries.delete(localKey(key));
   }
 }
 

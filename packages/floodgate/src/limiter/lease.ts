@@ -1,6 +1,6 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
-import { validateKey } from '../keys.js';
+import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
 import { compilePolicy, KIND_FIXED_WINDOW } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
 import { leaseRefusal } from '../model/refund.js';
@@ -152,8 +152,10 @@ export class LeasedLimiter {
     }
     const cost = options?.cost === undefined ? 1 : validateCost(options.cost);
     if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the leased limiter is closed');
-    if (cost === 0 || cost > this.size) {
-      // A check, or more than a lease holds: the store decides it alone.
+    if (cost === 0 || cost > this.size || key.length > HASH_KEYS_LONGER_THAN) {
+      // A check, or more than a lease holds: the store decides it alone. So does a long key: a lease
+      // keeps its key to give units back, and hot keys are short, so leases never hold more than
+      // `maxKeys` × 200 characters of keys, whatever length clients send.
       this.stats.storeCalls++;
       return this.limiter.limit(key, { cost });
     }
