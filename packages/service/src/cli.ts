@@ -50,6 +50,14 @@ Options of serve (environment variable in brackets):
       --drain-timeout-ms <n>  how long shutdown waits for in-flight calls (default: 10000)
       --store-timeout-ms <n>  longest wait for the store on one call, 0 for none (default: 1000)
       --grpc-read-timeout-ms <n>  longest wait for a gRPC call's request message (default: 10000)
+      --grpc-max-connections <n>  gRPC connections open at once; more are closed (default: 4096)
+      --grpc-max-buffered-bytes <n>  bytes all gRPC connections buffer together (default: 33554432)
+      --grpc-frame-timeout-ms <n>  longest wait for a frame or header block begun, or for the peer
+                           to read its answers; then the connection ends (default: 10000)
+      --grpc-no-stream-timeout-ms <n>  a gRPC connection that opens no call this long is closed
+                           (default: 30000)
+      --grpc-idle-timeout-ms <n>  a gRPC connection with no call open that sends nothing (PINGs
+                           count) this long is closed (default: 300000)
       --failure <mode>     when the store fails or times out: throw (answer UNAVAILABLE / 503, so
                            Envoy applies its failure mode), open (admit) or closed (deny)
                            [FLOODGATE_FAILURE] (default: throw)
@@ -178,6 +186,11 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       'log-level': { type: 'string' },
       'store-timeout-ms': { type: 'string' },
       'grpc-read-timeout-ms': { type: 'string' },
+      'grpc-max-connections': { type: 'string' },
+      'grpc-max-buffered-bytes': { type: 'string' },
+      'grpc-frame-timeout-ms': { type: 'string' },
+      'grpc-no-stream-timeout-ms': { type: 'string' },
+      'grpc-idle-timeout-ms': { type: 'string' },
       failure: { type: 'string' },
       headers: { type: 'string' },
       'grpc-tls-cert': { type: 'string' },
@@ -216,6 +229,20 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       throw new UsageError('--grpc-read-timeout-ms must be a whole number of milliseconds, at least 1');
     }
   }
+  const grpcLimits: Record<string, number> = {};
+  for (const [flag, key] of [
+    ['grpc-max-connections', 'maxConnections'],
+    ['grpc-max-buffered-bytes', 'maxBufferedBytes'],
+    ['grpc-frame-timeout-ms', 'frameTimeoutMs'],
+    ['grpc-no-stream-timeout-ms', 'noStreamTimeoutMs'],
+    ['grpc-idle-timeout-ms', 'idleTimeoutMs'],
+  ] as const) {
+    const value = values[flag];
+    if (value === undefined) continue;
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < 1) throw new UsageError(`--${flag} must be a whole number, at least 1`);
+    grpcLimits[key] = n;
+  }
   const failure = values.failure ?? env.FLOODGATE_FAILURE ?? 'throw';
   if (failure !== 'throw' && failure !== 'open' && failure !== 'closed') {
     throw new UsageError('--failure must be throw, open or closed');
@@ -245,6 +272,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       ...(drainTimeoutMs === undefined ? {} : { drainTimeoutMs }),
       ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }),
       ...(grpcReadTimeoutMs === undefined ? {} : { grpcReadTimeoutMs }),
+      grpcLimits,
       failure,
       headers: headers as HeaderFormat,
       ...(staticDir === undefined ? {} : { staticDir }),

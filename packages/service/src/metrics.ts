@@ -25,6 +25,7 @@ export class Metrics {
   private readonly reloads: Counter<'result'>;
   private readonly lastReload: Gauge;
   private readonly configInfo: Gauge<'sha256'>;
+  private readonly grpcLimits: Counter<'limit'>;
   private readonly timers = new Map<string, MethodTimer>();
   private readonly tlsRefusals: Counter<'api' | 'reason'>;
   private readonly tlsReloads: Counter<'api' | 'result'>;
@@ -128,6 +129,15 @@ export class Metrics {
       labelNames: ['sha256'],
       registers,
     });
+    this.grpcLimits = new Counter({
+      name: 'floodgate_grpc_limit_hits_total',
+      help:
+        'gRPC connections refused or ended, and requests refused, by the HTTP/2 transport limit they met ' +
+        '(connections, buffered_bytes, control_frames, resets, output_stalled, preface_timeout, ' +
+        'frame_timeout, no_stream_timeout, idle_timeout).',
+      labelNames: ['limit'],
+      registers,
+    });
     if (store.name === 'memory') {
       const memory = store as MemoryStore;
       new Gauge({
@@ -183,6 +193,11 @@ export class Metrics {
   /** Counts a request answered with an error. */
   error(api: Api, method: string, code: string): void {
     this.errors.inc({ api, method, code });
+  }
+
+  /** Counts a gRPC connection or request a transport limit refused or ended. */
+  grpcLimit(limit: string): void {
+    this.grpcLimits.inc({ limit });
   }
 
   setStoreUp(store: string, up: boolean): void {

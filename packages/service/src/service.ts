@@ -8,7 +8,7 @@ import { type Logger, pino } from 'pino';
 import { ConfigError, parseConfig, type ServiceConfig } from './config.js';
 import type { ServiceContext } from './context.js';
 import { Engine } from './engine.js';
-import { createGrpcServer, type GrpcServer } from './grpc/server.js';
+import { createGrpcServer, type GrpcServer, type GrpcServerOptions } from './grpc/server.js';
 import { RateLimitHeaders } from './headers.js';
 import { createHttpApi, type HttpApiServer } from './http-api.js';
 import type { Api } from './metrics.js';
@@ -45,6 +45,8 @@ export interface ServiceOptions {
    * @default 10_000
    */
   grpcReadTimeoutMs?: number;
+  /** Limits and timeouts of the gRPC server's HTTP/2 connections (see {@link GrpcServerOptions}). */
+  grpcLimits?: Omit<GrpcServerOptions, 'readTimeoutMs' | 'tls'>;
   /** Longest wait for the store on one call, ms; 0 for no limit. Past it, `failure` applies. @default 1000 */
   storeTimeoutMs?: number;
   /**
@@ -196,6 +198,7 @@ export class Service implements ServiceContext {
     if (options.grpcPort !== false) {
       const grpcTls = this.tls.get('grpc');
       this.grpc = createGrpcServer(context, {
+        ...options.grpcLimits,
         ...(options.grpcReadTimeoutMs === undefined ? {} : { readTimeoutMs: options.grpcReadTimeoutMs }),
         ...(grpcTls === undefined ? {} : { tls: grpcTls }),
       });

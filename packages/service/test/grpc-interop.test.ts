@@ -79,8 +79,9 @@ function slowStore(delayMs: number): Store {
 let service: Service | undefined;
 let open: Client[] = [];
 
-async function start(store: string | Store = 'memory') {
+async function start(store: string | Store = 'memory', storeTimeoutMs?: number) {
   service = await startService({
+    ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }),
     config: TEST_CONFIG,
     store,
     httpPort: 0,
@@ -237,8 +238,9 @@ describe('gRPC interop: shutdown with calls on the wire', () => {
   });
 
   it('keeps the connection through a burst of 1500 cancellations (calls timed out on a slow store)', async () => {
-    // Slow enough that no call is answered before the test cancels them all.
-    const s = await start(slowStore(800));
+    // Slow enough that no call is answered before the test cancels them all; the store timeout well
+    // above that delay, so that a loaded machine does not turn the delay into store timeouts.
+    const s = await start(slowStore(800), 10_000);
     const { rls } = clients(s.grpcPort, {});
     open.push(rls);
     const keep = unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries('10.5.9.9')] });

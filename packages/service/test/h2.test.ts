@@ -110,7 +110,7 @@ describe('HTTP/2 transport with nghttp2 as the client', () => {
     });
   });
 
-  it('reads a body of many DATA frames, giving window back as it goes', async () => {
+  it('reads a body of many DATA frames within the stream window it announces', async () => {
     await start();
     const body = Buffer.alloc(600_000, 'abc');
     body.write('the end', body.length - 7);
@@ -340,7 +340,7 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     expect(peer.frames.some((f) => f.type === 7)).toBe(false);
   });
 
-  it('lets a peer reset streams whose answer is out, without limit', async () => {
+  it('lets a peer reset streams whose answer is out, within the reset budget', async () => {
     await start();
     const peer = await RawPeer.open();
     // HEADERS with END_STREAM: each call is answered before the peer's reset arrives.
@@ -544,5 +544,380 @@ describe('HTTP/2 transport review: resource bounds and lingering connections', (
     expect(await connections()).toBe(1);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     expect(await connections()).toBe(0);
+  });
+});
+
+/** A request header block from `fields` (name, value pairs), every field a literal. */
+function block(...fields: Array<[string, string]>): Buffer {
+  return Buffer.concat(fields.map(([name, value]) => encodeLiteral(name, value)));
+}
+const GOOD: Array<[string, string]> = [
+  [':method', 'POST'],
+  [':scheme', 'http'],
+  [':path', '/x'],
+  ['content-type', 'application/grpc'],
+];
+
+/** The error code of the first RST_STREAM on stream `id`. */
+async function resetCode(peer: RawPeer, id: number): Promise<number> {
+  return (await peer.waitFor((f) => f.type === 3 && f.id === id)).payload.readUInt32BE(0);
+}
+
+/** The connection still serves: a request on stream `id` is answered. */
+async function stillServes(peer: RawPeer, id: number): Promise<void> {
+  peer.send(1, 0x5, id, REQUEST_BLOCK);
+  await peer.waitFor((f) => f.type === 1 && f.id === id);
+  expect(peer.frames.some((f) => f.type === 7)).toBe(false);
+}
+
+describe('HTTP/2 transport limits: floods, resets, timeouts, caps', () => {
+  it('ends a connection whose PING answers pile up unread with ENHANCE_YOUR_CALM', async () => {
+    const limits: string[] = [];
+    await start({ maxQueuedControlFrames: 100, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    const ping = rawFrame(6, 0, 0, Buffer.alloc(8));
+    peer.socket.write(Buffer.concat(Array.from({ length: 5000 }, () => ping)));
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['control_frames']);
+    // Far fewer answers than PINGs were sent.
+    expect(peer.frames.filter((f) => f.type === 6).length).toBeLessThanOrEqual(100);
+  });
+
+  it('ends a SETTINGS flood the same way', async () => {
+    await start({ maxQueuedControlFrames: 100 });
+    const peer = await RawPeer.open();
+    const settings = rawFrame(4, 0, 0, Buffer.alloc(0));
+    peer.socket.write(Buffer.concat(Array.from({ length: 5000 }, () => settings)));
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+  });
+
+  it('answers a peer that pings and reads, ping after ping, without limit', async () => {
+    await start({ maxQueuedControlFrames: 10 });
+    const peer = await RawPeer.open();
+    for (let i = 0; i < 200; i++) {
+      const payload = Buffer.alloc(8);
+      payload.writeUInt32BE(i, 0);
+      peer.send(6, 0, 0, payload);
+      await peer.waitFor((f) => f.type === 6 && f.payload.readUInt32BE(0) === i);
+    }
+    await stillServes(peer, 1);
+  });
+
+  it('ends a connection past its budget of stream resets with ENHANCE_YOUR_CALM', async () => {
+    const limits: string[] = [];
+    await start({ resetBurst: 50, resetsPerSecond: 0, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    const pairs = (from: number, count: number) =>
+      Buffer.concat(
+        Array.from({ length: count }, (_, i) => [
+          rawFrame(1, 0x5, from + 2 * i, REQUEST_BLOCK),
+          rawFrame(3, 0, from + 2 * i, Buffer.from([0, 0, 0, 8])),
+        ]).flat(),
+      );
+    peer.socket.write(pairs(1, 50));
+    await stillServes(peer, 101);
+    peer.socket.write(pairs(103, 1));
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['resets']);
+  });
+
+  it('gives resets back over time', async () => {
+    await start({ resetBurst: 20, resetsPerSecond: 100 });
+    const peer = await RawPeer.open();
+    let id = 1;
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < 20; i++, id += 2) {
+        peer.send(1, 0x5, id, REQUEST_BLOCK);
+        peer.send(3, 0, id, Buffer.from([0, 0, 0, 8]));
+      }
+      // 20 resets come back in 200 ms.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    }
+    await stillServes(peer, id);
+  });
+
+  it('ends a connection whose frame stays unfinished past frameTimeoutMs', async () => {
+    const limits: string[] = [];
+    await start({ frameTimeoutMs: 200, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    // Half of a frame header, then nothing.
+    peer.socket.write(Buffer.from([0, 0, 8, 6]));
+    const started = Date.now();
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(150);
+    expect(limits).toEqual(['frame_timeout']);
+  });
+
+  it('ends a connection whose header block stays unfinished past frameTimeoutMs, even as PINGs come', async () => {
+    await start({ frameTimeoutMs: 200 });
+    const peer = await RawPeer.open();
+    peer.send(1, 0x1, 1, REQUEST_BLOCK.subarray(0, 2));
+    const goaway = peer.goaway();
+    // CONTINUATIONs that never end the block.
+    for (let i = 0; i < 10 && !peer.ended; i++) {
+      peer.send(9, 0, 1, Buffer.alloc(0));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    expect(await goaway).toBe(H2Error.ENHANCE_YOUR_CALM);
+  });
+
+  it('keeps a connection that sends a body slowly, frame by frame', async () => {
+    await start({ frameTimeoutMs: 200 });
+    const peer = await RawPeer.open();
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    for (let i = 0; i < 8; i++) {
+      peer.send(0, 0, 1, Buffer.from('x'));
+      await new Promise((resolve) => setTimeout(resolve, 60));
+    }
+    peer.send(0, 0x1, 1, Buffer.from('y'));
+    const data = await peer.waitFor((f) => f.type === 0 && f.id === 1);
+    expect(data.payload).toEqual(answerTo(Buffer.from('xxxxxxxxy')));
+  });
+
+  it('closes a connection that opens no stream within noStreamTimeoutMs (GOAWAY NO_ERROR)', async () => {
+    const limits: string[] = [];
+    await start({ noStreamTimeoutMs: 200, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    // PINGs do not keep it: it never opens a stream.
+    const timer = setInterval(() => peer.send(6, 0, 0, Buffer.alloc(8)), 50);
+    cleanup.push(() => clearInterval(timer));
+    expect(await peer.goaway()).toBe(H2Error.NO_ERROR);
+    expect(limits).toEqual(['no_stream_timeout']);
+  });
+
+  it('closes a connection idle past idleTimeoutMs; PINGs keep it open', async () => {
+    const limits: string[] = [];
+    await start({ idleTimeoutMs: 300, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    await stillServes(peer, 1);
+    const timer = setInterval(() => peer.send(6, 0, 0, Buffer.alloc(8)), 50);
+    await new Promise((resolve) => setTimeout(resolve, 900));
+    clearInterval(timer);
+    await stillServes(peer, 3);
+    expect(await peer.goaway()).toBe(H2Error.NO_ERROR);
+    expect(limits).toEqual(['idle_timeout']);
+  });
+
+  it('closes connections past maxConnections as they arrive, and counts them', async () => {
+    const limits: string[] = [];
+    await start({ maxConnections: 2, onLimit: (l) => limits.push(l) });
+    const a = await RawPeer.open();
+    const b = await RawPeer.open();
+    await a.waitFor((f) => f.type === 4);
+    await b.waitFor((f) => f.type === 4);
+    const c = await RawPeer.open();
+    await new Promise<void>((resolve) => c.socket.once('close', () => resolve()));
+    expect(c.frames).toEqual([]);
+    expect(limits).toEqual(['connections']);
+    await stillServes(a, 1);
+    // A place frees when a connection ends.
+    a.socket.destroy();
+    await expect
+      .poll(() => new Promise<number>((resolve) => server?.server.getConnections((_e, n) => resolve(n))))
+      .toBe(1);
+    const d = await RawPeer.open();
+    await stillServes(d, 1);
+  });
+
+  it('refuses header blocks past the bytes all connections may buffer', async () => {
+    const limits: string[] = [];
+    await start({ maxBufferedBytes: 100_000, onLimit: (l) => limits.push(l) });
+    const a = await RawPeer.open();
+    const b = await RawPeer.open();
+    // Each holds an unfinished block of 60 kB: together, past the 100 kB the process buffers.
+    a.send(1, 0, 1, REQUEST_BLOCK.subarray(0, 2));
+    for (let i = 0; i < 4; i++) a.send(9, 0, 1, Buffer.alloc(15_000));
+    a.send(6, 0, 0, Buffer.alloc(8));
+    await a.waitFor((f) => f.type === 7 || (f.type === 6 && (f.flags & 1) === 1)).catch(() => {});
+    b.send(1, 0, 1, REQUEST_BLOCK.subarray(0, 2));
+    for (let i = 0; i < 4; i++) b.send(9, 0, 1, Buffer.alloc(15_000));
+    expect(await b.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['buffered_bytes']);
+  });
+
+  it('refuses a request body past the bytes all connections may buffer, and keeps the connection', async () => {
+    const limits: string[] = [];
+    const hold: H2Stream[] = [];
+    await start({ maxBufferedBytes: 100_000, onLimit: (l) => limits.push(l), hold });
+    const peer = await RawPeer.open();
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    for (let i = 0; i < 8; i++) peer.send(0, 0, 1, Buffer.alloc(16_000));
+    expect(await resetCode(peer, 1)).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['buffered_bytes']);
+    await stillServesHeld(peer, hold, 3);
+  });
+
+  it('stops reading a peer that does not read its answers, and cuts it when its output stalls', async () => {
+    const limits: string[] = [];
+    let unread = 0;
+    await start({
+      frameTimeoutMs: 300,
+      onLimit: (l) => {
+        limits.push(l);
+        unread = socket.writableLength;
+      },
+    });
+    const socket = netConnect(port, '127.0.0.1');
+    cleanup.push(() => socket.destroy());
+    socket.on('error', () => {});
+    await new Promise((resolve) => socket.once('connect', resolve));
+    // Never reads: 2,000 requests whose answers are 16 kB each, 32 MB in all.
+    socket.pause();
+    socket.write(PREFACE);
+    // All the window the server could want, so that flow control does not hold the answers back.
+    socket.write(rawFrame(4, 0, 0, Buffer.from([0, 4, 0x7f, 0xff, 0xff, 0xff])));
+    socket.write(rawFrame(8, 0, 0, Buffer.from([0x7f, 0xff, 0, 0])));
+    const body = Buffer.alloc(16_000, 'z');
+    for (let i = 0; i < 2000; i++) {
+      socket.write(rawFrame(1, 0x4, 2 * i + 1, REQUEST_BLOCK));
+      socket.write(rawFrame(0, 0x1, 2 * i + 1, body));
+    }
+    await new Promise<void>((resolve) => socket.once('close', () => resolve()));
+    expect(limits).toEqual(['output_stalled']);
+    // It stopped reading long before the end: most of the requests were never read.
+    expect(unread).toBeGreaterThan(4 * 1024 * 1024);
+  });
+});
+
+/** The connection still serves (the test server holds answers): a request on stream `id` reaches it. */
+async function stillServesHeld(peer: RawPeer, hold: H2Stream[], id: number): Promise<void> {
+  peer.send(1, 0x5, id, REQUEST_BLOCK);
+  await expect.poll(() => hold.some((s) => s.id === id)).toBe(true);
+}
+
+describe('HTTP/2 transport: malformed requests and stream states (RFC 9113 §5.1, §8.1-8.3)', () => {
+  const malformed: Array<[string, Buffer]> = [
+    ['no :method', block(...GOOD.filter(([n]) => n !== ':method'))],
+    ['no :scheme', block(...GOOD.filter(([n]) => n !== ':scheme'))],
+    ['no :path', block(...GOOD.filter(([n]) => n !== ':path'))],
+    ['an empty :path', block([':method', 'POST'], [':scheme', 'http'], [':path', ''])],
+    ['an unknown pseudo-header', block(...GOOD, [':foo', 'bar'])],
+    ['a response pseudo-header', block([':status', '200'], ...GOOD)],
+    ['a duplicated :path', block(...GOOD, [':path', '/y'])],
+    ['a duplicated :method', block([':method', 'POST'], ...GOOD)],
+    ['a pseudo-header after a regular field', block(['content-type', 'application/grpc'], ...GOOD.slice(0, 3))],
+    ['an uppercase field name', block(...GOOD, ['X-Trace', '1'])],
+    ['a field name with a space', block(...GOOD, ['x trace', '1'])],
+    ['an empty field name', block(...GOOD, ['', '1'])],
+    ['a connection header', block(...GOOD, ['connection', 'keep-alive'])],
+    ['a keep-alive header', block(...GOOD, ['keep-alive', '5'])],
+    ['a transfer-encoding header', block(...GOOD, ['transfer-encoding', 'chunked'])],
+    ['an upgrade header', block(...GOOD, ['upgrade', 'h2c'])],
+    ['te other than trailers', block(...GOOD, ['te', 'gzip'])],
+    ['a value with a line feed', block(...GOOD, ['x-a', 'a\nb'])],
+    ['a value with a leading space', block(...GOOD, ['x-a', ' a'])],
+    ['a content-length that is not a number', block(...GOOD, ['content-length', '1e3'])],
+    ['two content-lengths that disagree', block(...GOOD, ['content-length', '1'], ['content-length', '2'])],
+    ['a content-length above 0 on HEADERS that end the stream', block(...GOOD, ['content-length', '5'])],
+  ];
+  for (const [name, headerBlock] of malformed) {
+    it(`answers a request with ${name} with RST_STREAM PROTOCOL_ERROR, and keeps the connection`, async () => {
+      const opened: number[] = [];
+      await start({
+        onStream: (stream) => {
+          opened.push(stream.id);
+          stream.sendMessage(Buffer.from('ok'));
+        },
+      });
+      const peer = await RawPeer.open();
+      peer.send(1, 0x5, 1, headerBlock);
+      expect(await resetCode(peer, 1)).toBe(H2Error.PROTOCOL_ERROR);
+      await stillServes(peer, 3);
+      expect(opened).toEqual([3]);
+    });
+  }
+
+  it('accepts te: trailers, :authority and a content-length that agrees with the DATA', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    const fields: Array<[string, string]> = [[':authority', 'x'], ...GOOD, ['te', 'trailers'], ['content-length', '5']];
+    peer.send(1, 0x4, 3, block(...fields));
+    peer.send(0, 0, 3, Buffer.from('ab'));
+    peer.send(0, 0x1, 3, Buffer.from('cde'));
+    const data = await peer.waitFor((f) => f.type === 0 && f.id === 3);
+    expect(data.payload).toEqual(answerTo(Buffer.from('abcde')));
+  });
+
+  it('resets a stream whose DATA runs past its content-length, or ends short of it', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    peer.send(1, 0x4, 1, block(...GOOD, ['content-length', '3']));
+    peer.send(0, 0x1, 1, Buffer.from('abcd'));
+    expect(await resetCode(peer, 1)).toBe(H2Error.PROTOCOL_ERROR);
+    peer.send(1, 0x4, 3, block(...GOOD, ['content-length', '3']));
+    peer.send(0, 0x1, 3, Buffer.from('ab'));
+    expect(await resetCode(peer, 3)).toBe(H2Error.PROTOCOL_ERROR);
+    await stillServes(peer, 5);
+  });
+
+  it('resets a request whose trailers carry a pseudo-header', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    peer.send(0, 0, 1, Buffer.from('abc'));
+    peer.send(1, 0x5, 1, block([':path', '/y']));
+    expect(await resetCode(peer, 1)).toBe(H2Error.PROTOCOL_ERROR);
+    await stillServes(peer, 3);
+  });
+
+  it('ends the connection (PROTOCOL_ERROR) on HEADERS with a stream id at or below the last one', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    peer.send(1, 0x5, 5, REQUEST_BLOCK);
+    await peer.waitFor((f) => f.type === 1 && f.id === 5);
+    peer.send(1, 0x5, 3, REQUEST_BLOCK);
+    expect(await peer.goaway()).toBe(H2Error.PROTOCOL_ERROR);
+  });
+
+  it('ends the connection (STREAM_CLOSED) on DATA on a stream closed both ways', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    peer.send(1, 0x5, 1, REQUEST_BLOCK);
+    await peer.waitFor((f) => f.type === 1 && f.id === 1 && (f.flags & 1) === 1);
+    peer.send(0, 0, 1, Buffer.from('late'));
+    expect(await peer.goaway()).toBe(H2Error.STREAM_CLOSED);
+  });
+
+  it('resets (STREAM_CLOSED) DATA and HEADERS on a half-closed (remote) stream', async () => {
+    const hold: H2Stream[] = [];
+    await start({ hold });
+    const peer = await RawPeer.open();
+    peer.send(1, 0x5, 1, REQUEST_BLOCK);
+    await expect.poll(() => hold.length).toBe(1);
+    peer.send(0, 0, 1, Buffer.from('more'));
+    expect(await resetCode(peer, 1)).toBe(H2Error.STREAM_CLOSED);
+    peer.send(1, 0x5, 3, REQUEST_BLOCK);
+    await expect.poll(() => hold.length).toBe(2);
+    peer.send(1, 0x5, 3, block(['x-trailer', '1']));
+    expect(await resetCode(peer, 3)).toBe(H2Error.STREAM_CLOSED);
+    await stillServesHeld(peer, hold, 5);
+  });
+
+  it('resets (PROTOCOL_ERROR) a stream that depends on itself, by PRIORITY or in its HEADERS', async () => {
+    await start();
+    const peer = await RawPeer.open();
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    peer.send(2, 0, 1, Buffer.from([0, 0, 0, 1, 16]));
+    expect(await resetCode(peer, 1)).toBe(H2Error.PROTOCOL_ERROR);
+    peer.send(1, 0x5 | 0x20, 3, Buffer.concat([Buffer.from([0, 0, 0, 3, 16]), REQUEST_BLOCK]));
+    expect(await resetCode(peer, 3)).toBe(H2Error.PROTOCOL_ERROR);
+    // A PRIORITY on another stream is fine.
+    peer.send(2, 0, 7, Buffer.from([0, 0, 0, 1, 16]));
+    await stillServes(peer, 9);
+  });
+
+  it('resets (FLOW_CONTROL_ERROR) a stream sent past the window it announced', async () => {
+    await start({ maxBodyBytes: 100_000 });
+    const peer = await RawPeer.open();
+    const settings = await peer.waitFor((f) => f.type === 4 && (f.flags & 1) === 0);
+    const window = [0, 6, 12, 18]
+      .map((at) => [settings.payload.readUInt16BE(at), settings.payload.readUInt32BE(at + 2)])
+      .find(([key]) => key === 4)?.[1];
+    expect(window).toBe(100_001);
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    // The 7th frame of 16,384 bytes goes past the window, while the body is still under its limit.
+    for (let i = 0; i < 7; i++) peer.send(0, 0, 1, Buffer.alloc(16_384, 'p'));
+    expect(await resetCode(peer, 1)).toBe(H2Error.FLOW_CONTROL_ERROR);
+    await stillServes(peer, 3);
   });
 });

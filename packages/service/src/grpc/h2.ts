@@ -14,6 +14,12 @@
 // full), PING, RST_STREAM, GOAWAY both ways (graceful shutdown), the concurrent stream limit, and the
 // connection and stream errors of RFC 9113 §5.4. Not implemented, as no gRPC client needs them: server
 // push (announced off), the HTTP/1.1 Upgrade to h2c, priorities (parsed and ignored, as §5.3.2 allows).
+//
+// Against peers that do not play fair, every resource a peer can make this side hold has a bound: the
+// output it leaves unread (reading stops above a mark; a connection that leaves it unread too long is
+// cut), the answers to its control frames (PING, SETTINGS, stream resets), the streams it resets, the
+// time a frame, a header block, a connection without streams or an idle connection may take, and, for the
+// process, the bytes all connections buffer and the number of connections (see H2_LIMITS).
 
 import { createServer, type Server, type Socket } from 'node:net';
 import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError } from './hpack.js';
@@ -36,6 +42,8 @@ const FLAG_ACK = 0x1;
 const FLAG_END_HEADERS = 0x4;
 const FLAG_PADDED = 0x8;
 const FLAG_PRIORITY = 0x20;
+/** Not a wire flag: marks a header block whose HEADERS said the stream depends on itself. */
+const FLAG_SELF_DEPENDENT = 0x100;
 
 /** HTTP/2 error codes (RFC 9113 §7). */
 export const H2Error = {
@@ -75,8 +83,48 @@ const MAX_HEADER_BLOCK = 256 * 1024;
 const MAX_CONTINUATIONS = 64;
 /** How long a connection this side ended waits for the peer to close its side before it is cut, in ms. */
 const LINGER_MS = 5000;
-/** Past this much output waiting for a peer that does not read, the connection ends. */
-const MAX_UNSENT_BYTES = 16 * 1024 * 1024;
+/**
+ * Above this much output waiting for the peer, the connection is not read until the output drains: a
+ * peer that sends and never reads makes this side hold this much, not all it asks for.
+ */
+const OUTPUT_HIGH_WATER = 256 * 1024;
+/** How many streams reset here are remembered, so that frames already on their way are ignored. */
+const RESETS_REMEMBERED = 4096;
+
+/** Defaults of the limits and timeouts of {@link H2ServerOptions}. */
+export const H2_LIMITS = {
+  /** Connections open at once; more are closed as they arrive. */
+  maxConnections: 4096,
+  /** Bytes all connections together buffer: request bodies, unfinished header blocks and frames, output. */
+  maxBufferedBytes: 32 * 1024 * 1024,
+  /**
+   * Answers to control frames (PING and SETTINGS ACK, RST_STREAM) a connection may have waiting while its
+   * output does not drain: nghttp2's limit on its outbound queue is the same.
+   */
+  maxQueuedControlFrames: 1000,
+  /** Streams a peer may reset at once (a token bucket: {@link resetsPerSecond} come back each second). */
+  resetBurst: 2000,
+  /** Stream resets a peer may go on sending per second, past {@link resetBurst}. */
+  resetsPerSecond: 200,
+  /** A frame, or a header block, begun and not finished in this time ends the connection; also output left unread. */
+  frameTimeoutMs: 10_000,
+  /** A connection that opens no stream this long after its preface is closed (GOAWAY NO_ERROR). */
+  noStreamTimeoutMs: 30_000,
+  /** A connection with no open stream that sends nothing (a PING counts) for this long is closed. */
+  idleTimeoutMs: 300_000,
+} as const;
+
+/** The limits of {@link H2ServerOptions} a connection or request can meet, as {@link H2ServerOptions.onLimit} names them. */
+export type H2Limit =
+  | 'connections'
+  | 'buffered_bytes'
+  | 'control_frames'
+  | 'resets'
+  | 'output_stalled'
+  | 'preface_timeout'
+  | 'frame_timeout'
+  | 'no_stream_timeout'
+  | 'idle_timeout';
 
 /** Options of {@link createH2Server}. */
 export interface H2ServerOptions {
@@ -92,6 +140,22 @@ export interface H2ServerOptions {
   prefaceTimeoutMs: number;
   /** How long a connection this side ended (GOAWAY) waits for the peer to close, in ms; then it is cut. */
   lingerMs?: number;
+  /** @default H2_LIMITS.maxConnections */
+  maxConnections?: number;
+  /** @default H2_LIMITS.maxBufferedBytes */
+  maxBufferedBytes?: number;
+  /** @default H2_LIMITS.maxQueuedControlFrames */
+  maxQueuedControlFrames?: number;
+  /** @default H2_LIMITS.resetBurst */
+  resetBurst?: number;
+  /** @default H2_LIMITS.resetsPerSecond */
+  resetsPerSecond?: number;
+  /** @default H2_LIMITS.frameTimeoutMs */
+  frameTimeoutMs?: number;
+  /** @default H2_LIMITS.noStreamTimeoutMs */
+  noStreamTimeoutMs?: number;
+  /** @default H2_LIMITS.idleTimeoutMs */
+  idleTimeoutMs?: number;
   /**
    * A stream's request headers arrived, as a flat list [name, value, name, value, ...] (latin1), or
    * undefined when the list is larger than {@link maxHeaderListSize}. The callee answers the stream or sets
@@ -107,6 +171,8 @@ export interface H2ServerOptions {
    * once their handshake is done. @default node:net's `createServer` (cleartext)
    */
   createServer?(accept: (socket: Socket) => void): Server;
+  /** A limit refused a connection or a request, or ended a connection (for metrics). */
+  onLimit?(limit: H2Limit): void;
 }
 
 /** What a stream tells the code answering it. */
@@ -149,7 +215,12 @@ export class H2Stream {
   /** No more frames either way. */
   closed = false;
   sendWindow: number;
-  recvWindow = DEFAULT_WINDOW;
+  /** What the peer may still send on this stream: the window this side announced, never given back. */
+  recvWindow: number;
+  /** The request's content-length, or -1 when it has none. */
+  contentLength = -1;
+  /** Bytes of DATA payload received (padding excluded), checked against {@link contentLength}. */
+  received = 0;
   /**
    * Request body: its first `size` bytes. A copy of the DATA, grown as it comes, so that neither the reads
    * it came in nor one object per frame are held; only a body that arrives whole in its last frame is a
@@ -169,8 +240,10 @@ export class H2Stream {
     readonly session: H2Session,
     readonly id: number,
     sendWindow: number,
+    recvWindow: number,
   ) {
     this.sendWindow = sendWindow;
+    this.recvWindow = recvWindow;
   }
 
   /** Answers one gRPC message (`payload` unframed) and status OK. */
@@ -247,13 +320,160 @@ function padLength(buf: Buffer, start: number, end: number): number {
   return pad;
 }
 
-/** A connection error: the connection ends with GOAWAY carrying `code`. */
+/** A connection error: the connection ends with GOAWAY carrying `code`; `limit` names the limit it met. */
 class ConnectionError extends Error {
   constructor(
     readonly code: number,
     message: string,
+    readonly limit?: H2Limit,
   ) {
     super(message);
+  }
+}
+
+/** Fields a request must not carry: they describe an HTTP/1.1 connection (RFC 9113 §8.2.2). */
+const CONNECTION_SPECIFIC = new Set(['connection', 'proxy-connection', 'keep-alive', 'transfer-encoding', 'upgrade']);
+
+/** A field name of lowercase token characters: none of 0x00-0x20, A-Z, 0x7f-0xff, nor a colon (§8.2.1). */
+function validName(name: string): boolean {
+  if (name.length === 0) return false;
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (c <= 0x20 || (c >= 0x41 && c <= 0x5a) || c >= 0x7f || c === 0x3a) return false;
+  }
+  return true;
+}
+
+/** A field value without NUL, CR or LF, and without whitespace at either end (§8.2.1). */
+function validValue(value: string): boolean {
+  const n = value.length;
+  if (n === 0) return true;
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(n - 1);
+  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) return false;
+  for (let i = 0; i < n; i++) {
+    const c = value.charCodeAt(i);
+    if (c === 0 || c === 0x0a || c === 0x0d) return false;
+  }
+  return true;
+}
+
+/**
+ * Checks a request's header list (RFC 9113 §8.2 and §8.3.1): `:method`, `:scheme` and a non-empty `:path`
+ * once each, `:authority` at most once, no other pseudo-header, pseudo-headers first, valid names and
+ * values, no connection-specific field, `te` only `trailers`, one content-length of digits. Returns the
+ * content-length (-1 when absent), or undefined when the request is malformed.
+ */
+export function checkRequestFields(fields: readonly string[]): number | undefined {
+  let method = false;
+  let scheme = false;
+  let path = false;
+  let authority = false;
+  let regular = false;
+  let contentLength = -1;
+  for (let i = 0; i < fields.length; i += 2) {
+    const name = fields[i] as string;
+    const value = fields[i + 1] as string;
+    if (!validValue(value)) return undefined;
+    if (name.charCodeAt(0) === 0x3a) {
+      if (regular) return undefined;
+      if (name === ':method') {
+        if (method || value === '') return undefined;
+        method = true;
+      } else if (name === ':scheme') {
+        if (scheme || value === '') return undefined;
+        scheme = true;
+      } else if (name === ':path') {
+        if (path || value === '') return undefined;
+        path = true;
+      } else if (name === ':authority') {
+        if (authority) return undefined;
+        authority = true;
+      } else {
+        return undefined;
+      }
+      continue;
+    }
+    regular = true;
+    if (!validName(name) || CONNECTION_SPECIFIC.has(name)) return undefined;
+    if (name === 'te') {
+      if (value !== 'trailers') return undefined;
+    } else if (name === 'content-length') {
+      if (!/^\d{1,15}$/.test(value)) return undefined;
+      const length = Number(value);
+      if (contentLength !== -1 && contentLength !== length) return undefined;
+      contentLength = length;
+    }
+  }
+  return method && scheme && path ? contentLength : undefined;
+}
+
+/** Whether a trailer list is well formed: valid fields, no pseudo-header (§8.1). */
+function validTrailers(fields: readonly string[]): boolean {
+  for (let i = 0; i < fields.length; i += 2) {
+    const name = fields[i] as string;
+    if (!validName(name) || CONNECTION_SPECIFIC.has(name) || !validValue(fields[i + 1] as string)) return false;
+  }
+  return true;
+}
+
+/** The limits in force: the options, or their defaults. */
+type Limits = { -readonly [K in keyof typeof H2_LIMITS]: number };
+
+/** What the connections of one server share: their limits, the bytes they buffer, a timer that checks them. */
+class Shared {
+  /** Bytes buffered by all connections (see {@link H2_LIMITS.maxBufferedBytes}). */
+  buffered = 0;
+  readonly sessions = new Set<H2Session>();
+  readonly limits: Limits;
+  private sweeper: NodeJS.Timeout | undefined = undefined;
+  private readonly period: number;
+
+  constructor(readonly options: H2ServerOptions) {
+    const limits = { ...H2_LIMITS } as Limits;
+    for (const key of Object.keys(H2_LIMITS) as Array<keyof Limits>) {
+      const value = options[key];
+      if (value === undefined) continue;
+      if (!(Number.isInteger(value) && value >= (key === 'resetsPerSecond' ? 0 : 1))) {
+        throw new RangeError(`${key} must be a whole number, at least 1; got ${value}`);
+      }
+      limits[key] = value;
+    }
+    this.limits = limits;
+    // Timeouts are checked by one timer for all connections: arming a timer per read would cost more
+    // than the read. A timeout fires up to a quarter of the shortest one late.
+    const shortest = Math.min(
+      limits.frameTimeoutMs,
+      limits.noStreamTimeoutMs,
+      limits.idleTimeoutMs,
+      options.prefaceTimeoutMs,
+    );
+    this.period = Math.max(10, Math.min(1000, Math.floor(shortest / 4)));
+  }
+
+  add(session: H2Session): void {
+    this.sessions.add(session);
+    if (this.sweeper === undefined) {
+      this.sweeper = setInterval(() => this.sweep(), this.period);
+      this.sweeper.unref();
+    }
+  }
+
+  remove(session: H2Session): void {
+    this.sessions.delete(session);
+    if (this.sessions.size === 0) {
+      clearInterval(this.sweeper);
+      this.sweeper = undefined;
+    }
+  }
+
+  limit(limit: H2Limit): void {
+    this.options.onLimit?.(limit);
+  }
+
+  private sweep(): void {
+    const now = Date.now();
+    for (const session of this.sessions) session.check(now);
   }
 }
 
@@ -261,6 +481,8 @@ class ConnectionError extends Error {
 export class H2Session {
   private readonly streams = new Map<number, H2Stream>();
   private readonly decoder = new HpackDecoder(HEADER_TABLE_SIZE);
+  private readonly options: H2ServerOptions;
+  private readonly limits: Limits;
   private prefaceSeen = false;
   private settingsSeen = false;
   private rest: Buffer | undefined = undefined;
@@ -274,18 +496,22 @@ export class H2Session {
   private out: Buffer[] = [];
   private flushQueued = false;
   private processing = false;
-  /** A header block whose CONTINUATIONs are still arriving. */
+  /** A header block whose CONTINUATIONs are still arriving (copies, counted in the shared bytes). */
   private block: { id: number; flags: number; fragments: Buffer[]; size: number } | undefined = undefined;
   // Flow control.
   private sendWindow = DEFAULT_WINDOW;
   private recvWindow = DEFAULT_WINDOW;
   private peerInitialWindow = DEFAULT_WINDOW;
   private peerMaxFrame = 16_384;
+  /**
+   * The window every stream gets (SETTINGS_INITIAL_WINDOW_SIZE): room for the largest body, so that no
+   * stream window is ever given back, and a peer that sends past it is caught whatever its timing.
+   */
+  private readonly streamWindow: number;
   /** Streams whose answer waits for window. */
   private readonly blocked = new Set<H2Stream>();
   /** Bytes of request bodies held. */
   private buffered = 0;
-  private prefaceTimer: NodeJS.Timeout | undefined;
   /**
    * Streams closed (reset by the peer, most often) whose work goes on: they still count against the
    * concurrent stream limit, so a peer that opens and resets streams ("rapid reset", CVE-2023-44487)
@@ -293,25 +519,56 @@ export class H2Session {
    * connection.
    */
   private held = 0;
+  /**
+   * Streams this side reset, or ended before the peer did: frames the peer sent before it learnt of it
+   * are ignored (RFC 9113 §5.1, closed). The oldest are forgotten past a bound.
+   */
+  private readonly resetHere = new Set<number>();
   private lingerTimer: NodeJS.Timeout | undefined;
+  // Timeouts, checked by Shared's timer (times from Date.now()).
+  private readonly openedAt: number;
+  /** When the last read came. */
+  private lastReadAt: number;
+  /** When the frame left unfinished at the end of the last read began (0: none). */
+  private partialSince = 0;
+  /** When the header block under way began (0: none). */
+  private blockSince = 0;
+  /** When reading stopped for output the peer leaves unread (0: reading). */
+  private pausedSince = 0;
+  // Bytes this connection has counted in the shared total, besides request bodies and header blocks.
+  private unsent = 0;
+  private restCharged = 0;
+  /** Control-frame answers written since the output last drained. */
+  private controlQueued = 0;
+  /** Stream resets the peer may still send (a token bucket). */
+  private resetTokens: number;
+  private resetAt: number;
 
   constructor(
     readonly socket: Socket,
-    private readonly options: H2ServerOptions,
+    private readonly shared: Shared,
     private readonly onEnd: (session: H2Session) => void,
   ) {
+    this.options = shared.options;
+    this.limits = shared.limits;
+    this.streamWindow = Math.min(MAX_WINDOW, Math.max(DEFAULT_WINDOW, this.options.maxBodyBytes + 1));
+    this.openedAt = Date.now();
+    this.lastReadAt = this.openedAt;
+    this.resetTokens = this.limits.resetBurst;
+    this.resetAt = this.openedAt;
     socket.setNoDelay(true);
-    this.prefaceTimer = setTimeout(() => socket.destroy(), options.prefaceTimeoutMs);
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     socket.on('error', () => {});
     socket.on('close', () => this.closed());
-    const settings = Buffer.allocUnsafe(18);
+    const settings = Buffer.allocUnsafe(24);
     settings.writeUInt16BE(SETTINGS_MAX_CONCURRENT_STREAMS, 0);
-    settings.writeUInt32BE(options.maxConcurrentStreams, 2);
+    settings.writeUInt32BE(this.options.maxConcurrentStreams, 2);
     settings.writeUInt16BE(SETTINGS_ENABLE_PUSH, 6);
     settings.writeUInt32BE(0, 8);
     settings.writeUInt16BE(SETTINGS_MAX_HEADER_LIST_SIZE, 12);
-    settings.writeUInt32BE(options.maxHeaderListSize, 14);
+    settings.writeUInt32BE(this.options.maxHeaderListSize, 14);
+    settings.writeUInt16BE(SETTINGS_INITIAL_WINDOW_SIZE, 18);
+    settings.writeUInt32BE(this.streamWindow, 20);
     this.queue(frame(SETTINGS, 0, 0, settings));
     this.queue(frame(WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - DEFAULT_WINDOW)));
     this.recvWindow = CONNECTION_WINDOW;
@@ -336,11 +593,57 @@ export class H2Session {
     this.socket.destroy();
   }
 
+  /** Applies the timeouts; `now` from Date.now(). */
+  check(now: number): void {
+    if (this.socket.destroyed) return;
+    const limits = this.limits;
+    if (!this.settingsSeen) {
+      if (now - this.openedAt > this.options.prefaceTimeoutMs) {
+        this.shared.limit('preface_timeout');
+        this.socket.destroy();
+      }
+      return;
+    }
+    if (this.pausedSince !== 0) {
+      // The peer has not read what was sent to it for that long: nothing sent now would reach it. While
+      // reading is stopped, frames cannot arrive: the frame timeout waits.
+      if (now - this.pausedSince > limits.frameTimeoutMs) {
+        this.shared.limit('output_stalled');
+        this.socket.destroy();
+      }
+      return;
+    }
+    if (this.ended) return;
+    if (
+      (this.partialSince !== 0 && now - this.partialSince > limits.frameTimeoutMs) ||
+      (this.blockSince !== 0 && now - this.blockSince > limits.frameTimeoutMs)
+    ) {
+      this.shared.limit('frame_timeout');
+      this.fail(H2Error.ENHANCE_YOUR_CALM, `a frame or header block took more than ${limits.frameTimeoutMs} ms`);
+      return;
+    }
+    if (this.streams.size !== 0 || this.held !== 0 || this.goAwayId !== undefined) return;
+    if (this.lastStreamId === 0) {
+      if (now - this.openedAt > limits.noStreamTimeoutMs) {
+        this.shared.limit('no_stream_timeout');
+        this.goAway();
+      }
+    } else if (now - this.lastReadAt > limits.idleTimeoutMs) {
+      this.shared.limit('idle_timeout');
+      this.goAway();
+    }
+  }
+
   private read(chunk: Buffer): void {
     if (this.ended) return;
+    const now = Date.now();
+    this.lastReadAt = now;
+    // What was written before this read has reached the peer: the control answers it held are gone.
+    if (this.socket.writableLength === 0) this.controlQueued = 0;
     const buf = this.rest === undefined ? chunk : Buffer.concat([this.rest, chunk]);
     this.rest = undefined;
     let off = 0;
+    let frames = 0;
     this.processing = true;
     try {
       if (!this.prefaceSeen) {
@@ -353,7 +656,6 @@ export class H2Session {
           return;
         }
         this.prefaceSeen = true;
-        clearTimeout(this.prefaceTimer);
         off = PREFACE.length;
       }
       while (buf.length - off >= 9) {
@@ -365,6 +667,7 @@ export class H2Session {
         const id = buf.readUInt32BE(off + 5) & 0x7fffffff;
         const start = off + 9;
         off = start + length;
+        frames++;
         if (!this.settingsSeen) {
           if (type !== SETTINGS || (flags & FLAG_ACK) !== 0) {
             throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'the preface must be followed by SETTINGS');
@@ -377,9 +680,14 @@ export class H2Session {
       if (off < buf.length) {
         // A partial frame: keep it, unshared (not a view holding the whole read), for the next read.
         this.rest = off === 0 ? buf : Buffer.from(buf.subarray(off));
+        // The frame timeout runs from the read where this frame began.
+        if (frames > 0 || this.partialSince === 0) this.partialSince = now;
+      } else {
+        this.partialSince = 0;
       }
     } catch (error) {
       if (error instanceof ConnectionError) {
+        if (error.limit !== undefined) this.shared.limit(error.limit);
         this.fail(error.code, error.message);
         this.options.onConnectionError?.(error.code, error.message, this.socket.remoteAddress);
       } else {
@@ -389,6 +697,9 @@ export class H2Session {
       }
     } finally {
       this.processing = false;
+      const rest = this.rest === undefined ? 0 : this.rest.length;
+      this.shared.buffered += rest - this.restCharged;
+      this.restCharged = rest;
       this.flush();
     }
   }
@@ -407,15 +718,19 @@ export class H2Session {
         const padded = (flags & FLAG_PADDED) !== 0;
         let s = padded ? start + 1 : start;
         const e = padded ? end - padLength(buf, start, end) : end;
+        let selfDependent = false;
         if ((flags & FLAG_PRIORITY) !== 0) {
           if (e - s < 5) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'HEADERS too short for its priority');
+          selfDependent = (buf.readUInt32BE(s) & 0x7fffffff) === id;
           s += 5;
         }
-        const fragment = buf.subarray(s, e);
         if ((flags & FLAG_END_HEADERS) !== 0) {
-          this.headers(id, flags, fragment);
+          this.headers(id, flags, buf.subarray(s, e), selfDependent);
         } else {
-          this.block = { id, flags, fragments: [fragment], size: fragment.length };
+          const fragment = Buffer.from(buf.subarray(s, e));
+          this.block = { id, flags: flags | (selfDependent ? FLAG_SELF_DEPENDENT : 0), fragments: [fragment], size: 0 };
+          this.blockSince = Date.now();
+          this.growBlock(fragment.length);
         }
         return;
       }
@@ -424,25 +739,29 @@ export class H2Session {
         if (block === undefined || block.id !== id) {
           throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'CONTINUATION without its HEADERS');
         }
-        block.fragments.push(buf.subarray(start, end));
-        block.size += length;
+        block.fragments.push(Buffer.from(buf.subarray(start, end)));
+        this.growBlock(length);
         if (block.size > MAX_HEADER_BLOCK || block.fragments.length > MAX_CONTINUATIONS + 1) {
           throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'header block too large');
         }
         if ((flags & FLAG_END_HEADERS) !== 0) {
-          this.block = undefined;
-          this.headers(id, block.flags, Buffer.concat(block.fragments, block.size));
+          const whole = Buffer.concat(block.fragments, block.size);
+          this.dropBlock();
+          this.headers(id, block.flags, whole, (block.flags & FLAG_SELF_DEPENDENT) !== 0);
         }
         return;
       }
       case PRIORITY:
         if (id === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'PRIORITY on stream 0');
         if (length !== 5) this.resetStream(id, H2Error.FRAME_SIZE_ERROR);
+        // A stream cannot depend on itself (§5.3.1).
+        else if ((buf.readUInt32BE(start) & 0x7fffffff) === id) this.resetStream(id, H2Error.PROTOCOL_ERROR);
         return;
       case RST_STREAM: {
         if (id === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'RST_STREAM on stream 0');
         if (length !== 4) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'RST_STREAM of bad length');
         if (id > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'RST_STREAM on an idle stream');
+        this.chargeReset();
         const stream = this.streams.get(id);
         if (stream !== undefined) this.close(stream);
         return;
@@ -455,7 +774,7 @@ export class H2Session {
       case PING:
         if (id !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'PING on a stream');
         if (length !== 8) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'PING of bad length');
-        if ((flags & FLAG_ACK) === 0) this.queue(frame(PING, FLAG_ACK, 0, buf.subarray(start, end)));
+        if ((flags & FLAG_ACK) === 0) this.control(frame(PING, FLAG_ACK, 0, buf.subarray(start, end)));
         return;
       case GOAWAY:
         if (id !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'GOAWAY on a stream');
@@ -468,6 +787,45 @@ export class H2Session {
         return;
       default:
       // Unknown frame types are ignored (RFC 9113 §4.1).
+    }
+  }
+
+  /** Counts `bytes` more of the header block under way, against the bytes the process buffers. */
+  private growBlock(bytes: number): void {
+    (this.block as { size: number }).size += bytes;
+    this.shared.buffered += bytes;
+    if (this.shared.buffered > this.limits.maxBufferedBytes) {
+      throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'the server buffers too much', 'buffered_bytes');
+    }
+  }
+
+  private dropBlock(): void {
+    if (this.block === undefined) return;
+    this.shared.buffered -= this.block.size;
+    this.block = undefined;
+    this.blockSince = 0;
+  }
+
+  /** One more stream reset by the peer: past the budget, the connection ends. */
+  private chargeReset(): void {
+    const now = Date.now();
+    const limits = this.limits;
+    this.resetTokens = Math.min(
+      limits.resetBurst,
+      this.resetTokens + ((now - this.resetAt) * limits.resetsPerSecond) / 1000,
+    );
+    this.resetAt = now;
+    if (this.resetTokens < 1) {
+      throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many stream resets', 'resets');
+    }
+    this.resetTokens--;
+  }
+
+  /** Queues an answer to a control frame; too many while the output does not drain end the connection. */
+  private control(buf: Buffer): void {
+    this.queue(buf);
+    if (++this.controlQueued > this.limits.maxQueuedControlFrames && this.processing) {
+      throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many control frames left unread', 'control_frames');
     }
   }
 
@@ -487,8 +845,9 @@ export class H2Session {
     const stream = this.streams.get(id);
     if (stream === undefined) {
       if (id > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'DATA on an idle stream');
-      // A stream this side has closed (answered, reset): its late DATA is dropped.
-      return;
+      // Sent before the peer learnt this side reset the stream: ignored.
+      if (this.resetHere.has(id)) return;
+      throw new ConnectionError(H2Error.STREAM_CLOSED, 'DATA on a closed stream');
     }
     if (stream.remoteEnded) {
       this.resetStream(id, H2Error.STREAM_CLOSED);
@@ -499,17 +858,31 @@ export class H2Session {
       return;
     }
     stream.recvWindow -= length;
+    stream.received += e - s;
     const ended = (flags & FLAG_END_STREAM) !== 0;
+    if (
+      stream.contentLength !== -1 &&
+      (stream.received > stream.contentLength || (ended && stream.received !== stream.contentLength))
+    ) {
+      // The body disagrees with its content-length: a malformed request (§8.1.1).
+      this.resetStream(id, H2Error.PROTOCOL_ERROR);
+      return;
+    }
     if (!stream.discarding && e > s) {
       const at = stream.size;
       stream.size += e - s;
       this.buffered += e - s;
+      this.shared.buffered += e - s;
       if (stream.size > this.options.maxBodyBytes) {
         this.release(stream);
         stream.discarding = true;
         stream.handler?.tooLarge();
         if (stream.closed) return;
       } else if (this.buffered > this.options.maxSessionMemory) {
+        this.resetStream(id, H2Error.ENHANCE_YOUR_CALM);
+        return;
+      } else if (this.shared.buffered > this.limits.maxBufferedBytes) {
+        this.shared.limit('buffered_bytes');
         this.resetStream(id, H2Error.ENHANCE_YOUR_CALM);
         return;
       } else if (stream.body === undefined && ended) {
@@ -525,23 +898,18 @@ export class H2Session {
         buf.copy(stream.body, at, s, e);
       }
     }
-    if (ended) {
-      this.remoteEnd(stream);
-    } else if (length > 0) {
-      // Give the window back at once: the body's size, not the window, bounds what a stream holds.
-      stream.recvWindow += length;
-      this.queue(frame(WINDOW_UPDATE, 0, id, u32(length)));
-    }
+    if (ended) this.remoteEnd(stream);
   }
 
   /** Drops a stream's body from the connection's account. */
   private release(stream: H2Stream): void {
     this.buffered -= stream.size;
+    this.shared.buffered -= stream.size;
     stream.body = undefined;
     stream.size = 0;
   }
 
-  private headers(id: number, flags: number, block: Buffer): void {
+  private headers(id: number, flags: number, block: Buffer, selfDependent: boolean): void {
     let fields: string[] | undefined;
     try {
       // Always decoded, even for a stream about to be refused: the HPACK table must stay in sync.
@@ -553,22 +921,50 @@ export class H2Session {
     const ended = (flags & FLAG_END_STREAM) !== 0;
     const existing = this.streams.get(id);
     if (existing !== undefined) {
-      // Trailers of a request: they must end it.
-      if (existing.remoteEnded || !ended) {
+      if (existing.remoteEnded) {
+        // Half-closed (remote): nothing more may come (§5.1).
+        this.resetStream(id, H2Error.STREAM_CLOSED);
+        return;
+      }
+      // Trailers of a request: they must end it, and carry no pseudo-header.
+      if (!ended || selfDependent || (fields !== undefined && !validTrailers(fields))) {
+        this.resetStream(id, H2Error.PROTOCOL_ERROR);
+        return;
+      }
+      if (existing.contentLength !== -1 && existing.received !== existing.contentLength) {
         this.resetStream(id, H2Error.PROTOCOL_ERROR);
         return;
       }
       this.remoteEnd(existing);
       return;
     }
-    // A closed stream's late trailers (this side answered and reset it while they were on the way).
-    if (id <= this.lastStreamId) return;
+    if (id <= this.lastStreamId) {
+      // Late trailers of a stream this side reset while they were on the way.
+      if (this.resetHere.has(id)) return;
+      // A new stream's id must be above every earlier one (§5.1.1).
+      throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'HEADERS on a stream id at or below the last one');
+    }
     this.lastStreamId = id;
     if (this.goAwayId !== undefined || this.streams.size + this.held >= this.options.maxConcurrentStreams) {
       this.resetStream(id, H2Error.REFUSED_STREAM);
       return;
     }
-    const stream = new H2Stream(this, id, this.peerInitialWindow);
+    let contentLength = -1;
+    if (fields !== undefined) {
+      const checked = selfDependent ? undefined : checkRequestFields(fields);
+      if (checked === undefined) {
+        // A malformed request: a stream error (§8.1.1), the connection goes on.
+        this.resetStream(id, H2Error.PROTOCOL_ERROR);
+        return;
+      }
+      if (ended && checked > 0) {
+        this.resetStream(id, H2Error.PROTOCOL_ERROR);
+        return;
+      }
+      contentLength = checked;
+    }
+    const stream = new H2Stream(this, id, this.peerInitialWindow, this.streamWindow);
+    stream.contentLength = contentLength;
     this.streams.set(id, stream);
     // Known before the callee answers, so an answer to a request that already ended resets nothing.
     stream.remoteEnded = ended;
@@ -621,7 +1017,7 @@ export class H2Session {
       }
       // SETTINGS_HEADER_TABLE_SIZE needs nothing: answers never use the peer's dynamic table.
     }
-    this.queue(frame(SETTINGS, FLAG_ACK, 0, undefined));
+    this.control(frame(SETTINGS, FLAG_ACK, 0, undefined));
     this.drainBlocked();
   }
 
@@ -737,15 +1133,26 @@ export class H2Session {
     if (!stream.remoteEnded) {
       // RST_STREAM NO_ERROR after a complete answer tells the peer to stop sending (RFC 9113 §8.1).
       this.queue(frame(RST_STREAM, 0, stream.id, u32(H2Error.NO_ERROR)));
+      this.controlQueued++;
+      this.rememberReset(stream.id);
     }
     this.close(stream);
   }
 
   /** Resets a stream with `code`. */
   private resetStream(id: number, code: number): void {
-    this.queue(frame(RST_STREAM, 0, id, u32(code)));
+    this.control(frame(RST_STREAM, 0, id, u32(code)));
+    this.rememberReset(id);
     const stream = this.streams.get(id);
     if (stream !== undefined) this.close(stream);
+  }
+
+  /** Remembers a stream reset here, so that what the peer sent before it knew is ignored. */
+  private rememberReset(id: number): void {
+    this.resetHere.add(id);
+    if (this.resetHere.size > RESETS_REMEMBERED) {
+      this.resetHere.delete(this.resetHere.values().next().value as number);
+    }
   }
 
   /** The stream is over; tells its handler if it was never answered. */
@@ -816,26 +1223,64 @@ export class H2Session {
       return;
     }
     this.out = [];
-    this.socket.write(out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out));
-    if (this.socket.writableLength > MAX_UNSENT_BYTES) this.socket.destroy();
+    this.socket.write(out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out), this.written);
+    this.countUnsent();
+    if (
+      this.pausedSince === 0 &&
+      this.unsent > 0 &&
+      (this.unsent > OUTPUT_HIGH_WATER || this.shared.buffered > this.limits.maxBufferedBytes)
+    ) {
+      // Backpressure: read no more from a peer that does not read what it asked for.
+      this.pausedSince = Date.now();
+      this.socket.pause();
+    }
+  }
+
+  /** A write reached the kernel: count what is left, and read again once all of it has. */
+  private readonly written = (): void => {
+    this.countUnsent();
+    if (this.pausedSince !== 0 && this.unsent === 0 && !this.socket.destroyed) {
+      this.pausedSince = 0;
+      // Time spent not reading is not the peer's: a frame or block under way gets its time again.
+      const now = Date.now();
+      if (this.partialSince !== 0) this.partialSince = now;
+      if (this.blockSince !== 0) this.blockSince = now;
+      this.socket.resume();
+    }
+  };
+
+  private countUnsent(): void {
+    const unsent = this.socket.destroyed ? 0 : this.socket.writableLength;
+    this.shared.buffered += unsent - this.unsent;
+    this.unsent = unsent;
   }
 
   private closed(): void {
-    clearTimeout(this.prefaceTimer);
     clearTimeout(this.lingerTimer);
     this.ended = true;
     for (const stream of [...this.streams.values()]) this.close(stream);
+    this.dropBlock();
+    this.shared.buffered -= this.unsent + this.restCharged;
+    this.unsent = 0;
+    this.restCharged = 0;
+    this.rest = undefined;
     this.onEnd(this);
   }
 }
 
 /** An HTTP/2 server for unary gRPC calls. */
 export function createH2Server(options: H2ServerOptions): H2Server {
-  const sessions = new Set<H2Session>();
+  const shared = new Shared(options);
   let goingAway = false;
   const accept = (socket: Socket): void => {
-    const session = new H2Session(socket, options, (s) => sessions.delete(s));
-    sessions.add(session);
+    if (shared.sessions.size >= shared.limits.maxConnections) {
+      shared.limit('connections');
+      socket.on('error', () => {});
+      socket.destroy();
+      return;
+    }
+    const session = new H2Session(socket, shared, (s) => shared.remove(s));
+    shared.add(session);
     if (goingAway) session.goAway();
   };
   const server = options.createServer?.(accept) ?? createServer(accept);
@@ -843,10 +1288,10 @@ export function createH2Server(options: H2ServerOptions): H2Server {
     server,
     goAway: () => {
       goingAway = true;
-      for (const session of sessions) session.goAway();
+      for (const session of shared.sessions) session.goAway();
     },
     destroy: () => {
-      for (const session of sessions) session.destroy();
+      for (const session of shared.sessions) session.destroy();
     },
   };
 }

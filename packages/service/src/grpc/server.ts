@@ -5,7 +5,7 @@ import type { DescriptorOutcome } from '../engine.js';
 import { classify, type FailureKind } from '../failures.js';
 import { refuseTls, type TlsCredentials } from '../tls.js';
 import { DecodeError, decodeHealthCheckRequest, decodeRateLimitRequest, Writer } from './codec.js';
-import { createH2Server, type H2Stream, type StreamHandler } from './h2.js';
+import { createH2Server, type H2ServerOptions, type H2Stream, type StreamHandler } from './h2.js';
 import { encodeRateLimitResponse, toDecisionRequest } from './rate-limit.js';
 
 /** The Envoy rate limit service's full name. */
@@ -56,7 +56,35 @@ export interface GrpcServerOptions {
   readTimeoutMs?: number;
   /** Serve over TLS with these credentials (ALPN `h2`), instead of cleartext HTTP/2. */
   tls?: TlsCredentials;
+  /** Connections open at once; more are closed as they arrive. @default 4096 */
+  maxConnections?: number;
+  /**
+   * Bytes all gRPC connections together buffer (request bodies, unfinished frames and header blocks,
+   * output the peers have not read); past it, requests are refused and reading stops. @default 33_554_432
+   */
+  maxBufferedBytes?: number;
+  /**
+   * Longest time a frame or header block may take to arrive whole, and output may wait unread, ms; past
+   * it the connection ends. @default 10_000
+   */
+  frameTimeoutMs?: number;
+  /** A connection that opens no stream this long after its preface is closed (GOAWAY), ms. @default 30_000 */
+  noStreamTimeoutMs?: number;
+  /**
+   * A connection with no call open that sends nothing (a keepalive PING counts) this long is closed
+   * (GOAWAY), ms. @default 300_000
+   */
+  idleTimeoutMs?: number;
 }
+
+/** The options of {@link GrpcServerOptions} handed to the HTTP/2 transport as they are. */
+const TRANSPORT_OPTIONS = [
+  'maxConnections',
+  'maxBufferedBytes',
+  'frameTimeoutMs',
+  'noStreamTimeoutMs',
+  'idleTimeoutMs',
+] as const satisfies ReadonlyArray<keyof GrpcServerOptions & keyof H2ServerOptions>;
 
 /** The gRPC server: listen, then close gracefully. */
 export interface GrpcServer {
@@ -86,7 +114,10 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
   const writer = new Writer(4096);
   /** Calls whose request message has not fully arrived. */
   const reading = new Set<Call>();
+  const transport: Partial<H2ServerOptions> = {};
+  for (const key of TRANSPORT_OPTIONS) if (options[key] !== undefined) transport[key] = options[key];
   const h2 = createH2Server({
+    ...transport,
     maxConcurrentStreams: 1000,
     maxHeaderListSize: MAX_HEADER_LIST_BYTES,
     maxBodyBytes: MAX_GRPC_MESSAGE_BYTES + 5,
@@ -98,6 +129,7 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
     onConnectionError: (code, reason, remoteAddress) =>
       context().logger.debug({ code, reason, remoteAddress }, 'gRPC connection ended: the peer broke HTTP/2'),
     ...(options.tls === undefined ? {} : { createServer: tlsServer(context, options.tls) }),
+    onLimit: (limit) => context().metrics.grpcLimit(limit),
   });
   const server = h2.server;
 
