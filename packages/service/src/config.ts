@@ -1,6 +1,21 @@
-import { readFileSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { definePolicy, isFloodgateError, type Policy } from 'floodgate';
-import { type Document, isAlias, isMap, isPair, isScalar, isSeq, LineCounter, type Node, parseDocument } from 'yaml';
+import {
+  type Alias,
+  Composer,
+  type CST,
+  type Document,
+  isAlias,
+  isMap,
+  isPair,
+  isScalar,
+  isSeq,
+  Lexer,
+  LineCounter,
+  type Node,
+  Parser,
+  visit,
+} from 'yaml';
 
 /** The service's configuration, validated: domains of descriptor rules, each with its policies. */
 export interface ServiceConfig {
@@ -57,28 +72,53 @@ export class ConfigError extends Error {
   constructor(issues: readonly ConfigIssue[], file?: string) {
     const where = file ?? 'config';
     const lines = issues.map((i) => `  ${where}:${i.line}:${i.column} ${i.path ? `${i.path}: ` : ''}${i.message}`);
-    super(`invalid config (${issues.length} problem${issues.length === 1 ? '' : 's'}):\n${lines.join('\n')}`);
+    const count = `${issues.length} problem${issues.length === 1 ? '' : 's'}${issues.length >= MAX_ISSUES ? ', checking stopped there' : ''}`;
+    super(`invalid config (${count}):\n${lines.join('\n')}`);
     this.issues = issues;
     this.file = file;
   }
 }
 
-/** Most problems reported for one file before giving up. */
-const MAX_ISSUES = 50;
+/** Most problems reported for one file: checking stops at the 50th. */
+export const MAX_ISSUES = 50;
 /** Deepest descriptor nesting accepted (Envoy descriptors rarely go past 4). */
 export const MAX_DESCRIPTOR_DEPTH = 16;
+/**
+ * Largest config accepted, in bytes (2 MiB: some 29,000 rules written one key per line). The YAML parser
+ * holds the whole document as a syntax tree and then a node tree, about 130 bytes of memory per byte of
+ * text: 2 MiB peaks near 330 MB, while configs in use run to kilobytes.
+ */
+export const MAX_CONFIG_BYTES = 2 * 1024 * 1024;
+/**
+ * Most descriptor rules in one config, over all domains (about 2 kB of memory each once compiled).
+ * Counted while checking, so an alias that repeats a long list of rules stops here, not when memory
+ * runs out.
+ */
+export const MAX_RULES = 50_000;
+/**
+ * Deepest nesting of YAML collections (mappings and lists) accepted. A config needs 3 levels plus 2 per
+ * descriptor level (37 at {@link MAX_DESCRIPTOR_DEPTH}); the YAML library composes nodes recursively,
+ * so a deeper file is refused before it is composed.
+ */
+export const MAX_YAML_DEPTH = 64;
+/**
+ * Most nodes YAML aliases may expand to (the `maxAliasCount` of the YAML library): `*anchor` repeats a
+ * node without repeating its text, so nested aliases grow exponentially ("billion laughs").
+ */
+export const MAX_YAML_ALIAS_COUNT = 1000;
 
 const DOMAIN_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
 const PREFIX_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
-const ENVOY_UNITS: Record<string, number> = {
-  second: 1000,
-  minute: 60_000,
-  hour: 3_600_000,
-  day: 86_400_000,
-  week: 604_800_000,
-  month: 2_592_000_000,
-  year: 31_536_000_000,
-};
+/** A Map, not an object literal: `unit: __proto__` or `unit: constructor` must not find what an object inherits. */
+const ENVOY_UNITS: ReadonlyMap<string, number> = new Map([
+  ['second', 1000],
+  ['minute', 60_000],
+  ['hour', 3_600_000],
+  ['day', 86_400_000],
+  ['week', 604_800_000],
+  ['month', 2_592_000_000],
+  ['year', 31_536_000_000],
+]);
 
 type Segment = string | number;
 
@@ -90,14 +130,46 @@ function pathOf(segments: readonly Segment[]): string {
 
 /** Reads a config file; throws {@link ConfigError} naming the file, path and line of every problem. */
 export function loadConfigFile(file: string): ServiceConfig {
-  let text: string;
+  return parseConfig(readConfigFile(file), file);
+}
+
+/**
+ * Reads a config file's text, refusing a file over {@link MAX_CONFIG_BYTES} before reading it; throws
+ * {@link ConfigError}.
+ */
+export function readConfigFile(file: string): string {
+  let fd: number | undefined;
   try {
-    text = readFileSync(file, 'utf8');
+    fd = openSync(file, 'r');
+    const size = fstatSync(fd).size;
+    if (size > MAX_CONFIG_BYTES) throw new ConfigError([tooLarge(`${size} bytes`)], file);
+    // Read at most one byte past the bound: a file that grows while it is read is refused too.
+    const buffer = Buffer.allocUnsafe(Math.min(size, MAX_CONFIG_BYTES) + 1);
+    let length = 0;
+    for (;;) {
+      const n = readSync(fd, buffer, length, buffer.length - length, null);
+      if (n === 0) break;
+      length += n;
+      if (length === buffer.length) break;
+    }
+    if (length > MAX_CONFIG_BYTES) throw new ConfigError([tooLarge(`over ${MAX_CONFIG_BYTES} bytes`)], file);
+    return buffer.toString('utf8', 0, length);
   } catch (error) {
+    if (error instanceof ConfigError) throw error;
     const reason = error instanceof Error ? error.message : String(error);
     throw new ConfigError([{ path: '', line: 0, column: 0, message: `cannot read the file: ${reason}` }], file);
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
-  return parseConfig(text, file);
+}
+
+function tooLarge(size: string): ConfigIssue {
+  return {
+    path: '',
+    line: 0,
+    column: 0,
+    message: `the config is ${size}; a config has at most ${MAX_CONFIG_BYTES} bytes (2 MiB)`,
+  };
 }
 
 /**
@@ -115,8 +187,13 @@ export function loadConfigFile(file: string): ServiceConfig {
  * ```
  */
 export function parseConfig(text: string, file?: string): ServiceConfig {
+  // Characters never outnumber UTF-8 bytes: count bytes only when the characters are near the bound.
+  if (text.length > MAX_CONFIG_BYTES / 3) {
+    const bytes = Buffer.byteLength(text, 'utf8');
+    if (bytes > MAX_CONFIG_BYTES) throw new ConfigError([tooLarge(`${bytes} bytes`)], file);
+  }
   const lineCounter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
+  const doc = parseYaml(text, lineCounter, file);
   if (doc.errors.length > 0) {
     throw new ConfigError(
       doc.errors.slice(0, MAX_ISSUES).map((e) => {
@@ -128,18 +205,136 @@ export function parseConfig(text: string, file?: string): ServiceConfig {
   }
   let data: unknown;
   try {
-    data = doc.toJS({ maxAliasCount: 1000 });
+    data = doc.toJS({ maxAliasCount: MAX_YAML_ALIAS_COUNT });
   } catch (error) {
     const reason = error instanceof Error ? error.message : String(error);
-    throw new ConfigError([{ path: '', line: 1, column: 1, message: `YAML: ${reason}` }], file);
+    const aliases = reason.startsWith('Excessive alias count');
+    const first = aliases ? firstAlias(doc) : undefined;
+    const pos = first === undefined ? { line: 1, col: 1 } : lineCounter.linePos(first);
+    throw new ConfigError(
+      [
+        {
+          path: '',
+          line: pos.line,
+          column: pos.col,
+          message: aliases
+            ? `YAML aliases (*name) expand to more than ${MAX_YAML_ALIAS_COUNT} nodes; share a policy among many rules with a named policy (top-level \`policies\`) instead`
+            : `YAML: ${reason}`,
+        },
+      ],
+      file,
+    );
   }
+  const aliasTargets = new AliasTargets(doc);
   const checker = new Checker(
     (segments, onKey) => locate(doc.contents, segments, onKey, lineCounter),
-    (segments) => scalarSource(doc, segments),
+    (segments) => scalarSource(doc, segments, aliasTargets),
   );
-  const config = checker.config(data);
+  let config: ServiceConfig | undefined;
+  try {
+    config = checker.config(data);
+  } catch (error) {
+    if (error !== STOP) throw error;
+  }
   if (checker.issues.length > 0) throw new ConfigError(checker.issues, file);
   return config as ServiceConfig;
+}
+
+/**
+ * Parses YAML into a document as the library's `parseDocument` does, with the nesting depth bounded
+ * while the syntax tree is built: the parser keeps every open collection on its stack (it does not
+ * recurse), and works harder per token the deeper it is, while composing nodes recurses once per level
+ * and runs out of stack thousands of levels down. So the stack is watched token by token.
+ */
+function parseYaml(text: string, lineCounter: LineCounter, file: string | undefined): Document.Parsed {
+  const parser = new Parser(lineCounter.addNewLine);
+  lineCounter.addNewLine(0);
+  const tokens: CST.Token[] = [];
+  for (const lexeme of new Lexer().lex(text)) {
+    for (const token of parser.next(lexeme)) tokens.push(token);
+    if (parser.stack.length > MAX_YAML_DEPTH && collectionDepth(parser.stack) > MAX_YAML_DEPTH) {
+      const pos = lineCounter.linePos(parser.offset);
+      throw new ConfigError(
+        [
+          {
+            path: '',
+            line: pos.line,
+            column: pos.col,
+            message: `YAML nests mappings and lists more than ${MAX_YAML_DEPTH} levels deep (the most a config accepts)`,
+          },
+        ],
+        file,
+      );
+    }
+  }
+  for (const token of parser.end()) tokens.push(token);
+  const composer = new Composer({ uniqueKeys: true });
+  let doc: Document.Parsed | undefined;
+  for (const d of composer.compose(tokens, true, text.length)) {
+    if (doc === undefined) doc = d;
+    else {
+      const pos = lineCounter.linePos(d.range[0]);
+      throw new ConfigError(
+        [{ path: '', line: pos.line, column: pos.col, message: 'YAML: a config is one document; remove `---`' }],
+        file,
+      );
+    }
+  }
+  return doc as Document.Parsed;
+}
+
+/** How many collections the parser has open. */
+function collectionDepth(stack: readonly CST.Token[]): number {
+  let depth = 0;
+  for (const token of stack) {
+    if (token.type === 'block-map' || token.type === 'block-seq' || token.type === 'flow-collection') depth++;
+  }
+  return depth;
+}
+
+/** The offset of the document's first alias, to point at when aliases expand too far. */
+function firstAlias(doc: Document): number | undefined {
+  let offset: number | undefined;
+  visit(doc, {
+    Alias(_key, node) {
+      offset = node.range?.[0];
+      return visit.BREAK;
+    },
+  });
+  return offset;
+}
+
+/**
+ * The node each alias of a document stands for, found in one pass: the library's `Alias.resolve`
+ * searches the whole document on every call, which a config of many aliased rules would repeat once
+ * per rule. Built on first use.
+ */
+class AliasTargets {
+  private targets: Map<Alias, Node> | undefined;
+
+  constructor(private readonly doc: Document) {}
+
+  /** The node an alias stands for, or the node itself when it is not an alias. */
+  resolve(node: unknown): unknown {
+    if (!isAlias(node)) return node;
+    if (this.targets === undefined) {
+      const targets = new Map<Alias, Node>();
+      const anchors = new Map<string, Node>();
+      // Visited in document order: an alias stands for the last node with its anchor before it.
+      visit(this.doc, {
+        Node(_key, n) {
+          if (isAlias(n)) {
+            const target = anchors.get(n.source);
+            if (target !== undefined) targets.set(n, target);
+          } else if (n.anchor !== undefined) {
+            anchors.set(n.anchor, n);
+          }
+        },
+      });
+      this.targets = targets;
+    }
+    return this.targets.get(node);
+  }
 }
 
 /** Finds the line of a path in the YAML tree: the deepest node that exists on the way. */
@@ -177,10 +372,10 @@ function locate(
  * The source text of the scalar at a path, as written in the file (`007`, `1.10`, `true`), or undefined
  * when the path does not lead to a scalar of the file (a merge key `<<` built it).
  */
-function scalarSource(doc: Document, segments: readonly Segment[]): string | undefined {
+function scalarSource(doc: Document, segments: readonly Segment[], aliases: AliasTargets): string | undefined {
   let node: unknown = doc.contents;
   for (const segment of segments) {
-    if (isAlias(node)) node = node.resolve(doc);
+    node = aliases.resolve(node);
     if (isMap(node)) {
       const pair = node.items.find((p) => isPair(p) && isScalar(p.key) && String(p.key.value) === String(segment));
       node = pair?.value;
@@ -190,17 +385,29 @@ function scalarSource(doc: Document, segments: readonly Segment[]): string | und
       return undefined;
     }
   }
-  if (isAlias(node)) node = node.resolve(doc);
+  node = aliases.resolve(node);
   return isScalar(node) && typeof node.source === 'string' ? node.source : undefined;
 }
+
+/** Thrown inside the checker to stop early (too many problems or rules); never escapes {@link parseConfig}. */
+const STOP: unique symbol = Symbol('stop checking');
 
 type Locator = (segments: readonly Segment[], onKey: boolean) => { line: number; column: number };
 type SourceOf = (segments: readonly Segment[]) => string | undefined;
 type Data = Record<string, unknown>;
 
+/**
+ * Option names of the library as the config spells them (Envoy's `rate_limit` block). Maps: a field name
+ * comes from the file, and an object would answer `__proto__` with what it inherits.
+ */
+const NO_RENAMES: ReadonlyMap<string, string> = new Map();
+const ENVOY_RENAMES: ReadonlyMap<string, string> = new Map([['limit', 'requests_per_unit']]);
+
 /** Walks the parsed data, collecting every problem with its location. */
 class Checker {
   readonly issues: ConfigIssue[] = [];
+  /** Descriptor rules seen so far, aliased ones as often as they are used. */
+  private rules = 0;
   private readonly named = new Map<string, Policy>();
   /** Algorithm of every policy name used: one name is one stored state, so it keeps one algorithm. */
   private readonly algorithms = new Map<string, { algorithm: string; path: string }>();
@@ -228,10 +435,11 @@ class Checker {
     return null;
   }
 
+  /** Records a problem; at the {@link MAX_ISSUES}th, stops checking (the rest is not looked at). */
   issue(segments: readonly Segment[], message: string, onKey = false): void {
-    if (this.issues.length >= MAX_ISSUES) return;
     const { line, column } = this.locator(segments, onKey);
     this.issues.push({ path: pathOf(segments), line, column, message });
+    if (this.issues.length >= MAX_ISSUES) throw STOP;
   }
 
   config(data: unknown): ServiceConfig | undefined {
@@ -337,6 +545,10 @@ class Checker {
   }
 
   private descriptor(data: unknown, path: Segment[], depth: number): DescriptorConfig | undefined {
+    if (++this.rules > MAX_RULES) {
+      this.issue(path, `a config has at most ${MAX_RULES} descriptor rules (aliases count each time they are used)`);
+      throw STOP;
+    }
     const o = this.object(data, path);
     if (o === undefined) return undefined;
     this.known(o, path, ['key', 'value', 'policies', 'rate_limit', 'shadow', 'shared', 'unlimited', 'descriptors']);
@@ -415,17 +627,20 @@ class Checker {
     const o = this.object(data, path);
     if (o === undefined) return undefined;
     this.known(o, path, ['unit', 'requests_per_unit', 'name']);
-    const unit = typeof o.unit === 'string' ? ENVOY_UNITS[o.unit.toLowerCase()] : undefined;
+    const unit = typeof o.unit === 'string' ? ENVOY_UNITS.get(o.unit.toLowerCase()) : undefined;
     if (unit === undefined) {
-      this.issue([...path, 'unit'], `must be one of ${Object.keys(ENVOY_UNITS).join(', ')}`);
+      this.issue(
+        [...path, 'unit'],
+        `must be one of ${[...ENVOY_UNITS.keys()].join(', ')}, got ${o.unit === undefined ? 'nothing' : describe(o.unit)}`,
+      );
       return undefined;
     }
     const input: Data = { algorithm: 'fixed-window', limit: o.requests_per_unit, windowMs: unit };
     if (o.name !== undefined) input.name = o.name;
-    return this.policy(input, path, { limit: 'requests_per_unit' });
+    return this.policy(input, path, ENVOY_RENAMES);
   }
 
-  private policy(data: unknown, path: Segment[], rename: Record<string, string> = {}): Policy | undefined {
+  private policy(data: unknown, path: Segment[], rename: ReadonlyMap<string, string> = NO_RENAMES): Policy | undefined {
     const label = pathOf(path);
     let policy: Policy;
     try {
@@ -436,13 +651,13 @@ class Checker {
       const option = error.option;
       if (option?.startsWith(`${label}.`)) {
         const field = option.slice(label.length + 1);
-        segments = [...path, rename[field] ?? field];
+        segments = [...path, rename.get(field) ?? field];
       }
       const onKey = error.message.includes('is not an option');
       // The library's message starts with the option path; the issue carries the path already.
       let message = error.message;
       if (option !== undefined && message.startsWith(option)) message = message.slice(option.length).trimStart();
-      for (const [from, to] of Object.entries(rename)) message = message.replaceAll(`.${from}`, `.${to}`);
+      for (const [from, to] of rename) message = message.replaceAll(`.${from}`, `.${to}`);
       this.issue(segments, message, onKey);
       return undefined;
     }

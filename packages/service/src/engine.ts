@@ -25,6 +25,10 @@ export const MAX_DESCRIPTORS = 64;
 export const MAX_ENTRIES = 16;
 /** Longest descriptor key or value, in characters. */
 export const MAX_ENTRY_LENGTH = 1024;
+/** Largest `requestsPerUnit` of a request override. */
+export const MAX_OVERRIDE_REQUESTS_PER_UNIT = 1e12;
+/** Distinct request overrides whose compiled policies are kept; past it the cache starts over. */
+const MAX_CACHED_OVERRIDES = 1024;
 
 /** What a call does: `limit` decides and consumes, `check` and `status` change nothing, `reset` forgets. */
 export type Mode = 'limit' | 'check' | 'status' | 'reset';
@@ -89,18 +93,22 @@ export class RequestError extends Error {
   }
 }
 
-const UNIT_MS: Record<string, number> = {
-  second: 1000,
-  minute: 60_000,
-  hour: 3_600_000,
-  day: 86_400_000,
-  week: 604_800_000,
-  month: 2_592_000_000,
-  year: 31_536_000_000,
-};
+/**
+ * Length of each override unit. A Map, not an object literal: the unit comes from the request, and an
+ * object would answer `__proto__`, `constructor` or `toString` with what it inherits.
+ */
+const UNIT_MS: ReadonlyMap<string, number> = new Map([
+  ['second', 1000],
+  ['minute', 60_000],
+  ['hour', 3_600_000],
+  ['day', 86_400_000],
+  ['week', 604_800_000],
+  ['month', 2_592_000_000],
+  ['year', 31_536_000_000],
+]);
 
 /** Units accepted in a {@link LimitOverride}. */
-export const OVERRIDE_UNITS: readonly string[] = Object.keys(UNIT_MS);
+export const OVERRIDE_UNITS: readonly string[] = [...UNIT_MS.keys()];
 
 interface Planned {
   readonly rule: Rule | undefined;
@@ -218,11 +226,19 @@ export class Engine {
   private plan(request: DecisionRequest, mode: Mode): Planned[] {
     const domainName = request.domain;
     if (typeof domainName !== 'string' || domainName.length === 0) {
-      throw new RequestError('invalid', 'domain is required: a non-empty string', 'domain');
+      throw new RequestError(
+        'invalid',
+        `domain is required: a non-empty string, got ${showValue(domainName)}`,
+        'domain',
+      );
     }
     const descriptors = request.descriptors;
     if (!Array.isArray(descriptors) || descriptors.length === 0) {
-      throw new RequestError('invalid', 'descriptors is required: a non-empty list', 'descriptors');
+      throw new RequestError(
+        'invalid',
+        `descriptors is required: a non-empty list, got ${showValue(descriptors)}`,
+        'descriptors',
+      );
     }
     if (descriptors.length > MAX_DESCRIPTORS) {
       throw new RequestError(
@@ -276,15 +292,19 @@ export class Engine {
   /** The policy of a request override; one frozen array per distinct limit, so the limiter compiles it once. */
   private override(limit: LimitOverride, index: number): readonly Policy[] {
     const field = `descriptors[${index}].limit`;
-    const unitMs = UNIT_MS[limit.unit];
+    const unitMs = typeof limit.unit === 'string' ? UNIT_MS.get(limit.unit) : undefined;
     if (unitMs === undefined) {
-      throw new RequestError('invalid', `${field}.unit must be one of ${OVERRIDE_UNITS.join(', ')}`, `${field}.unit`);
-    }
-    const n = limit.requestsPerUnit;
-    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > 1e12) {
       throw new RequestError(
         'invalid',
-        `${field}.requestsPerUnit must be an integer from 1 to 1e12`,
+        `${field}.unit must be one of ${OVERRIDE_UNITS.join(', ')}, got ${showValue(limit.unit)}`,
+        `${field}.unit`,
+      );
+    }
+    const n = limit.requestsPerUnit;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > MAX_OVERRIDE_REQUESTS_PER_UNIT) {
+      throw new RequestError(
+        'invalid',
+        `${field}.requestsPerUnit must be an integer from 1 to 1e12, got ${showValue(n)}`,
         `${field}.requestsPerUnit`,
       );
     }
@@ -293,7 +313,7 @@ export class Engine {
     if (policies === undefined) {
       policies = Object.freeze([fixedWindow({ limit: n, windowMs: unitMs, name: `override-${n}-per-${limit.unit}` })]);
       // Bounded: overrides come from requests.
-      if (this.overrides.size >= 1024) this.overrides.clear();
+      if (this.overrides.size >= MAX_CACHED_OVERRIDES) this.overrides.clear();
       this.overrides.set(id, policies);
     }
     return policies;
@@ -339,23 +359,47 @@ function count(decision: Decision, tallies: readonly Tally[], shadow: boolean): 
 
 function checkCost(cost: unknown, field: string): void {
   if (typeof cost !== 'number' || !Number.isFinite(cost) || cost < 0) {
-    throw new RequestError('invalid', `${field} must be a finite number ≥ 0`, field);
+    throw new RequestError('invalid', `${field} must be a finite number ≥ 0, got ${showValue(cost)}`, field);
   }
+}
+
+/**
+ * A request value as an error message shows it: JSON, cut to 64 characters, so a message never grows
+ * with what a client sent; `NaN` and infinities by name, lists and objects by kind.
+ */
+export function showValue(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (typeof value === 'number') return String(value);
+  if (Array.isArray(value)) return `a list of ${value.length}`;
+  if (typeof value === 'object' && value !== null) return 'an object';
+  if (typeof value === 'string') {
+    const text = JSON.stringify(value.length > 64 ? value.slice(0, 64) : value);
+    return value.length > 64 ? `${text.slice(0, -1)}…" (${value.length} characters)` : text;
+  }
+  return typeof value === 'bigint' ? `${value}n` : String(value);
 }
 
 function checkEntries(d: DescriptorRequest, index: number): void {
   const entries = d?.entries;
   const field = `descriptors[${index}].entries`;
   if (!Array.isArray(entries) || entries.length === 0) {
-    throw new RequestError('invalid', `${field} must be a non-empty list of { key, value }`, field);
+    throw new RequestError(
+      'invalid',
+      `${field} must be a non-empty list of { key, value }, got ${showValue(entries)}`,
+      field,
+    );
   }
   if (entries.length > MAX_ENTRIES) {
     throw new RequestError('invalid', `${field} has ${entries.length} entries; at most ${MAX_ENTRIES}`, field);
   }
   for (let j = 0; j < entries.length; j++) {
     const e = entries[j] as DescriptorEntry;
-    if (typeof e !== 'object' || e === null) {
-      throw new RequestError('invalid', `${field}[${j}] must be an object { key, value }`, `${field}[${j}]`);
+    if (typeof e !== 'object' || e === null || Array.isArray(e)) {
+      throw new RequestError(
+        'invalid',
+        `${field}[${j}] must be an object { key, value }, got ${showValue(e)}`,
+        `${field}[${j}]`,
+      );
     }
     checkText(e.key, `${field}[${j}].key`);
     checkText(e.value, `${field}[${j}].value`);
@@ -368,7 +412,7 @@ function checkText(text: unknown, field: string): void {
       'invalid',
       typeof text === 'string'
         ? `${field} must be 1 to ${MAX_ENTRY_LENGTH} characters, got ${text.length}`
-        : `${field} must be a string`,
+        : `${field} must be a string, got ${showValue(text)}`,
       field,
     );
   }

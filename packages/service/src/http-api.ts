@@ -3,9 +3,19 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { extname, join, resolve, sep } from 'node:path';
 import type { ServiceContext } from './context.js';
-import type { DecisionRequest, DescriptorOutcome, DescriptorRequest, LimitOverride, Mode } from './engine.js';
+import {
+  type DecisionRequest,
+  type DescriptorOutcome,
+  type DescriptorRequest,
+  type LimitOverride,
+  MAX_DESCRIPTORS,
+  MAX_ENTRIES,
+  type Mode,
+  showValue,
+} from './engine.js';
 import { classify, HTTP_STATUS } from './failures.js';
 import type { RateLimitHeaders } from './headers.js';
+import { JsonBodyError, parseJsonBody } from './json-body.js';
 import { openApiDocument } from './openapi.js';
 import { refuseTls, type TlsCredentials } from './tls.js';
 
@@ -23,27 +33,29 @@ export interface HttpApiOptions {
 /** The HTTP API's server: cleartext or HTTPS. */
 export type HttpApiServer = Server | HttpsServer;
 
-const MODES: Record<string, Mode> = {
-  '/v1/decide': 'limit',
-  '/v1/check': 'check',
-  '/v1/status': 'status',
-  '/v1/reset': 'reset',
-};
+// Maps, not object literals: the path and a file's extension come from the request, and an object
+// would answer `__proto__` or `constructor` with what it inherits.
+const MODES: ReadonlyMap<string, Mode> = new Map([
+  ['/v1/decide', 'limit'],
+  ['/v1/check', 'check'],
+  ['/v1/status', 'status'],
+  ['/v1/reset', 'reset'],
+]);
 const METHOD_NAMES: Record<Mode, string> = { limit: 'decide', check: 'check', status: 'status', reset: 'reset' };
 
-const CONTENT_TYPES: Record<string, string> = {
-  '.html': 'text/html; charset=utf-8',
-  '.js': 'text/javascript; charset=utf-8',
-  '.mjs': 'text/javascript; charset=utf-8',
-  '.css': 'text/css; charset=utf-8',
-  '.json': 'application/json',
-  '.svg': 'image/svg+xml',
-  '.png': 'image/png',
-  '.ico': 'image/x-icon',
-  '.woff2': 'font/woff2',
-  '.map': 'application/json',
-  '.txt': 'text/plain; charset=utf-8',
-};
+const CONTENT_TYPES: ReadonlyMap<string, string> = new Map([
+  ['.html', 'text/html; charset=utf-8'],
+  ['.js', 'text/javascript; charset=utf-8'],
+  ['.mjs', 'text/javascript; charset=utf-8'],
+  ['.css', 'text/css; charset=utf-8'],
+  ['.json', 'application/json'],
+  ['.svg', 'image/svg+xml'],
+  ['.png', 'image/png'],
+  ['.ico', 'image/x-icon'],
+  ['.woff2', 'font/woff2'],
+  ['.map', 'application/json'],
+  ['.txt', 'text/plain; charset=utf-8'],
+]);
 
 /** A request the HTTP layer refuses before the engine sees it. */
 class BadRequest extends Error {
@@ -69,7 +81,7 @@ export function createHttpApi(context: () => ServiceContext, options: HttpApiOpt
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
-    const mode = MODES[path];
+    const mode = MODES.get(path);
     if (mode !== undefined) {
       if (req.method !== 'POST') return methodNotAllowed(res, 'POST');
       handleDecision(ctx, req, res, mode);
@@ -232,45 +244,88 @@ function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode, header
   return { code: over ? 'OVER_LIMIT' : 'OK', allowed: !over, descriptors, headers };
 }
 
-/** Validates the shape of a JSON decision request; the engine checks the rest (sizes, domain). */
+/**
+ * Validates the shape of a JSON decision request; the engine checks the rest (sizes, domain). Every
+ * refusal names the field and the value it got.
+ */
 export function parseDecisionRequest(text: string): DecisionRequest {
   let body: unknown;
   try {
-    body = JSON.parse(text);
+    body = parseJsonBody(text);
   } catch (error) {
-    throw new BadRequest(400, `the body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`);
+    if (error instanceof JsonBodyError) throw new BadRequest(400, error.message, error.field);
+    throw error;
   }
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new BadRequest(400, 'the body must be a JSON object { domain, descriptors }');
+    throw new BadRequest(400, `the body must be a JSON object { domain, descriptors }, got ${showValue(body)}`);
   }
   const o = body as Record<string, unknown>;
   onlyFields(o, ['domain', 'descriptors', 'cost'], '');
-  if (typeof o.domain !== 'string') throw new BadRequest(400, 'domain is required: a non-empty string', 'domain');
-  if (o.cost !== undefined && typeof o.cost !== 'number') throw new BadRequest(400, 'cost must be a number', 'cost');
+  if (typeof o.domain !== 'string') {
+    throw new BadRequest(400, `domain is required: a non-empty string, got ${showValue(o.domain)}`, 'domain');
+  }
+  if (o.cost !== undefined && typeof o.cost !== 'number') {
+    throw new BadRequest(400, `cost must be a number, got ${showValue(o.cost)}`, 'cost');
+  }
   if (!Array.isArray(o.descriptors)) {
     throw new BadRequest(
       400,
-      'descriptors is required: a non-empty list of { entries: [{ key, value }] }',
+      `descriptors is required: a non-empty list of { entries: [{ key, value }] }, got ${showValue(o.descriptors)}`,
+      'descriptors',
+    );
+  }
+  // Counted before any descriptor is read: the work of a refusal does not grow with the list.
+  if (o.descriptors.length > MAX_DESCRIPTORS) {
+    throw new BadRequest(
+      400,
+      `at most ${MAX_DESCRIPTORS} descriptors per request, got ${o.descriptors.length}`,
       'descriptors',
     );
   }
   const descriptors: DescriptorRequest[] = o.descriptors.map((d: unknown, i) => {
     const field = `descriptors[${i}]`;
     if (typeof d !== 'object' || d === null || Array.isArray(d)) {
-      throw new BadRequest(400, `${field} must be an object { entries: [{ key, value }] }`, field);
+      throw new BadRequest(400, `${field} must be an object { entries: [{ key, value }] }, got ${showValue(d)}`, field);
     }
     const dd = d as Record<string, unknown>;
     onlyFields(dd, ['entries', 'cost', 'limit'], field);
     if (dd.cost !== undefined && typeof dd.cost !== 'number') {
-      throw new BadRequest(400, `${field}.cost must be a number`, `${field}.cost`);
+      throw new BadRequest(400, `${field}.cost must be a number, got ${showValue(dd.cost)}`, `${field}.cost`);
+    }
+    if (Array.isArray(dd.entries)) {
+      if (dd.entries.length > MAX_ENTRIES) {
+        throw new BadRequest(
+          400,
+          `${field}.entries has ${dd.entries.length} entries; at most ${MAX_ENTRIES}`,
+          `${field}.entries`,
+        );
+      }
+      dd.entries.forEach((e: unknown, j) => {
+        if (typeof e === 'object' && e !== null && !Array.isArray(e)) {
+          onlyFields(e as Record<string, unknown>, ['key', 'value'], `${field}.entries[${j}]`);
+        }
+      });
     }
     let limit: LimitOverride | undefined;
     if (dd.limit !== undefined) {
-      const l = dd.limit as Record<string, unknown>;
-      if (typeof l !== 'object' || l === null || typeof l.requestsPerUnit !== 'number' || typeof l.unit !== 'string') {
-        throw new BadRequest(400, `${field}.limit must be { requestsPerUnit: number, unit: string }`, `${field}.limit`);
+      const l = dd.limit;
+      const at = `${field}.limit`;
+      if (typeof l !== 'object' || l === null || Array.isArray(l)) {
+        throw new BadRequest(400, `${at} must be { requestsPerUnit: number, unit: string }, got ${showValue(l)}`, at);
       }
-      limit = { requestsPerUnit: l.requestsPerUnit, unit: l.unit };
+      const ll = l as Record<string, unknown>;
+      onlyFields(ll, ['requestsPerUnit', 'unit'], at);
+      if (typeof ll.requestsPerUnit !== 'number') {
+        throw new BadRequest(
+          400,
+          `${at}.requestsPerUnit must be a number, got ${showValue(ll.requestsPerUnit)}`,
+          `${at}.requestsPerUnit`,
+        );
+      }
+      if (typeof ll.unit !== 'string') {
+        throw new BadRequest(400, `${at}.unit must be a string, got ${showValue(ll.unit)}`, `${at}.unit`);
+      }
+      limit = { requestsPerUnit: ll.requestsPerUnit, unit: ll.unit };
     }
     return { entries: dd.entries as DescriptorRequest['entries'], cost: dd.cost as number | undefined, limit };
   });
@@ -280,7 +335,8 @@ export function parseDecisionRequest(text: string): DecisionRequest {
 function onlyFields(o: Record<string, unknown>, fields: readonly string[], at: string): void {
   for (const key of Object.keys(o)) {
     if (!fields.includes(key)) {
-      const field = at === '' ? key : `${at}.${key}`;
+      const name = key.length > 64 ? `${key.slice(0, 64)}…` : key;
+      const field = at === '' ? name : `${at}.${name}`;
       throw new BadRequest(400, `unknown field ${field} (expected ${fields.join(', ')})`, field);
     }
   }
@@ -369,7 +425,7 @@ function serveStatic(root: string, path: string, req: IncomingMessage, res: Serv
     }
     if (!stat.isFile()) return false;
     res.writeHead(200, {
-      'Content-Type': CONTENT_TYPES[extname(file).toLowerCase()] ?? 'application/octet-stream',
+      'Content-Type': CONTENT_TYPES.get(extname(file).toLowerCase()) ?? 'application/octet-stream',
       'Content-Length': stat.size,
     });
     if (req.method === 'HEAD') res.end();

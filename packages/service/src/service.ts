@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
-import { type FSWatcher, readFileSync, watch } from 'node:fs';
+import { type FSWatcher, watch } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
 import { gcra, type Store } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
 import { type Logger, pino } from 'pino';
-import { ConfigError, parseConfig, type ServiceConfig } from './config.js';
+import { ConfigError, parseConfig, readConfigFile, type ServiceConfig } from './config.js';
 import type { ServiceContext } from './context.js';
 import { Engine } from './engine.js';
 import { createGrpcServer, type GrpcServer, type GrpcServerOptions } from './grpc/server.js';
@@ -159,7 +159,7 @@ export class Service implements ServiceContext {
     let config: ServiceConfig;
     if (options.configFile !== undefined) {
       this.configFile = resolve(options.configFile);
-      const text = readConfigText(this.configFile);
+      const text = readConfigFile(this.configFile);
       config = parseConfig(text, options.configFile);
       this.configSha = sha256(text);
     } else if (typeof options.config === 'string') {
@@ -242,7 +242,7 @@ export class Service implements ServiceContext {
     let text: string;
     let config: ServiceConfig;
     try {
-      text = readConfigText(this.configFile);
+      text = readConfigFile(this.configFile);
       const sha = sha256(text);
       if (sha === this.configSha) {
         this.logger.info({ file: this.options.configFile }, 'config unchanged');
@@ -505,15 +505,6 @@ export class Service implements ServiceContext {
 }
 
 const PROBE_POLICY = gcra({ limit: 1, periodMs: 1000, name: 'probe' });
-
-function readConfigText(file: string): string {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch (error) {
-    const reason = error instanceof Error ? error.message : String(error);
-    throw new ConfigError([{ path: '', line: 0, column: 0, message: `cannot read the file: ${reason}` }], file);
-  }
-}
 
 function sha256(text: string): string {
   return createHash('sha256').update(text).digest('hex');

@@ -98,8 +98,14 @@ export class DecisionStats {
 
   /** Records the current totals; called about once a second. Keeps the last minute. */
   sample(nowMs: number): void {
+    // Only tallies that counted something: a config of 50,000 rules keeps a minute of samples, and most
+    // rules are idle; a tally missing from a sample had counted nothing then.
     const totals = new Map<string, [number, number, number]>();
-    for (const [id, { tally }] of this.tallies) totals.set(id, [tally.allowed, tally.denied, tally.shadowDenied]);
+    for (const [id, { tally }] of this.tallies) {
+      if (tally.allowed !== 0 || tally.denied !== 0 || tally.shadowDenied !== 0) {
+        totals.set(id, [tally.allowed, tally.denied, tally.shadowDenied]);
+      }
+    }
     this.history.push({ atMs: nowMs, totals, storeErrors: this.storeErrors, degraded: this.degraded });
     if (this.history.length > 61) this.history = this.history.slice(-61);
     this.latency.rotate();
@@ -135,8 +141,9 @@ export class DecisionStats {
     const spanS = last !== undefined && first !== undefined ? (last.atMs - first.atMs) / 1000 : 0;
     const policies: PolicyRate[] = [];
     for (const [id, { labels, tally }] of this.tallies) {
-      const now = last?.totals.get(id) ?? [tally.allowed, tally.denied, tally.shadowDenied];
-      const before = first?.totals.get(id) ?? [0, 0, 0];
+      const now =
+        last === undefined ? [tally.allowed, tally.denied, tally.shadowDenied] : (last.totals.get(id) ?? NOTHING);
+      const before = first?.totals.get(id) ?? NOTHING;
       const rate = (i: 0 | 1 | 2) => (spanS > 0 ? round((now[i] - before[i]) / spanS) : 0);
       policies.push({
         ...labels,
@@ -151,6 +158,8 @@ export class DecisionStats {
     return { windowSeconds: spanS, policies };
   }
 }
+
+const NOTHING: readonly [number, number, number] = [0, 0, 0];
 
 function round(n: number): number {
   return Math.round(n * 100) / 100;
