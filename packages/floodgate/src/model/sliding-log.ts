@@ -2,13 +2,19 @@ import type { CompiledPolicy } from './compile.js';
 import { clampRemaining, type Evaluation, type State } from './types.js';
 
 /**
- * Sliding log: the exact list of charged events in the last window, `(time, cost)` pairs oldest first.
- * An event at `t` counts while `now − window < t`. Optional minimum gap between events; optional
- * counting of denied attempts (a client that keeps hammering stays shut out until it pauses).
+ * Sliding log: the list of charged events in the last window, `(time, cost)` pairs oldest first. An
+ * event at `t` counts while `now − window < t`. Optional minimum gap between events; optional counting
+ * of denied attempts (a client that keeps hammering stays shut out until it pauses).
  *
- * The log stays bounded even when denied attempts are counted: once the newest events alone sum to
- * `limit`, older ones can no longer change any decision (they all leave the window before the newest
- * do), so they are dropped. Without counting denials the log never holds more than `limit` of cost.
+ * The log holds at most `maxLogEntries(limit)` = `ceil(limit) + 1` entries, whatever the costs and the
+ * timing, so a key's state and the work of one decision are bounded by the policy:
+ * - once the newest events alone sum to `limit`, older ones can no longer change any decision (they all
+ *   leave the window before the newest do), so a logged denied attempt drops them (`countDenied`);
+ * - when an append leaves more entries than that (tiny or fractional costs, denied attempts), adjacent
+ *   entries are coalesced (`coalesce`): an older entry's cost moves forward onto the next one. A cost
+ *   that moves later counts for longer, so the log only ever gets stricter than the exact log of the
+ *   same events: it never admits a call the exact log would refuse. Whole costs of at least 1 without
+ *   `countDenied` never fill it (they fit at most `floor(limit)` entries), so they are logged exactly.
  */
 export function evaluateSlidingLog(
   c: CompiledPolicy,
@@ -38,7 +44,7 @@ export function evaluateSlidingLog(
     out.remaining = clampRemaining(limit - (sum + cost), limit);
     out.retryAfterUs = 0;
     out.resetAfterUs = cost > 0 ? hold : untilUntouched(last, hold, nowUs);
-    out.next = cost === 0 ? undefined : append(s, first, nowUs, cost);
+    out.next = cost === 0 ? undefined : coalesce(append(s, first, nowUs, cost), limit);
   } else {
     out.allowed = false;
     out.reason = 'limit';
@@ -51,7 +57,8 @@ export function evaluateSlidingLog(
 
 /**
  * The state after a denied attempt is logged (`countDenied`): the attempt is appended, then only the
- * shortest run of newest events whose costs reach `limit` is kept.
+ * shortest run of newest events whose costs reach `limit` is kept, then entries beyond the bound are
+ * coalesced.
  */
 export function logDeniedAttempt(c: CompiledPolicy, s: State | undefined, nowUs: number, cost: number): State {
   const appended = append(s, firstLive(s, nowUs - c.a), nowUs, cost);
@@ -61,7 +68,44 @@ export function logDeniedAttempt(c: CompiledPolicy, s: State | undefined, nowUs:
     keepFrom -= 2;
     sum += appended[keepFrom + 1] as number;
   }
-  return keepFrom <= 1 ? appended : [appended[0] as number, ...appended.slice(keepFrom)];
+  if (keepFrom > 1) appended.splice(1, keepFrom - 1);
+  return coalesce(appended, c.limit);
+}
+
+/** The most entries a sliding log of this limit keeps: `ceil(limit) + 1`. */
+export function maxLogEntries(limit: number): number {
+  return Math.ceil(limit) + 1;
+}
+
+/**
+ * Merges adjacent entries of `log` (in place) until it holds at most `maxLogEntries(limit)` of them. Each
+ * merge takes the pair (older i, newer i + 1) that moves the least cost-time forward, `cost_i × (t_{i+1}
+ * − t_i)`, the oldest such pair on ties, and replaces it with one entry `(max(t_i, t_{i+1}), cost_i +
+ * cost_{i+1})`: the older cost now counts until the newer one leaves the window, never less long, so
+ * coalescing only makes the log stricter. The newest entry's time never changes (the minimum gap and
+ * the reset count from it). An append adds one entry, so one merge, O(entries), follows it; only a log
+ * written under a larger limit of the same policy name needs several, once.
+ *
+ * The ports (Lua `log_coalesce`, PL/pgSQL `<table>_coalesce`) repeat these operations in this order,
+ * so every store picks the same pair and stores the same doubles.
+ */
+function coalesce(log: number[], limit: number): number[] {
+  const maxLength = 2 * maxLogEntries(limit) + 1;
+  while (log.length > maxLength) {
+    let at = 1;
+    let least = Number.POSITIVE_INFINITY;
+    for (let i = 1; i + 2 < log.length; i += 2) {
+      const moved = (log[i + 1] as number) * ((log[i + 2] as number) - (log[i] as number));
+      if (moved < least) {
+        least = moved;
+        at = i;
+      }
+    }
+    log[at + 2] = Math.max(log[at] as number, log[at + 2] as number);
+    log[at + 3] = (log[at + 1] as number) + (log[at + 3] as number);
+    log.splice(at, 2);
+  }
+  return log;
 }
 
 /** µs until the newest event stops mattering: it has left the window and the gap after it has passed. */

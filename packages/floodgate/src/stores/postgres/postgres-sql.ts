@@ -19,6 +19,7 @@ export interface SqlNames {
   run: string;
   settle: string;
   append: string;
+  coalesce: string;
   logDenied: string;
   intervals: string;
   cancel: string;
@@ -42,6 +43,7 @@ export function sqlNames(schema: string, table: string): SqlNames {
     run: q(`${table}_run`),
     settle: q(`${table}_settle`),
     append: q(`${table}_append`),
+    coalesce: q(`${table}_coalesce`),
     logDenied: q(`${table}_log_denied`),
     intervals: q(`${table}_intervals`),
     cancel: q(`${table}_cancel`),
@@ -128,6 +130,7 @@ BEGIN
   END IF;
 ${[
   appendFunction(n),
+  coalesceFunction(n),
   logDeniedFunction(n),
   intervalsFunction(n),
   runFunction(n),
@@ -191,6 +194,45 @@ function appendFunction(n: SqlNames): string {
   $fn$;`;
 }
 
+/**
+ * sliding-log.ts `coalesce`: merges adjacent entries until at most ceil(lim) + 1 are left, each time the
+ * pair that moves the least cost-time forward (oldest on ties) into (later time, summed cost). The
+ * bound is compared as a float8, so no limit overflows an int.
+ */
+function coalesceFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.coalesce}(lim float8, s float8[])
+  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  DECLARE
+    max_len float8 := 2 * (ceil(lim) + 1) + 1;
+    len int := coalesce(array_length(s, 1), 0);
+    i int;
+    at int;
+    least float8;
+    moved float8;
+  BEGIN
+    WHILE len > max_len LOOP
+      at := 2;
+      least := 'Infinity';
+      i := 2;
+      WHILE i <= len - 3 LOOP
+        moved := s[i + 1] * (s[i + 2] - s[i]);
+        IF moved < least THEN
+          least := moved;
+          at := i;
+        END IF;
+        i := i + 2;
+      END LOOP;
+      s[at + 2] := greatest(s[at], s[at + 2]);
+      s[at + 3] := s[at + 1] + s[at + 3];
+      s := s[1:at - 1] || s[at + 2:len];
+      len := len - 2;
+    END LOOP;
+    RETURN s;
+  END
+  $fn$;`;
+}
+
 /** sliding-log.ts `logDeniedAttempt`. */
 function logDeniedFunction(n: SqlNames): string {
   return `
@@ -213,8 +255,8 @@ function logDeniedFunction(n: SqlNames): string {
       keep := keep - 2;
       total := total + ap[keep + 2];
     END LOOP;
-    IF keep <= 1 THEN RETURN ap; END IF;
-    RETURN ARRAY[ap[1]] || ap[keep + 1:m];
+    IF keep <= 1 THEN RETURN ${n.coalesce}(lim, ap); END IF;
+    RETURN ${n.coalesce}(lim, ARRAY[ap[1]] || ap[keep + 1:m]);
   END
   $fn$;`;
 }
@@ -420,7 +462,7 @@ function runFunction(n: SqlNames): string {
       fl := floor(lim - (total + cost));
       rem := CASE WHEN fl < 0 THEN 0 WHEN fl > lim THEN floor(lim) ELSE fl END;
       IF cost = 0 THEN RETURN ARRAY[1, 0, rem, 0, reset, 0, -1]::float8[]; END IF;
-      nx := ${n.append}(s, f, now, cost);
+      nx := ${n.coalesce}(lim, ${n.append}(s, f, now, cost));
       RETURN ARRAY[1, 0, rem, 0, hold, 0, array_length(nx, 1)]::float8[] || nx;
     END IF;
     fl := floor(lim - total);

@@ -1,6 +1,6 @@
 /**
- * Lua port of `evaluateSlidingLog`, `logDeniedAttempt` and their helpers (model/sliding-log.ts): the exact
- * log of charged events, `(time, cost)` pairs oldest first. State `{blockedUntil, t1, cost1, t2, cost2, …}`:
+ * Lua port of `evaluateSlidingLog`, `logDeniedAttempt` and their helpers (model/sliding-log.ts): the log
+ * of charged events, `(time, cost)` pairs oldest first, at most `ceil(limit) + 1` of them (`coalesce`). State `{blockedUntil, t1, cost1, t2, cost2, …}`:
  * with Lua's 1-based arrays an entry's time sits at an even index and its cost right after it. Sums run
  * newest first, as in the model, so fractional costs round identically.
  */
@@ -31,6 +31,30 @@ local function load_sliding_log()
       nxt[m + 2] = cost
     end
     return nxt
+  end
+
+  -- model coalesce(): merges adjacent entries in place until at most ceil(limit) + 1 are left; each time
+  -- the pair that moves the least cost-time forward (oldest on ties) becomes (later time, summed cost).
+  local function log_coalesce(log, limit)
+    local max_length = 2 * (ceil(limit) + 1) + 1
+    local n = #log
+    while n > max_length do
+      local at, least = 2, INF
+      for i = 2, n - 3, 2 do
+        local moved = log[i + 1] * (log[i + 2] - log[i])
+        if moved < least then
+          least = moved
+          at = i
+        end
+      end
+      log[at + 2] = max(log[at], log[at + 2])
+      log[at + 3] = log[at + 1] + log[at + 3]
+      for j = at, n - 2 do log[j] = log[j + 2] end
+      log[n - 1] = nil
+      log[n] = nil
+      n = n - 2
+    end
+    return log
   end
 
   -- From the newest event back, summed in the evaluation's order: the first event that no longer fits
@@ -73,7 +97,7 @@ local function load_sliding_log()
       out.remaining = clamp_remaining(limit - (sum + cost), limit)
       out.retry = 0
       if cost > 0 then out.reset = hold else out.reset = until_untouched(last, hold, now) end
-      if cost == 0 then out.nxt = false else out.nxt = log_append(s, first, now, cost) end
+      if cost == 0 then out.nxt = false else out.nxt = log_coalesce(log_append(s, first, now, cost), limit) end
     else
       out.allowed = false
       out.reason = LIMIT
@@ -85,7 +109,7 @@ local function load_sliding_log()
   end
 
   -- The state after a denied attempt is logged (countDenied): the attempt is appended, then only the
-  -- shortest run of newest events whose costs reach the limit is kept.
+  -- shortest run of newest events whose costs reach the limit is kept, then the log is coalesced.
   log_denied_attempt = function(c, s, now, cost)
     local appended = log_append(s, first_live(s, now - c.a), now, cost)
     local n = #appended
@@ -96,10 +120,10 @@ local function load_sliding_log()
       keep_from = keep_from - 2
       sum = sum + appended[keep_from + 2]
     end
-    if keep_from <= 1 then return appended end
+    if keep_from <= 1 then return log_coalesce(appended, c.limit) end
     local kept = { appended[1] }
     for i = keep_from + 1, n do kept[#kept + 1] = appended[i] end
-    return kept
+    return log_coalesce(kept, c.limit)
   end
 end
 `;
