@@ -9,6 +9,11 @@
 // calls: its EVALSHA figures are the Lua time, during which Redis serves nobody else. PostgreSQL is the
 // server at 127.0.0.1:5432 (database `test`), in a schema of its own that is dropped at the end.
 //
+// Then, for each size L of BENCH_SIZES (default 1,100,300,1000,3000), the work of one decision on a full log:
+// `slidingLog({ limit: L, windowMs: 3_600_000, countDenied: true })` filled with L events of cost 1, then
+// calls that are denied and logged (the most a decision does: read, sum, log the attempt, trim, coalesce,
+// write back L + 1 entries). Redis: µs of Lua per EVALSHA; PostgreSQL and memory: wall time per call.
+//
 // Environment: BENCH_CALLS (memory and SQLite, default 20000), BENCH_REDIS_CALLS (default 5000),
 // BENCH_PG_CALLS (default 5000), BENCH_COUNT_DENIED=1 (log denied attempts too), BENCH_STORES
 // (memory,sqlite,redis,postgres).
@@ -57,7 +62,9 @@ function line(store: string, calls: number, run: Run, held: string): void {
 }
 
 async function main(): Promise<void> {
-  console.log(`slidingLog({ limit: 5, windowMs: 3_600_000${COUNT_DENIED ? ', countDenied: true' : ''} }), cost ${COST}`);
+  console.log(
+    `slidingLog({ limit: 5, windowMs: 3_600_000${COUNT_DENIED ? ', countDenied: true' : ''} }), cost ${COST}`,
+  );
   if (STORES.includes('memory')) {
     const clock = manualClock();
     const limiter = createLimiter({ store: memoryStore(), clock, policies: [policy] });
@@ -124,4 +131,79 @@ async function main(): Promise<void> {
   }
 }
 
-await main();
+const SIZES = (process.env.BENCH_SIZES ?? '1,100,300,1000,3000').split(',').map(Number);
+const FULL_CALLS = 200;
+
+/** Fills a log of limit `size` with `size` events of cost 1, then times FULL_CALLS denied, logged calls. */
+async function fullLog(limiter: Limiter, clock: ReturnType<typeof manualClock>, size: number): Promise<number> {
+  for (let i = 0; i < size; i++) {
+    clock.advance(1);
+    await limiter.limit('full');
+  }
+  const started = performance.now();
+  for (let i = 0; i < FULL_CALLS; i++) {
+    clock.advance(1);
+    if ((await limiter.limit('full')).allowed) throw new Error('the full log admitted a call');
+  }
+  return ((performance.now() - started) * 1000) / FULL_CALLS;
+}
+
+async function fullLogs(): Promise<void> {
+  console.log(`\nfull logs, countDenied, ${FULL_CALLS} denied calls each (µs per decision)`);
+  const full = (size: number) => slidingLog({ limit: size, windowMs: 3_600_000, countDenied: true, name: 'full' });
+  const server = STORES.includes('redis') ? await startRedisServer(6500, 6600) : undefined;
+  const client = server && new Redis({ host: HOST, port: server.port });
+  const pool = STORES.includes('postgres')
+    ? new pg.Pool({ host: '127.0.0.1', port: 5432, user: 'postgres', database: 'test', max: 2 })
+    : undefined;
+  const schema = `bench_full_${process.pid}`;
+  try {
+    for (const size of SIZES) {
+      const parts = [`limit ${String(size).padStart(5)}:`];
+      if (STORES.includes('memory')) {
+        const clock = manualClock();
+        const limiter = createLimiter({ store: memoryStore(), clock, policies: [full(size)] });
+        parts.push(`memory ${(await fullLog(limiter, clock, size)).toFixed(1)}`);
+      }
+      if (client) {
+        const clock = manualClock();
+        const limiter = createLimiter({
+          store: redisStore({ client: fromIoredis(client) }),
+          clock,
+          policies: [full(size)],
+        });
+        await fullLog(limiter, clock, size);
+        await client.config('RESETSTAT');
+        const timed = await fullLog(limiter, clock, 0);
+        const stats = await client.info('commandstats');
+        const lua = /cmdstat_evalsha:calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)/.exec(stats)?.[3];
+        const [key] = await client.keys('*full*');
+        const bytes = await client.strlen(key as string);
+        parts.push(`redis Lua ${lua} (call ${timed.toFixed(0)}), value ${bytes} bytes`);
+        await client.flushall();
+      }
+      if (pool) {
+        const clock = manualClock();
+        const store = postgresStore({ client: fromPg(pool), schema, table: `full_${size}`, unlogged: true });
+        await store.migrate();
+        const limiter = createLimiter({ store, clock, policies: [full(size)] });
+        const timed = await fullLog(limiter, clock, size);
+        const { rows } = await pool.query(
+          `SELECT pg_column_size(state) AS bytes FROM ${schema}.full_${size} WHERE key LIKE '%full%'`,
+        );
+        parts.push(`postgres call ${timed.toFixed(0)}, state ${(rows[0] as { bytes: number }).bytes} bytes`);
+      }
+      console.log(parts.join('; '));
+    }
+  } finally {
+    client?.disconnect();
+    await server?.stop();
+    if (pool) {
+      await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await pool.end();
+    }
+  }
+}
+
+if (process.env.BENCH_SKIP_FLOOD !== '1') await main();
+await fullLogs();

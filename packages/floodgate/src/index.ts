@@ -36,6 +36,7 @@ export {
   type LeakyBucketOptions,
   type LeakyBucketPolicy,
   leakyBucket,
+  MAX_SLIDING_LOG_LIMIT,
   type Policy,
   type PolicyDecision,
   type PolicyInput,

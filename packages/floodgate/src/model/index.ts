@@ -33,6 +33,7 @@ export {
   leakyBucket,
   MAX_DURATION_US,
   MAX_LIMIT,
+  MAX_SLIDING_LOG_LIMIT,
   type Policy,
   type PolicyInput,
   type SlidingLogOptions,
@@ -47,4 +48,5 @@ export {
 } from './policy.js';
 export { leaseRefusal, refundPolicy } from './refund.js';
 export { cancelReservation, isReservable, type Reservation } from './reservation.js';
+export { maxLogEntries } from './sliding-log.js';
 export { type Evaluation, emptyEvaluation, type Reason, type State } from './types.js';

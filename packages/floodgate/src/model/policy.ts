@@ -140,6 +140,13 @@ export type PolicyInput =
 export const MAX_DURATION_US = 2 ** 47;
 /** Largest count a policy may allow; keeps µs arithmetic exact. */
 export const MAX_LIMIT = 1e12;
+/**
+ * Largest `limit` of a sliding log. The log keeps an entry per event, up to `ceil(limit) + 1`, and one
+ * decision reads, sums and rewrites all of them: at this size about 19 kB per key in Redis and a couple
+ * of ms of Redis script time per decision (docs/algorithms.md). `slidingWindow` keeps two numbers
+ * whatever the limit.
+ */
+export const MAX_SLIDING_LOG_LIMIT = 1000;
 
 const NAME_PATTERN = /^[a-z][a-z0-9_.-]{0,63}$/;
 const ALGORITHMS: readonly Algorithm[] = [
@@ -298,6 +305,13 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
     }
     case 'sliding-log': {
       const limit = count(o, 'limit', path);
+      if (limit > MAX_SLIDING_LOG_LIMIT) {
+        fail(
+          `${path}.limit`,
+          limit,
+          `at most ${MAX_SLIDING_LOG_LIMIT} for a sliding log, which keeps an entry per event (use slidingWindow for larger limits)`,
+        );
+      }
       const windowMs = duration(o, 'windowMs', path, false);
       const minGapMs = duration(o, 'minGapMs', path, true);
       const countDenied = flag(o, 'countDenied', path);

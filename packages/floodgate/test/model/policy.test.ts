@@ -6,6 +6,7 @@ import {
   gcra,
   isFloodgateError,
   leakyBucket,
+  MAX_SLIDING_LOG_LIMIT,
   slidingLog,
   slidingWindow,
   tokenBucket,
@@ -71,6 +72,12 @@ describe('policy validation', () => {
       'slidingLog.countDenied',
       /got 1/,
     ],
+    [
+      'a sliding log above its largest limit',
+      () => definePolicy({ algorithm: 'sliding-log', limit: 1000.5, windowMs: 1000 }),
+      'policy.limit',
+      /at most 1000 .*use slidingWindow.*got 1000\.5/,
+    ],
     ['upper-case name', () => gcra({ limit: 1, periodMs: 1, name: 'API' }), 'gcra.name', /"API"/],
     ['name with a brace', () => gcra({ limit: 1, periodMs: 1, name: 'a}b' }), 'gcra.name', /"a}b"/],
     ['unknown algorithm', () => definePolicy({ algorithm: 'token' }), 'policy.algorithm', /"token"/],
@@ -104,6 +111,7 @@ describe('policy validation', () => {
       periodMs: 60_000,
       burst: 100,
     });
+    expect(slidingLog({ limit: MAX_SLIDING_LOG_LIMIT, windowMs: 1000 }).limit).toBe(1000);
     expect(slidingLog({ limit: 5, windowMs: 1000, minGapMs: 10, countDenied: true, blockMs: 5 }).name).toBe(
       'sliding-log-5-per-1000ms-gap-10ms-count-denied-block-5ms',
     );

@@ -19,7 +19,14 @@ interface Call {
 }
 const callArb: fc.Arbitrary<Call> = fc.record({
   gapUs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 5 }), fc.integer({ min: 0, max: 400_000 })),
-  cost: fc.constantFrom(0, 0.25, 0.5, 1, 1, 1, 1, 2, 3, 4.75),
+  cost: fc.oneof(
+    { arbitrary: fc.constantFrom(0, 0.25, 0.5, 1, 1, 1, 1, 2, 3, 4.75), weight: 3 },
+    // Tiny and fractional costs: a sliding log of them holds more events than entries, and coalesces.
+    {
+      arbitrary: fc.oneof(fc.constantFrom(1e-9, 1e-7, 0.01, 0.1), fc.double({ min: 1e-9, max: 0.3, noNaN: true })),
+      weight: 1,
+    },
+  ),
 });
 const trafficArb = fc.array(callArb, { minLength: 1, maxLength: 120 });
 

@@ -23,6 +23,8 @@ const START_US = Date.UTC(2030, 0, 1) * 1000;
 
 /** Decimal amounts whose binary sums carry dust (0.1 + 0.2 ≠ 0.3), and whole ones. */
 const amount = fc.constantFrom(0.1, 0.2, 0.3, 0.35, 0.5, 0.6, 0.7, 0.75, 0.9, 1, 1.1, 1.25, 2, 2.2, 2.5, 3);
+/** Tiny and fractional costs: a sliding log of them holds more events than entries, and coalesces. */
+const tiny = fc.oneof(fc.constantFrom(1e-9, 1e-7, 0.001, 0.01), fc.double({ min: 1e-9, max: 0.05, noNaN: true }));
 const size = fc.oneof(
   fc.constantFrom(1, 1.5, 2, 2.5, 3, 3.5, 4.2, 4.5, 5, 7.3, 10),
   fc.double({ min: 1, max: 10, noNaN: true }),
@@ -53,7 +55,7 @@ const callArb: fc.Arbitrary<Call> = fc.record({
     // Whole milliseconds: lands on interval and window boundaries.
     fc.integer({ min: 0, max: 400 }).map((ms) => ms * 1000),
   ),
-  cost: fc.oneof(amount, fc.constantFrom(1, 1, 2)),
+  cost: fc.oneof(amount, fc.constantFrom(1, 1, 2), tiny),
 });
 const trafficArb = fc.array(callArb, { minLength: 1, maxLength: 80 });
 
