@@ -73,7 +73,7 @@ async function main(): Promise<void> {
   if (STORES.includes('sqlite')) {
     const database = new Database(':memory:');
     const store = sqliteStore({ database });
-    await store.migrate();
+    store.migrate();
     const clock = manualClock();
     const limiter = createLimiter({ store, clock, policies: [policy] });
     const run = await flood(limiter, clock, CALLS);

@@ -32,7 +32,11 @@ domains:
   logger: 'silent',
 });
 try {
-  const body = JSON.stringify({ domain: 'api', cost: 1e-7, descriptors: [{ entries: [{ key: 'user', value: 'mallory' }] }] });
+  const body = JSON.stringify({
+    domain: 'api',
+    cost: 1e-7,
+    descriptors: [{ entries: [{ key: 'user', value: 'mallory' }] }],
+  });
   const url = `http://${HOST}:${service.httpPort}/v1/decide`;
   const post = async () => {
     const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });

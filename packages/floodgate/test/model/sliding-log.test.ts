@@ -10,46 +10,10 @@ import {
   type State,
   slidingLog,
 } from '../../src/model/index.js';
+import { ExactLog } from './exact-log.js';
 
 /** 2030-01-01T00:00:00Z in µs. */
 const START_US = Date.UTC(2030, 0, 1) * 1000;
-
-/**
- * The exact sliding log, as the model kept it before entries were coalesced: every event, `(time, cost)`
- * oldest first. The reference that the coalesced log is compared with.
- */
-type Entry = [atUs: number, cost: number];
-
-function exactAdmits(c: CompiledPolicy, log: readonly Entry[], nowUs: number, cost: number): boolean {
-  let sum = 0;
-  for (let i = log.length - 1; i >= 0; i--) {
-    const [at, logged] = log[i] as Entry;
-    if (at > nowUs - c.a) sum += logged;
-  }
-  const last = log.length > 0 ? (log[log.length - 1] as Entry)[0] : -1;
-  const gapOk = !(c.b > 0 && cost > 0 && last >= 0 && nowUs - last < c.b);
-  return sum + cost <= c.limit && gapOk;
-}
-
-function exactAppend(c: CompiledPolicy, log: readonly Entry[], nowUs: number, cost: number): Entry[] {
-  const next = log.filter(([at]) => at > nowUs - c.a).map(([at, logged]): Entry => [at, logged]);
-  const newest = next[next.length - 1];
-  if (newest !== undefined && newest[0] === nowUs) newest[1] += cost;
-  else next.push([nowUs, cost]);
-  return next;
-}
-
-/** A logged denied attempt: appended, then only the shortest newest run reaching the limit is kept. */
-function exactLogDenied(c: CompiledPolicy, log: readonly Entry[], nowUs: number, cost: number): Entry[] {
-  const next = exactAppend(c, log, nowUs, cost);
-  let sum = 0;
-  let keep = next.length;
-  while (keep > 0 && sum < c.limit) {
-    keep--;
-    sum += (next[keep] as Entry)[1];
-  }
-  return next.slice(keep);
-}
 
 /** Live entries of a model state. */
 function entries(s: State | undefined): number {
@@ -113,14 +77,13 @@ describe('the sliding log keeps at most ceil(limit) + 1 entries, and is never le
     fc.assert(
       fc.property(logArb(fc.boolean()), callsArb(exactCost), (c, calls) => {
         // The exact log of what the coalesced one logged: the same admitted events, the same attempts.
-        let exact: Entry[] = [];
+        const exact = new ExactLog(c);
         let longest = 0;
         replay(c, calls, (call, now, _before, out, after) => {
-          if (out.allowed) expect(exactAdmits(c, exact, now, call.cost)).toBe(true);
+          if (out.allowed) expect(exact.admits(now, call.cost)).toBe(true);
           expect(entries(after)).toBeLessThanOrEqual(maxLogEntries(c.limit));
-          if (call.cost > 0 && out.allowed) exact = exactAppend(c, exact, now, call.cost);
-          else if (call.cost > 0 && c.c === 1 && out.reason === 'limit')
-            exact = exactLogDenied(c, exact, now, call.cost);
+          if (call.cost > 0 && out.allowed) exact.append(now, call.cost);
+          else if (call.cost > 0 && c.c === 1 && out.reason === 'limit') exact.logDenied(now, call.cost);
           longest = Math.max(longest, exact.length);
         });
         if (longest > maxLogEntries(c.limit)) coalesced++;
@@ -135,13 +98,10 @@ describe('the sliding log keeps at most ceil(limit) + 1 entries, and is never le
     // Both log every attempt, admitted or not, so their histories stay comparable call by call.
     fc.assert(
       fc.property(logArb(fc.constant(true)), callsArb(exactCost), (c, calls) => {
-        let exact: Entry[] = [];
+        const exact = new ExactLog(c);
         replay(c, calls, (call, now, _before, out) => {
-          const exactAdmitted = exactAdmits(c, exact, now, call.cost);
-          if (out.allowed) expect(exactAdmitted).toBe(true);
-          if (call.cost > 0 && call.cost <= c.limit) {
-            exact = exactAdmitted ? exactAppend(c, exact, now, call.cost) : exactLogDenied(c, exact, now, call.cost);
-          }
+          const exactAllowed = exact.call(now, call.cost);
+          if (out.allowed) expect(exactAllowed).toBe(true);
         });
       }),
       { numRuns: 1000 },
