@@ -30,6 +30,7 @@ export { ListenError, type ReloadResult, Service, type ServiceOptions, startServ
 export { type OpenedStore, openStore, STORE_URL_FORMS, StoreUrlError } from './store-url.js';
 export {
   DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS,
+  DEFAULT_TLS_MAX_HANDSHAKES,
   TlsError,
   type TlsErrorCode,
   type TlsOptions,

@@ -161,7 +161,7 @@ export class Metrics {
     this.storeUp.set({ store: store.name }, 1);
     this.tlsRefusals = new Counter({
       name: 'floodgate_tls_refused_connections_total',
-      help: 'TLS connections refused, by API and reason (handshake, handshake_timeout, alpn, client_san).',
+      help: 'TLS connections refused, by API and reason (handshake, handshake_timeout, handshake_limit, alpn, client_san).',
       labelNames: ['api', 'reason'],
       registers,
     });

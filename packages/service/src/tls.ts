@@ -36,7 +36,18 @@ export interface TlsOptions {
    * @default 10_000
    */
   handshakeTimeoutMs?: number;
+  /**
+   * Most TLS handshakes under way at once on the port. A new connection past it ends the oldest
+   * handshake still under way: an honest handshake takes milliseconds, so the one that has waited longest
+   * is the likeliest to be stalled on purpose, and stalled ones cannot keep new clients out (each holds
+   * about 45 KB until its timeout).
+   * @default 512
+   */
+  maxHandshakes?: number;
 }
+
+/** Default of {@link TlsOptions.maxHandshakes}. */
+export const DEFAULT_TLS_MAX_HANDSHAKES = 512;
 
 /** Default of {@link TlsOptions.handshakeTimeoutMs}. */
 export const DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -81,10 +92,11 @@ export interface TlsReloadResult {
 /**
  * Why a TLS connection was refused: its handshake failed (`handshake`: no client certificate, one from
  * another CA, no common protocol or version, not TLS at all) or did not finish in time
- * (`handshake_timeout`); it did not choose HTTP/2 by ALPN on the gRPC port (`alpn`); its certificate
+ * (`handshake_timeout`) or was the oldest under way when {@link TlsOptions.maxHandshakes} were
+ * (`handshake_limit`); it did not choose HTTP/2 by ALPN on the gRPC port (`alpn`); its certificate
  * lacks the required subject alternative name (`client_san`).
  */
-export type TlsRefusal = 'handshake' | 'handshake_timeout' | 'alpn' | 'client_san';
+export type TlsRefusal = 'handshake' | 'handshake_timeout' | 'handshake_limit' | 'alpn' | 'client_san';
 
 /** Counts, logs (at debug level: clients choose to fail) and closes a refused TLS connection. */
 export function refuseTls(ctx: ServiceContext, api: Api, socket: Socket, reason: TlsRefusal, error?: Error): void {
@@ -117,6 +129,7 @@ export class TlsCredentials {
   private material: Material | undefined;
   private readonly servers: TlsServer[] = [];
   readonly handshakeTimeoutMs: number;
+  readonly maxHandshakes: number;
 
   /**
    * @param option the option's name, used in errors: `grpcTls` or `httpTls`
@@ -151,6 +164,16 @@ export class TlsCredentials {
       );
     }
     this.handshakeTimeoutMs = timeout;
+    const maxHandshakes = options.maxHandshakes ?? DEFAULT_TLS_MAX_HANDSHAKES;
+    if (!Number.isInteger(maxHandshakes) || maxHandshakes < 1) {
+      throw new TlsError(
+        'ERR_TLS_OPTION',
+        `${option}.maxHandshakes`,
+        String(maxHandshakes),
+        'must be a whole number, at least 1',
+      );
+    }
+    this.maxHandshakes = maxHandshakes;
   }
 
   /** Whether clients must present a certificate. */
@@ -195,12 +218,38 @@ export class TlsCredentials {
   }
 
   /**
-   * Remembers a server made with {@link serverOptions}, so a reload reaches it, and hears of the
-   * handshakes that fail on it (no certificate, another CA, no common protocol, not TLS at all, too slow).
+   * Remembers a server made with {@link serverOptions}, so a reload reaches it; hears of the handshakes
+   * that fail on it (no certificate, another CA, no common protocol, not TLS at all, too slow), and keeps
+   * the handshakes under way to {@link TlsOptions.maxHandshakes}.
    */
-  attach(server: TlsServer, onRefused: (reason: TlsRefusal, error: Error, socket: TLSSocket) => void): void {
+  attach(server: TlsServer, onRefused: (reason: TlsRefusal, error: Error | undefined, socket: Socket) => void): void {
     this.servers.push(server);
+    // Connections whose handshake is under way, oldest first, by peer address and port (what a raw
+    // socket and the TLS socket over it both tell).
+    const handshaking = new Map<string, Socket>();
+    // Each connection ended for the limit reports ECONNRESET below, which is then not counted again.
+    let ended = 0;
+    server.on('connection', (raw: Socket) => {
+      if (handshaking.size >= this.maxHandshakes) {
+        const oldest = handshaking.entries().next().value as [string, Socket];
+        handshaking.delete(oldest[0]);
+        ended++;
+        onRefused('handshake_limit', undefined, oldest[1]);
+      }
+      const key = `${raw.remoteAddress}|${raw.remotePort}`;
+      handshaking.set(key, raw);
+      raw.once('close', () => {
+        if (handshaking.get(key) === raw) handshaking.delete(key);
+      });
+    });
+    server.on('secureConnection', (socket: TLSSocket) => {
+      handshaking.delete(`${socket.remoteAddress}|${socket.remotePort}`);
+    });
     server.on('tlsClientError', (error: Error & { code?: string }, socket: TLSSocket) => {
+      if (error.code === 'ECONNRESET' && ended > 0) {
+        ended--;
+        return;
+      }
       onRefused(error.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'handshake_timeout' : 'handshake', error, socket);
     });
   }

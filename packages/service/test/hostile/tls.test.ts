@@ -133,6 +133,53 @@ describe('hostile TLS clients', () => {
     expect(await refusals('handshake_timeout')).toBe(before + 100);
   });
 
+  it('stalled handshakes past maxHandshakes end the oldest, so they cannot keep an honest client out', async () => {
+    const tls = { certFile: pki.server.cert, keyFile: pki.server.key, handshakeTimeoutMs: 5000, maxHandshakes: 20 };
+    const small = await startService({
+      config: TEST_CONFIG,
+      store: 'memory',
+      httpPort: false,
+      grpcPort: 0,
+      logger: process.env.LOGLEVEL ?? 'silent',
+      drainTimeoutMs: 500,
+      grpcTls: tls,
+      watch: false,
+    });
+    try {
+      const hello = await clientHello();
+      const half = hello.subarray(0, hello.length >> 1);
+      // 30 stalled handshakes, one after the other: the first 10 are ended as the last 10 arrive.
+      const stalled: Promise<Outcome>[] = [];
+      for (let i = 0; i < 30; i++) {
+        stalled.push(raw(small.grpcPort, half, 10_000));
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      const first = await Promise.all(stalled.slice(0, 10));
+      for (const outcome of first) expect(outcome.closedAfterMs).toBeLessThan(3000);
+      // An honest client still gets through, ending the oldest stalled handshake in its turn.
+      const honest = await new Promise<string | false | null>((resolve, reject) => {
+        const socket = connectTls({
+          host: '127.0.0.1',
+          port: small.grpcPort,
+          ca: pki.read(pki.ca.cert),
+          servername: 'localhost',
+          ALPNProtocols: ['h2'],
+        });
+        sockets.push(socket);
+        socket.on('secureConnect', () => resolve(socket.alpnProtocol));
+        socket.on('error', reject);
+      });
+      expect(honest).toBe('h2');
+      const text = await small.metrics.registry.metrics();
+      expect(text).toMatch(/floodgate_tls_refused_connections_total\{api="grpc",reason="handshake_limit"\} 11/);
+      // The 19 stalled ones left are cut at their timeout, not before.
+      const rest = await Promise.all(stalled.slice(11));
+      for (const outcome of rest) expect(outcome.closedAfterMs).toBeGreaterThanOrEqual(4900);
+    } finally {
+      await small.close();
+    }
+  });
+
   it('a client that offers no ALPN and sends the HTTP/2 preface anyway is cut without an answer', async () => {
     const before = await refusals('alpn');
     const received = await new Promise<number>((resolve) => {
