@@ -583,6 +583,21 @@ describe('HTTP/2 transport limits: floods, resets, timeouts, caps', () => {
     expect(peer.frames.filter((f) => f.type === 6).length).toBeLessThanOrEqual(100);
   });
 
+  it('ends a connection past its budget of PINGs, even one that reads every answer', async () => {
+    const limits: string[] = [];
+    await start({ controlFrameBurst: 50, controlFramesPerSecond: 0, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    for (let i = 0; i < 49; i++) {
+      peer.send(6, 0, 0, Buffer.alloc(8, i));
+      await peer.waitFor((f) => f.type === 6 && f.payload[0] === i);
+    }
+    await stillServes(peer, 1);
+    // The client's SETTINGS took one: this PING is the 51st.
+    peer.send(6, 0, 0, Buffer.alloc(8, 99));
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['control_frames']);
+  });
+
   it('ends a SETTINGS flood the same way', async () => {
     await start({ maxQueuedControlFrames: 100 });
     const peer = await RawPeer.open();
@@ -591,7 +606,7 @@ describe('HTTP/2 transport limits: floods, resets, timeouts, caps', () => {
     expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
   });
 
-  it('answers a peer that pings and reads, ping after ping, without limit', async () => {
+  it('answers a peer that pings and reads, ping after ping, within its budget', async () => {
     await start({ maxQueuedControlFrames: 10 });
     const peer = await RawPeer.open();
     for (let i = 0; i < 200; i++) {

@@ -102,6 +102,13 @@ export const H2_LIMITS = {
    * output does not drain: nghttp2's limit on its outbound queue is the same.
    */
   maxQueuedControlFrames: 1000,
+  /**
+   * PINGs and SETTINGS a peer may send at once (a token bucket: {@link controlFramesPerSecond} come back
+   * each second). Clients send a few: keepalive and bandwidth probes, one SETTINGS per change.
+   */
+  controlFrameBurst: 1000,
+  /** PINGs and SETTINGS a peer may go on sending per second, past {@link controlFrameBurst}. */
+  controlFramesPerSecond: 100,
   /** Streams a peer may reset at once (a token bucket: {@link resetsPerSecond} come back each second). */
   resetBurst: 2000,
   /** Stream resets a peer may go on sending per second, past {@link resetBurst}. */
@@ -146,6 +153,10 @@ export interface H2ServerOptions {
   maxBufferedBytes?: number;
   /** @default H2_LIMITS.maxQueuedControlFrames */
   maxQueuedControlFrames?: number;
+  /** @default H2_LIMITS.controlFrameBurst */
+  controlFrameBurst?: number;
+  /** @default H2_LIMITS.controlFramesPerSecond */
+  controlFramesPerSecond?: number;
   /** @default H2_LIMITS.resetBurst */
   resetBurst?: number;
   /** @default H2_LIMITS.resetsPerSecond */
@@ -434,7 +445,9 @@ class Shared {
     for (const key of Object.keys(H2_LIMITS) as Array<keyof Limits>) {
       const value = options[key];
       if (value === undefined) continue;
-      if (!(Number.isInteger(value) && value >= (key === 'resetsPerSecond' ? 0 : 1))) {
+      if (
+        !(Number.isInteger(value) && value >= (key === 'resetsPerSecond' || key === 'controlFramesPerSecond' ? 0 : 1))
+      ) {
         throw new RangeError(`${key} must be a whole number, at least 1; got ${value}`);
       }
       limits[key] = value;
@@ -540,6 +553,9 @@ export class H2Session {
   private restCharged = 0;
   /** Control-frame answers written since the output last drained. */
   private controlQueued = 0;
+  /** PINGs and SETTINGS the peer may still send (a token bucket). */
+  private controlTokens: number;
+  private controlAt: number;
   /** Stream resets the peer may still send (a token bucket). */
   private resetTokens: number;
   private resetAt: number;
@@ -556,6 +572,8 @@ export class H2Session {
     this.lastReadAt = this.openedAt;
     this.resetTokens = this.limits.resetBurst;
     this.resetAt = this.openedAt;
+    this.controlTokens = this.limits.controlFrameBurst;
+    this.controlAt = this.openedAt;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     socket.on('error', () => {});
@@ -622,7 +640,7 @@ export class H2Session {
       this.fail(H2Error.ENHANCE_YOUR_CALM, `a frame or header block took more than ${limits.frameTimeoutMs} ms`);
       return;
     }
-    if (this.streams.size !== 0 || this.held !== 0 || this.goAwayId !== undefined) return;
+    if (this.streams.size !== 0 || this.held !== 0 || this.goAwayId !== undefined || this.block !== undefined) return;
     if (this.lastStreamId === 0) {
       if (now - this.openedAt > limits.noStreamTimeoutMs) {
         this.shared.limit('no_stream_timeout');
@@ -774,7 +792,7 @@ export class H2Session {
       case PING:
         if (id !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'PING on a stream');
         if (length !== 8) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'PING of bad length');
-        if ((flags & FLAG_ACK) === 0) this.control(frame(PING, FLAG_ACK, 0, buf.subarray(start, end)));
+        if ((flags & FLAG_ACK) === 0) this.control(frame(PING, FLAG_ACK, 0, buf.subarray(start, end)), true);
         return;
       case GOAWAY:
         if (id !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'GOAWAY on a stream');
@@ -821,8 +839,25 @@ export class H2Session {
     this.resetTokens--;
   }
 
-  /** Queues an answer to a control frame; too many while the output does not drain end the connection. */
-  private control(buf: Buffer): void {
+  /**
+   * Queues an answer to a control frame; too many while the output does not drain end the connection,
+   * and so do PINGs and SETTINGS (`asked`) past their budget, whether or not the peer reads: the kernel's
+   * buffers take hundreds of thousands of answers before any is left unsent.
+   */
+  private control(buf: Buffer, asked = false): void {
+    if (asked) {
+      const now = Date.now();
+      const limits = this.limits;
+      this.controlTokens = Math.min(
+        limits.controlFrameBurst,
+        this.controlTokens + ((now - this.controlAt) * limits.controlFramesPerSecond) / 1000,
+      );
+      this.controlAt = now;
+      if (this.controlTokens < 1) {
+        throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many PING or SETTINGS frames', 'control_frames');
+      }
+      this.controlTokens--;
+    }
     this.queue(buf);
     if (++this.controlQueued > this.limits.maxQueuedControlFrames && this.processing) {
       throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many control frames left unread', 'control_frames');
@@ -1017,7 +1052,7 @@ export class H2Session {
       }
       // SETTINGS_HEADER_TABLE_SIZE needs nothing: answers never use the peer's dynamic table.
     }
-    this.control(frame(SETTINGS, FLAG_ACK, 0, undefined));
+    this.control(frame(SETTINGS, FLAG_ACK, 0, undefined), true);
     this.drainBlocked();
   }
 
@@ -1182,6 +1217,8 @@ export class H2Session {
     if (this.ended) return;
     this.queueGoAway(code, reason);
     this.ended = true;
+    // Nothing more the peer sends is read: a flood goes on filling the peer's own buffers, not our CPU.
+    this.socket.pause();
     this.flush();
     this.endSocket();
     for (const stream of [...this.streams.values()]) this.close(stream);
