@@ -46,7 +46,7 @@ Options of serve (environment variable in brackets):
       --grpc-port <n>      gRPC port (Envoy rate limit API) [FLOODGATE_GRPC_PORT] (default: 8081)
       --no-http            do not serve HTTP
       --no-grpc            do not serve gRPC
-      --no-watch           do not reload the config when the file changes (SIGHUP still does)
+      --no-watch           do not reload the config or TLS files when they change (SIGHUP still does)
       --drain-timeout-ms <n>  how long shutdown waits for in-flight calls (default: 10000)
       --store-timeout-ms <n>  longest wait for the store on one call, 0 for none (default: 1000)
       --grpc-read-timeout-ms <n>  longest wait for a gRPC call's request message (default: 10000)

@@ -466,6 +466,7 @@ export class Service implements ServiceContext {
     this.watcher?.close();
     clearTimeout(this.tlsDebounce);
     for (const watcher of this.tlsWatchers) watcher.close();
+    for (const credentials of this.tls.values()) credentials.endHandshakes();
     const drainMs = this.options.drainTimeoutMs ?? 10_000;
     const started = Date.now();
     const waits: Promise<void>[] = [];

@@ -128,6 +128,8 @@ const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE
 export class TlsCredentials {
   private material: Material | undefined;
   private readonly servers: TlsServer[] = [];
+  /** The handshakes under way on each attached server. */
+  private readonly handshakes: Map<string, Socket>[] = [];
   readonly handshakeTimeoutMs: number;
   readonly maxHandshakes: number;
 
@@ -227,6 +229,7 @@ export class TlsCredentials {
     // Connections whose handshake is under way, oldest first, by peer address and port (what a raw
     // socket and the TLS socket over it both tell).
     const handshaking = new Map<string, Socket>();
+    this.handshakes.push(handshaking);
     // Each connection ended for the limit reports ECONNRESET below, which is then not counted again.
     let ended = 0;
     server.on('connection', (raw: Socket) => {
@@ -252,6 +255,17 @@ export class TlsCredentials {
       }
       onRefused(error.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'handshake_timeout' : 'handshake', error, socket);
     });
+  }
+
+  /**
+   * Cuts the connections whose handshake is still under way (on shutdown: they carry no call, and would
+   * hold the closing server until their timeout).
+   */
+  endHandshakes(): void {
+    for (const handshaking of this.handshakes) {
+      for (const socket of handshaking.values()) socket.destroy();
+      handshaking.clear();
+    }
   }
 
   /** Whether a connection whose handshake is done may go on: with `clientSan`, its certificate must carry it. */

@@ -180,6 +180,30 @@ describe('hostile TLS clients', () => {
     }
   });
 
+  it('a stalled handshake does not hold shutdown: it is cut when the service closes', async () => {
+    const tls = { certFile: pki.server.cert, keyFile: pki.server.key, handshakeTimeoutMs: 10_000 };
+    const closing = await startService({
+      config: TEST_CONFIG,
+      store: 'memory',
+      httpPort: 0,
+      grpcPort: 0,
+      logger: process.env.LOGLEVEL ?? 'silent',
+      drainTimeoutMs: 5000,
+      grpcTls: tls,
+      httpTls: tls,
+      watch: false,
+    });
+    const hello = await clientHello();
+    const half = hello.subarray(0, hello.length >> 1);
+    const stalled = [raw(closing.grpcPort, half, 10_000), raw(closing.httpPort, half, 10_000)];
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const started = performance.now();
+    await closing.close();
+    // Without cutting them, closing waited for the drain timeout (5 s) with these two open.
+    expect(performance.now() - started).toBeLessThan(2500);
+    for (const outcome of await Promise.all(stalled)) expect(outcome.closedAfterMs).toBeLessThan(2500);
+  });
+
   it('a client that offers no ALPN and sends the HTTP/2 preface anyway is cut without an answer', async () => {
     const before = await refusals('alpn');
     const received = await new Promise<number>((resolve) => {
