@@ -11,6 +11,7 @@ export type FloodgateErrorCode =
   | 'ERR_TIMEOUT'
   | 'ERR_ABORTED'
   | 'ERR_QUEUE_FULL'
+  | 'ERR_STORE_FULL'
   | 'ERR_CLOSED';
 
 const brand = Symbol.for('floodgate.error');
