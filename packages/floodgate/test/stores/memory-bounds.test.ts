@@ -17,9 +17,9 @@ describe('memory store bounds', () => {
     expect(store.sweeps).toBeGreaterThan(0);
   });
 
-  it('when everything is live, evicts the keys closest to expiry and counts them', () => {
+  it('when everything is live, forgets the least consumed key for each new one and counts it', () => {
     const clock = manualClock();
-    const store = memoryStore({ maxKeys: 100 });
+    const store = memoryStore({ maxKeys: 1000 });
     const short = createLimiter({
       store,
       clock,
@@ -32,14 +32,19 @@ describe('memory store bounds', () => {
       prefix: 'long',
       policies: [fixedWindow({ limit: 1, windowMs: 3_600_000, align: 'first-request' })],
     });
-    for (let i = 0; i < 50; i++) long.limitSync(`attacker-${i}`);
-    for (let i = 0; i < 50; i++) short.limitSync(`client-${i}`);
-    expect(store.size).toBe(100);
+    // Ten attackers at their limit; the clients have used a fifth of theirs.
+    for (let i = 0; i < 10; i++) long.limitSync(`attacker-${i}`);
+    for (let i = 0; i < 990; i++) short.limitSync(`client-${i}`);
+    expect(store.size).toBe(1000);
     short.limitSync('newcomer');
-    expect(store.size).toBe(91);
-    expect(store.forcedEvictions).toBe(10);
-    // The long-lived denials survive: every attacker is still denied.
-    for (let i = 0; i < 50; i++) expect(long.limitSync(`attacker-${i}`).allowed).toBe(false);
+    expect(store.size).toBe(1000);
+    expect(store.forcedEvictions).toBe(1);
+    for (let i = 0; i < 999; i++) short.limitSync(`newcomer-${i}`);
+    expect(store.size).toBe(1000);
+    expect(store.forcedEvictions).toBe(1000);
+    expect(store.expiredRemoved).toBe(0);
+    // An eviction takes an attacker only if all five sampled keys are attackers: at most 1e-10 each.
+    for (let i = 0; i < 10; i++) expect(long.checkSync(`attacker-${i}`).allowed).toBe(false);
   });
 
   it('bounds sliding logs too, and counts them in the same cap', () => {

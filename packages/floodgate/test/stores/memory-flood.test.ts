@@ -29,7 +29,7 @@ describe('memory store under a flood of distinct keys', () => {
     expect(limiter.statusSync(last).remaining).toBe(4);
   });
 
-  it('evicts the keys closest to expiry first: a blocked attacker outlives the flood that tries to free it', () => {
+  it('among keys as consumed, evicts the nearest expiry first: a blocked attacker outlives the flood that tries to free it', () => {
     const clock = manualClock();
     const store = memoryStore({ maxKeys: 10_000 });
     const penalty = createLimiter({

@@ -1,0 +1,185 @@
+import { describe, expect, it } from 'vitest';
+import {
+  createLimiter,
+  type FloodgateError,
+  fixedWindow,
+  gcra,
+  isFloodgateError,
+  memoryStore,
+  slidingLog,
+} from '../../src/index.js';
+import { manualClock } from '../../src/testing/index.js';
+
+const HOUR = 3_600_000;
+
+/** The error a call throws, or undefined. */
+function thrown(call: () => unknown): FloodgateError | undefined {
+  try {
+    call();
+  } catch (error) {
+    if (isFloodgateError(error)) return error;
+    throw error;
+  }
+  return undefined;
+}
+
+describe('memory store: forced eviction forgets the least consumed quota first', () => {
+  it('keys near their limit outlive keys that used less', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 1000 });
+    const limiter = createLimiter({ store, clock, policies: [fixedWindow({ limit: 5, windowMs: HOUR })] });
+    // Twenty keys have used 4 of 5; the other 980 one.
+    for (let i = 0; i < 20; i++) for (let j = 0; j < 4; j++) limiter.limitSync(`near-${i}`);
+    for (let i = 0; i < 980; i++) limiter.limitSync(`light-${i}`);
+    for (let i = 0; i < 800; i++) limiter.limitSync(`new-${i}`);
+    expect(store.size).toBe(1000);
+    expect(store.forcedEvictions).toBe(800);
+    // A near key goes only if all five sampled keys are near ones: (20/1000)^5 = 3e-9 per eviction.
+    for (let i = 0; i < 20; i++) expect(limiter.statusSync(`near-${i}`).remaining).toBe(1);
+  });
+
+  it('among keys as consumed, the nearest expiry goes first', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 1000 });
+    const minute = createLimiter({
+      store,
+      clock,
+      prefix: 'm',
+      policies: [fixedWindow({ limit: 1, windowMs: 60_000 })],
+    });
+    const hour = createLimiter({ store, clock, prefix: 'h', policies: [fixedWindow({ limit: 1, windowMs: HOUR })] });
+    // Every key is at its limit; ten of them stay so for an hour.
+    for (let i = 0; i < 10; i++) hour.limitSync(`long-${i}`);
+    for (let i = 0; i < 990; i++) minute.limitSync(`short-${i}`);
+    for (let i = 0; i < 500; i++) minute.limitSync(`new-${i}`);
+    expect(store.forcedEvictions).toBe(500);
+    for (let i = 0; i < 10; i++) expect(hour.checkSync(`long-${i}`).allowed).toBe(false);
+  });
+
+  it('drops keys back to their untouched state without counting them as forced evictions', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 100 });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 10, periodMs: 1000 })] });
+    for (let i = 0; i < 100; i++) limiter.limitSync(`old-${i}`);
+    // Each old key is untouched again 100 ms after its call.
+    clock.advance(100);
+    for (let i = 0; i < 100; i++) limiter.limitSync(`new-${i}`);
+    expect(store.size).toBe(100);
+    expect(store.forcedEvictions).toBe(0);
+    expect(store.expiredRemoved).toBe(100);
+    for (let i = 0; i < 100; i++) expect(limiter.statusSync(`new-${i}`).remaining).toBe(9);
+  });
+
+  it('keeps the list of keys consistent through resets, expiries and evictions', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 50 });
+    const a = createLimiter({ store, clock, prefix: 'a', policies: [gcra({ limit: 3, periodMs: 1000 })] });
+    const b = createLimiter({
+      store,
+      clock,
+      prefix: 'b',
+      policies: [slidingLog({ limit: 2, windowMs: 5000 }), fixedWindow({ limit: 4, windowMs: 2000 })],
+    });
+    let seed = 7;
+    const next = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (let step = 0; step < 20_000; step++) {
+      const key = `k${Math.floor(next() * 120)}`;
+      const r = next();
+      if (r < 0.4) a.limitSync(key);
+      else if (r < 0.8) b.limitSync(key);
+      else if (r < 0.9) (next() < 0.5 ? a : b).resetSync(key);
+      else clock.advance(Math.floor(next() * 500));
+      expect(store.size).toBeLessThanOrEqual(50);
+    }
+    expect(store.forcedEvictions + store.expiredRemoved).toBeGreaterThan(0);
+    // Every held key is still reachable: resetting every key empties the store.
+    for (let i = 0; i < 120; i++) {
+      a.resetSync(`k${i}`);
+      b.resetSync(`k${i}`);
+    }
+    expect(store.size).toBe(0);
+  });
+});
+
+describe("memory store: whenFull 'refuse'", () => {
+  it('refuses a new key once full of live keys, with ERR_STORE_FULL, and counts it', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 10, whenFull: 'refuse' });
+    expect(store).toMatchObject({ maxKeys: 10, whenFull: 'refuse' });
+    const limiter = createLimiter({ store, clock, policies: [fixedWindow({ limit: 3, windowMs: 1000 })] });
+    for (let i = 0; i < 10; i++) limiter.limitSync(`k${i}`);
+    const error = thrown(() => limiter.limitSync('newcomer'));
+    expect(error?.code).toBe('ERR_STORE_FULL');
+    expect(error?.message).toMatch(/maxKeys is 10 and whenFull is 'refuse'/);
+    expect(store).toMatchObject({ size: 10, refusedKeys: 1, forcedEvictions: 0 });
+    // Held keys are decided exactly; a check on a new key needs no room.
+    expect(limiter.limitSync('k0').remaining).toBe(1);
+    expect(limiter.checkSync('newcomer')).toMatchObject({ allowed: true, remaining: 2 });
+    expect(store.refusedKeys).toBe(1);
+    // Once the window is over, the expired keys make room.
+    clock.advance(1000);
+    expect(limiter.limitSync('newcomer')).toMatchObject({ allowed: true, remaining: 2 });
+    expect(store).toMatchObject({ refusedKeys: 1, forcedEvictions: 0 });
+    expect(store.expiredRemoved).toBe(10);
+    expect(store.size).toBe(1);
+  });
+
+  it("answers refused calls per the limiter's failure policy, as degraded, with a storeError event", () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 5, whenFull: 'refuse' });
+    const policies = [fixedWindow({ limit: 3, windowMs: 1000 })];
+    const open = createLimiter({ store, clock, failure: 'open', policies });
+    const closed = createLimiter({ store, clock, failure: 'closed', policies });
+    const errors: string[] = [];
+    open.on('storeError', ({ error }) => errors.push(error.code));
+    for (let i = 0; i < 5; i++) open.limitSync(`k${i}`);
+    expect(open.limitSync('fresh-1')).toMatchObject({ allowed: true, reason: 'degraded' });
+    expect(closed.limitSync('fresh-2')).toMatchObject({ allowed: false, reason: 'degraded' });
+    expect(errors).toEqual(['ERR_STORE_FULL']);
+    expect(store.refusedKeys).toBe(2);
+    expect(open.limitSync('k1')).toMatchObject({ allowed: true, remaining: 1 });
+    expect(open.limitSync('k1').allowed).toBe(true);
+    expect(open.limitSync('k1')).toMatchObject({ allowed: false, reason: 'limit' });
+  });
+
+  it('stores a call of several policies whole or not at all', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 3, whenFull: 'refuse' });
+    const two = createLimiter({
+      store,
+      clock,
+      policies: [fixedWindow({ limit: 2, windowMs: 1000 }), gcra({ limit: 2, periodMs: 1000 })],
+    });
+    two.limitSync('a');
+    expect(store.size).toBe(2);
+    // One entry is free, the call needs two: neither policy stores anything.
+    expect(thrown(() => two.limitSync('b'))?.code).toBe('ERR_STORE_FULL');
+    expect(store.size).toBe(2);
+    expect(two.statusSync('b').policies.map((p) => p.remaining)).toEqual([2, 2]);
+    // A held key needs no room.
+    expect(two.limitSync('a').policies.map((p) => p.remaining)).toEqual([0, 0]);
+    expect(store.refusedKeys).toBe(1);
+  });
+
+  it('stays within maxKeys under a flood, refusing instead of forgetting', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 1000, whenFull: 'refuse' });
+    const limiter = createLimiter({ store, clock, failure: 'open', policies: [gcra({ limit: 5, periodMs: HOUR })] });
+    for (let i = 0; i < 50_000; i++) {
+      limiter.limitSync(`flood-${i}`);
+      if ((i & 255) === 0) clock.advance(1);
+    }
+    expect(store).toMatchObject({ size: 1000, refusedKeys: 49_000, forcedEvictions: 0, expiredRemoved: 0 });
+    expect(limiter.statusSync('flood-0').remaining).toBe(4);
+  });
+
+  it('refuses a bad whenFull, naming the option and the value', () => {
+    expect(() => memoryStore({ whenFull: 'drop' as never })).toThrow(
+      /whenFull must be 'evict' or 'refuse', got "drop"/,
+    );
+    expect(memoryStore().whenFull).toBe('evict');
+  });
+});
