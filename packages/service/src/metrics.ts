@@ -150,11 +150,20 @@ export class Metrics {
       });
       new Counter({
         name: 'floodgate_memory_store_forced_evictions_total',
-        help: 'Live keys dropped before their expiry because the memory store was full.',
+        help: 'Live keys (the least consumed of a sample) forgotten before their expiry because the memory store was full.',
         registers,
         collect() {
           this.reset();
           if (memory.forcedEvictions > 0) this.inc(memory.forcedEvictions);
+        },
+      });
+      new Counter({
+        name: 'floodgate_memory_store_refused_keys_total',
+        help: 'New keys refused because the memory store was full of live keys (whenFull=refuse).',
+        registers,
+        collect() {
+          this.reset();
+          if (memory.refusedKeys > 0) this.inc(memory.refusedKeys);
         },
       });
     }

@@ -1,4 +1,4 @@
-import { memoryStore, type Store } from 'floodgate';
+import { type MemoryStoreOptions, memoryStore, type Store } from 'floodgate';
 
 /** A store opened from a URL, with what the service needs to release it. */
 export interface OpenedStore {
@@ -18,7 +18,7 @@ export class StoreUrlError extends Error {
 
 /** Store URL schemes, in the form the CLI documents. */
 export const STORE_URL_FORMS: readonly string[] = [
-  'memory (the default; memory:?maxKeys=1000000)',
+  'memory (the default; memory:?maxKeys=1000000&whenFull=evict, or whenFull=refuse)',
   'redis://[user:password@]host:port[/db]  (rediss:// for TLS)',
   'redis+cluster://[user:password@]host:port,host:port[,…]  (rediss+cluster:// for TLS)',
   'postgres://user:password@host:port/db[?table=name&schema=name&unlogged=true]  (postgresql:// too)',
@@ -62,23 +62,33 @@ export async function openStore(url: string | undefined): Promise<OpenedStore> {
 }
 
 function openMemory(text: string): OpenedStore {
-  let maxKeys: number | undefined;
+  const options: MemoryStoreOptions = {};
   const query = text.indexOf('?');
   if (query !== -1) {
     const params = new URLSearchParams(text.slice(query + 1));
     for (const [name, value] of params) {
-      if (name !== 'maxKeys')
-        throw new StoreUrlError(`memory store: unknown parameter ${JSON.stringify(name)} (known: maxKeys)`);
-      const n = Number(value);
-      if (!Number.isInteger(n) || n < 1)
-        throw new StoreUrlError(`memory store: maxKeys must be a positive integer, got ${JSON.stringify(value)}`);
-      maxKeys = n;
+      if (name === 'maxKeys') {
+        const n = Number(value);
+        if (!Number.isSafeInteger(n) || n < 1)
+          throw new StoreUrlError(`memory store: maxKeys must be a positive integer, got ${JSON.stringify(value)}`);
+        options.maxKeys = n;
+      } else if (name === 'whenFull') {
+        if (value !== 'evict' && value !== 'refuse')
+          throw new StoreUrlError(`memory store: whenFull must be evict or refuse, got ${JSON.stringify(value)}`);
+        options.whenFull = value;
+      } else {
+        throw new StoreUrlError(`memory store: unknown parameter ${JSON.stringify(name)} (known: maxKeys, whenFull)`);
+      }
     }
   }
-  const store = memoryStore(maxKeys === undefined ? {} : { maxKeys });
+  const store = memoryStore(options);
+  const shown = [
+    ...(options.maxKeys === undefined ? [] : [`maxKeys ${options.maxKeys}`]),
+    ...(options.whenFull === undefined ? [] : [`whenFull ${options.whenFull}`]),
+  ];
   return {
     store,
-    description: maxKeys === undefined ? 'memory' : `memory (maxKeys ${maxKeys})`,
+    description: shown.length === 0 ? 'memory' : `memory (${shown.join(', ')})`,
     close: async () => {},
   };
 }
