@@ -435,6 +435,8 @@ type Limits = { -readonly [K in keyof typeof H2_LIMITS]: number };
 class Shared {
   /** Bytes buffered by all connections (see {@link H2_LIMITS.maxBufferedBytes}). */
   buffered = 0;
+  /** Of which, header blocks under way: they may take half, so that request bodies keep room. */
+  blocks = 0;
   readonly sessions = new Set<H2Session>();
   readonly limits: Limits;
   private sweeper: NodeJS.Timeout | undefined = undefined;
@@ -812,7 +814,8 @@ export class H2Session {
   private growBlock(bytes: number): void {
     (this.block as { size: number }).size += bytes;
     this.shared.buffered += bytes;
-    if (this.shared.buffered > this.limits.maxBufferedBytes) {
+    this.shared.blocks += bytes;
+    if (this.shared.buffered > this.limits.maxBufferedBytes || this.shared.blocks > this.limits.maxBufferedBytes / 2) {
       throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'the server buffers too much', 'buffered_bytes');
     }
   }
@@ -820,6 +823,7 @@ export class H2Session {
   private dropBlock(): void {
     if (this.block === undefined) return;
     this.shared.buffered -= this.block.size;
+    this.shared.blocks -= this.block.size;
     this.block = undefined;
     this.blockSince = 0;
   }
