@@ -46,6 +46,27 @@ describe('localKey', () => {
   });
 });
 
+describe('long keys in the memory store', () => {
+  it('holds 2,000 keys of 64 Ki characters in a few MB, each deciding alone', async () => {
+    const clock = manualClock({ startMs: Date.UTC(2030, 0, 1) });
+    const store = memoryStore();
+    const limiter = createLimiter({ store, clock, policies: [fixedWindow({ limit: 2, windowMs: 60_000 })] });
+    const held = await heapHeldBy(async () => {
+      for (let i = 0; i < 2_000; i++) expect((await limiter.limit(longKey(i))).allowed).toBe(true);
+    });
+    expect(store.size).toBe(2_000);
+    // Raw keys would hold 2,000 × 64 Ki = 131 MB.
+    expect(held).toBeLessThan(8_000_000);
+    expect((await limiter.limit(longKey(5))).allowed).toBe(true);
+    expect((await limiter.limit(longKey(5))).allowed).toBe(false);
+    expect((await limiter.status(longKey(6))).remaining).toBe(1);
+    await limiter.reset(longKey(5));
+    expect((await limiter.status(longKey(5))).remaining).toBe(2);
+    // A short key equal to a long key's map key is a key of its own.
+    expect((await limiter.status(localKey(longKey(6)))).remaining).toBe(2);
+  });
+});
+
 describe('long keys in the limiter’s own maps', () => {
   it('the blocked-key cache holds 2,000 denied 64 Ki keys in a few MB, and answers each alone', async () => {
     const clock = manualClock({ startMs: Date.UTC(2030, 0, 1) });

@@ -1,4 +1,5 @@
 import { FloodgateError, invalid } from '../../errors.js';
+import { localKey } from '../../keys.js';
 import { type CompiledPolicy, KIND_SLIDING_LOG } from '../../model/compile.js';
 import { decide, evaluatePolicy, inspect, settleDenied } from '../../model/decide.js';
 import { refundPolicy } from '../../model/refund.js';
@@ -358,7 +359,8 @@ class MemoryStoreImpl implements MemoryStore {
 
   /** The evaluations returned are reused by the next call: read them before deciding again. */
   decideSync(request: StoreRequest): StoreResult {
-    const { policies, nowUs, key, prefix } = request;
+    const { policies, nowUs, prefix } = request;
+    const key = localKey(request.key);
     if (nowUs === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
     }
@@ -400,7 +402,8 @@ class MemoryStoreImpl implements MemoryStore {
     return Promise.resolve();
   }
 
-  resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void {
+  resetSync(prefix: string, userKey: string, policies: readonly CompiledPolicy[]): void {
+    const key = localKey(userKey);
     for (const c of policies) {
       const table = this.table(prefix, c);
       const slot = table.slotOf(key);
@@ -429,7 +432,8 @@ class MemoryStoreImpl implements MemoryStore {
   }
 
   cancelSync(request: CancelRequest): boolean {
-    const { policies, nowUs, key, prefix } = request;
+    const { policies, nowUs, prefix } = request;
+    const key = localKey(request.key);
     if (nowUs === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
     }
@@ -454,7 +458,8 @@ class MemoryStoreImpl implements MemoryStore {
   }
 
   refundSync(request: RefundRequest): void {
-    const { policies, nowUs, key, prefix } = request;
+    const { policies, nowUs, prefix } = request;
+    const key = localKey(request.key);
     if (nowUs === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
     }
