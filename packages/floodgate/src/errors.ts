@@ -1,5 +1,10 @@
 /**
  * Stable codes carried by every {@link FloodgateError}. Match on `code`, never on the message.
+ *
+ * - `ERR_INVALID_*`: the call or the options are invalid; never a store failure.
+ * - `ERR_STORE_UNAVAILABLE`, `ERR_TIMEOUT`, `ERR_STORE_PROTOCOL`: the store is unreachable, slow or failing.
+ * - `ERR_STORE_REJECTED`: the store answered and refused this one call (see `classifyStoreError`).
+ * - `ERR_STORE_FULL`: the store holds as many keys as it may and refuses new ones.
  */
 export type FloodgateErrorCode =
   | 'ERR_INVALID_POLICY'
@@ -8,6 +13,8 @@ export type FloodgateErrorCode =
   | 'ERR_INVALID_OPTION'
   | 'ERR_STORE_UNAVAILABLE'
   | 'ERR_STORE_PROTOCOL'
+  | 'ERR_STORE_REJECTED'
+  | 'ERR_STORE_FULL'
   | 'ERR_TIMEOUT'
   | 'ERR_ABORTED'
   | 'ERR_QUEUE_FULL'

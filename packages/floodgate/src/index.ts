@@ -36,7 +36,9 @@ export {
   type LeakyBucketOptions,
   type LeakyBucketPolicy,
   leakyBucket,
+  MAX_COST,
   MAX_SLIDING_LOG_LIMIT,
+  MIN_COST,
   type Policy,
   type PolicyDecision,
   type PolicyInput,
@@ -50,6 +52,7 @@ export {
   type TokenBucketOptions,
   type TokenBucketPolicy,
   tokenBucket,
+  validateCost,
 } from './model/index.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
 export {
@@ -61,3 +64,4 @@ export {
   type StoreResult,
   type SyncStore,
 } from './stores/store.js';
+export { classifyStoreError, type StoreErrorClass } from './stores/store-errors.js';

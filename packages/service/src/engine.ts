@@ -7,6 +7,7 @@ import {
   type Policy,
   type PolicyDecision,
   type Store,
+  validateCost,
 } from 'floodgate';
 import type { ServiceConfig } from './config.js';
 import {
@@ -357,9 +358,12 @@ function count(decision: Decision, tallies: readonly Tally[], shadow: boolean): 
   }
 }
 
+/** The library's one cost domain (0, or MIN_COST to MAX_COST), reported against the request's field. */
 function checkCost(cost: unknown, field: string): void {
-  if (typeof cost !== 'number' || !Number.isFinite(cost) || cost < 0) {
-    throw new RequestError('invalid', `${field} must be a finite number ≥ 0, got ${showValue(cost)}`, field);
+  try {
+    validateCost(cost, field);
+  } catch (error) {
+    throw new RequestError('invalid', (error as Error).message, field);
   }
 }
 

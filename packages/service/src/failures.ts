@@ -14,7 +14,14 @@ export interface Failure {
   readonly store: boolean;
 }
 
-/** Sorts an error thrown while answering a call. */
+/**
+ * Sorts an error thrown while answering a call, following the library's classes of store errors
+ * (`classifyStoreError`): invalid input is the caller's (400, INVALID_ARGUMENT); a store fault is
+ * unavailability (503 or 504, UNAVAILABLE or DEADLINE_EXCEEDED, so Envoy applies its failure mode); a
+ * store's rejection of one call is an internal error (500, INTERNAL), never unavailability, and never
+ * counted as a store failure; a full store (memory store refusing new keys, under `--failure throw`) is
+ * unavailability for that key but the store is healthy, so not a store failure either.
+ */
 export function classify(error: unknown): Failure {
   if (error instanceof RequestError) {
     return { kind: error.kind, message: error.message, field: error.field, store: false };
@@ -33,6 +40,10 @@ export function classify(error: unknown): Failure {
       case 'ERR_STORE_FULL':
       case 'ERR_CLOSED':
         return { kind: 'unavailable', message: error.message, field: undefined, store: true };
+      case 'ERR_STORE_FULL':
+        return { kind: 'unavailable', message: error.message, field: undefined, store: false };
+      case 'ERR_STORE_REJECTED':
+        return { kind: 'internal', message: error.message, field: undefined, store: false };
       default:
         return { kind: 'internal', message: error.message, field: undefined, store: false };
     }

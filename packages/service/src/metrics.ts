@@ -21,6 +21,8 @@ export class Metrics {
   private readonly duration: Histogram<'api' | 'method'>;
   private readonly errors: Counter<'api' | 'method' | 'code'>;
   readonly storeErrors: Counter<'store'>;
+  /** Calls a full store refused (new keys past the memory store's `maxKeys`, when it refuses them). */
+  readonly storeFull: Counter<'store'>;
   private readonly storeUp: Gauge<'store'>;
   private readonly reloads: Counter<'result'>;
   private readonly lastReload: Gauge;
@@ -103,6 +105,12 @@ export class Metrics {
     this.storeErrors = new Counter({
       name: 'floodgate_store_errors_total',
       help: 'Store operations that failed (unreachable, timed out).',
+      labelNames: ['store'],
+      registers,
+    });
+    this.storeFull = new Counter({
+      name: 'floodgate_store_full_total',
+      help: 'Calls on new keys that a full store refused (answered by the failure policy; the store is healthy).',
       labelNames: ['store'],
       registers,
     });

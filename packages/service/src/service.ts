@@ -359,8 +359,9 @@ export class Service implements ServiceContext {
     engine.limiter.on('decision', (event) => {
       if (event.commit && !event.decision.allowed && event.source !== 'degraded') stats.deniedKeys.add(event.key);
     });
-    engine.limiter.on('storeError', () => {
-      stats.storeErrors++;
+    engine.limiter.on('storeError', ({ error }) => {
+      if (error.code === 'ERR_STORE_FULL') this.metrics.storeFull.inc({ store: this.storeName });
+      else stats.storeErrors++;
     });
     return engine;
   }

@@ -171,7 +171,7 @@ describe('HTTP API: bad requests get a clear problem, and the service keeps serv
       'a negative cost',
       { domain: 'api', cost: -1, descriptors: [descriptor(['a', 'b'])] },
       400,
-      /cost must be a finite number/,
+      /cost must be 0 or a finite number from 1e-9 to 9007199254740991, got -1/,
       'cost',
     ],
     [

@@ -2,8 +2,10 @@ import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid, isFloodgateError } from '../errors.js';
 import type { BreakerOptions } from '../limiter/breaker.js';
 import { createLimiter, type FailurePolicy, Limiter, normalizePolicies } from '../limiter/limiter.js';
+import { validateCost } from '../model/cost.js';
 import type { Decision, Policy } from '../model/index.js';
 import { isSyncStore, type Store } from '../stores/store.js';
+import { classifyStoreError } from '../stores/store-errors.js';
 import { addressKey } from './address.js';
 import { clientAddress, compileTrustProxy, type TrustProxy } from './client-address.js';
 import { deniedProblem, type HeaderFormat, headerWriter, seconds, validateHeaderFormat } from './headers.js';
@@ -215,12 +217,10 @@ export function createHttpRateLimiter<Req>(
   optionalFunction(options.key, 'key');
   optionalFunction(options.skip, 'skip');
   const cost = options.cost;
-  if (
-    cost !== undefined &&
-    typeof cost !== 'function' &&
-    !(typeof cost === 'number' && cost >= 0 && Number.isFinite(cost))
-  ) {
-    throw invalid('ERR_INVALID_OPTION', 'cost', cost, 'a finite number ≥ 0 or a function');
+  if (cost !== undefined && typeof cost !== 'function') {
+    // The one cost domain (a function's costs are checked per call, by the limiter).
+    if (typeof cost !== 'number') throw invalid('ERR_INVALID_COST', 'cost', cost, 'a number or a function');
+    validateCost(cost);
   }
   const costOf = typeof cost === 'function' ? cost : undefined;
   const fixedCost = typeof cost === 'number' ? cost : 1;
@@ -324,7 +324,8 @@ export function createHttpRateLimiter<Req>(
         decision = limiter.limitSync(key, call);
       } catch (error) {
         // The synchronous path has no fallback limiter: let the promise path apply the failure policy.
-        if (!isFloodgateError(error) || error.code !== 'ERR_STORE_UNAVAILABLE') throw error;
+        const kind = classifyStoreError(error);
+        if (!isFloodgateError(error) || (kind !== 'fault' && kind !== 'full')) throw error;
         return limiter.limit(key, call).then((d) => finish(d, policies, cost));
       }
       return finish(decision, policies, cost);

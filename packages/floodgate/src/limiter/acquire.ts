@@ -2,10 +2,11 @@ import { abortError, type Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { validateKey } from '../keys.js';
 import { compilePolicy, KIND_METER } from '../model/compile.js';
+import { validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import { meterCharge } from '../model/meter.js';
 import type { Policy } from '../model/policy.js';
-import { type Limiter, normalizePolicies, validateCost } from './limiter.js';
+import { type Limiter, normalizePolicies } from './limiter.js';
 
 /** Options of `limiter.acquire`. */
 export interface AcquireOptions {

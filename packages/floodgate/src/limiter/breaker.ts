@@ -88,6 +88,11 @@ export class Breaker {
     if (this.state !== 'closed') this.set('closed');
   }
 
+  /** A call that ended without telling whether the store works (an invalid call): only frees the probe. */
+  release(): void {
+    this.probing = false;
+  }
+
   failure(nowMs: number): void {
     this.failures++;
     const wasProbe = this.probing;

@@ -2,9 +2,10 @@ import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
 import { compilePolicy, KIND_FIXED_WINDOW } from '../model/compile.js';
+import { MIN_COST, validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import { leaseRefusal } from '../model/refund.js';
-import { Limiter, validateCost } from './limiter.js';
+import { Limiter } from './limiter.js';
 
 /** Options of {@link leasedLimiter}. */
 export interface LeaseOptions {
@@ -108,12 +109,12 @@ export class LeasedLimiter {
     }
     const smallest = Math.min(...compiled.map((c) => c.limit));
     const size = options.size;
-    if (typeof size !== 'number' || !Number.isFinite(size) || !(size > 0) || size > smallest) {
+    if (typeof size !== 'number' || !Number.isFinite(size) || !(size >= MIN_COST) || size > smallest) {
       throw invalid(
         'ERR_INVALID_OPTION',
         'size',
         size,
-        `a number above 0 and at most ${smallest} (the smallest limit)`,
+        `a number from ${MIN_COST} (the smallest cost) to ${smallest} (the smallest limit)`,
       );
     }
     const ttlMs = options.ttlMs ?? 100;

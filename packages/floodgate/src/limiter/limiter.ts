@@ -1,7 +1,8 @@
 import { type Clock, systemClock } from '../clock.js';
-import { describeValue, FloodgateError, invalid, isFloodgateError } from '../errors.js';
+import { FloodgateError, invalid } from '../errors.js';
 import { validateKey, validatePrefix } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
+import { validateCost } from '../model/cost.js';
 import { decide } from '../model/decide.js';
 import { type Decision, toDecision } from '../model/decision.js';
 import { definePolicy, type Policy } from '../model/policy.js';
@@ -9,6 +10,7 @@ import type { Reservation } from '../model/reservation.js';
 import { type Evaluation, emptyEvaluation } from '../model/types.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
+import { classifyStoreError, toStoreError } from '../stores/store-errors.js';
 import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
@@ -204,7 +206,7 @@ export class Limiter {
     try {
       return await cancelOnStore(this.store, this.prefix, this.clock, key, reservation, policies);
     } catch (error) {
-      throw storeError(this.store, error);
+      throw toStoreError(this.store.name, error);
     }
   }
 
@@ -229,7 +231,7 @@ export class Limiter {
     try {
       await this.store.reset(this.prefix, key, policies);
     } catch (error) {
-      throw storeError(this.store, error);
+      throw toStoreError(this.store.name, error);
     }
   }
 
@@ -301,9 +303,7 @@ export class Limiter {
         result = await this.callStore(request);
         this.breaker?.success();
       } catch (error) {
-        failure = storeError(this.store, error);
-        this.breaker?.failure(this.localMs());
-        this.emit('storeError', { key, error: failure });
+        failure = this.storeFailed(key, error, true);
       }
     }
     if (result === undefined) {
@@ -338,7 +338,8 @@ export class Limiter {
       await this.bounded(refund.call(this.store, request));
       return true;
     } catch (error) {
-      this.emit('storeError', { key, error: storeError(this.store, error) });
+      // Never rejects, so every failure (a rejection too) is reported as an event; none reaches the breaker.
+      this.emit('storeError', { key, error: toStoreError(this.store.name, error) });
       return false;
     }
   }
@@ -425,9 +426,7 @@ export class Limiter {
     try {
       result = await this.callStore(request);
     } catch (error) {
-      const failure = storeError(this.store, error);
-      this.breaker?.failure(this.localMs());
-      this.emit('storeError', { key, error: failure });
+      const failure = this.storeFailed(key, error, true);
       return this.decided(request, await this.degrade(request, options, failure), 'degraded');
     }
     this.breaker?.success();
@@ -472,6 +471,35 @@ export class Limiter {
         },
       );
     });
+  }
+
+  /**
+   * The one place a failed store call is routed (see `classifyStoreError`): invalid input and a store's
+   * rejection of this one call are thrown to the caller, untouched by the breaker, events and the
+   * `failure` policy; a full store is reported and answered by the `failure` policy but never counts
+   * toward the breaker (it is healthy for the keys it holds); a fault does all three. Returns the error
+   * the `failure` policy answers with. `useBreaker` is false for the sync methods, which skip it.
+   */
+  private storeFailed(key: string, error: unknown, useBreaker: boolean): FloodgateError {
+    const failure = toStoreError(this.store.name, error);
+    const breaker = useBreaker ? this.breaker : undefined;
+    switch (classifyStoreError(failure)) {
+      case 'input':
+        breaker?.release();
+        throw failure;
+      case 'rejected':
+        // The store answered: it is reachable, whatever it thought of this call.
+        breaker?.success();
+        throw failure;
+      case 'full':
+        breaker?.success();
+        this.emit('storeError', { key, error: failure });
+        return failure;
+      case 'fault':
+        breaker?.failure(this.localMs());
+        this.emit('storeError', { key, error: failure });
+        return failure;
+    }
   }
 
   /** A decision made without the store, as the `failure` option says. */
@@ -552,10 +580,13 @@ export class Limiter {
     try {
       result = (this.syncStore as SyncStore).decideSync(request);
     } catch (error) {
-      const failure = storeError(this.store, error);
       const copy = { ...request };
-      breaker?.failure(this.localMs());
-      this.emit('storeError', { key, error: failure });
+      let failure: FloodgateError;
+      try {
+        failure = this.storeFailed(key, error, true);
+      } catch (thrown) {
+        return Promise.reject(thrown);
+      }
       return this.degrade(copy, options, failure).then((decision) => this.decided(copy, decision, 'degraded'));
     }
     breaker?.success();
@@ -571,8 +602,7 @@ export class Limiter {
     try {
       result = store.decideSync(request);
     } catch (error) {
-      const failure = storeError(this.store, error);
-      this.emit('storeError', { key, error: failure });
+      const failure = this.storeFailed(key, error, false);
       if (typeof this.failure === 'object') throw failure;
       return this.decided(request, this.degradeLocally(request, failure), 'degraded');
     }
@@ -665,28 +695,9 @@ function wholeClockUs(nowUs: number): number {
   return Math.floor(nowUs);
 }
 
-/** A cost: a finite number from 0 to 2^53 (so that cost × T stays finite in every store's arithmetic). */
-export function validateCost(cost: unknown): number {
-  if (typeof cost !== 'number' || !Number.isFinite(cost) || cost < 0 || cost > Number.MAX_SAFE_INTEGER) {
-    throw new FloodgateError(
-      'ERR_INVALID_COST',
-      `cost must be a finite number from 0 to ${Number.MAX_SAFE_INTEGER}, got ${describeValue(cost)}`,
-      { option: 'cost' },
-    );
-  }
-  return cost;
-}
-
 function validateDelay(ms: unknown): number {
   if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > 2 ** 40) {
     throw invalid('ERR_INVALID_OPTION', 'maxDelayMs', ms, 'a finite number of milliseconds ≥ 0');
   }
   return Math.round(ms * 1000);
-}
-
-/** Store failures surface as one error code, the original kept as `cause`. */
-export function storeError(store: Store, error: unknown): FloodgateError {
-  if (isFloodgateError(error)) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new FloodgateError('ERR_STORE_UNAVAILABLE', `the ${store.name} store failed: ${message}`, { cause: error });
 }

@@ -1,5 +1,6 @@
 import { abortError, type Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
+import { validateCost } from '../model/cost.js';
 import type { Policy } from '../model/policy.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { gateWaits } from './acquire.js';
@@ -67,6 +68,8 @@ export function throttle<A extends unknown[], R>(fn: (...args: A) => R, options:
   if (typeof cost !== 'number' && typeof cost !== 'function') {
     throw invalid('ERR_INVALID_COST', 'cost', cost, 'a number or a function of the arguments');
   }
+  // A function's costs are checked per call, by the limiter.
+  if (typeof cost === 'number') validateCost(cost);
   const maxQueue = options.maxQueue ?? 1000;
   if (typeof maxQueue !== 'number' || !(maxQueue >= 0) || (!Number.isSafeInteger(maxQueue) && maxQueue !== Infinity)) {
     throw invalid('ERR_INVALID_OPTION', 'maxQueue', maxQueue, 'a whole number ≥ 0 (Infinity allowed)');

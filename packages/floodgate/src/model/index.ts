@@ -9,6 +9,7 @@ export {
   type Kind,
   toUs,
 } from './compile.js';
+export { MAX_COST, MIN_COST, validateCost } from './cost.js';
 export { type DecideOptions, decide, evaluatePolicy, inspect, settleDenied } from './decide.js';
 export {
   type Decision,

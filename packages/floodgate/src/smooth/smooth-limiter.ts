@@ -1,5 +1,6 @@
 import { abortError, type Clock, systemClock } from '../clock.js';
 import { describeValue, FloodgateError, invalid } from '../errors.js';
+import { MAX_COST, MIN_COST, validateCost } from '../model/cost.js';
 
 /** Options of {@link smoothLimiter}. Give `warmupMs` for the warming-up variant, else it is bursty. */
 export interface SmoothLimiterOptions {
@@ -284,11 +285,12 @@ function rescale(stored: number, oldMax: number, newMax: number, initial: number
   return Math.min(newMax, (stored * newMax) / oldMax);
 }
 
+/** Permits are costs (the one cost domain of `validateCost`), and a smooth limiter takes no 0. */
 function checkPermits(permits: unknown): void {
-  if (typeof permits !== 'number' || !Number.isFinite(permits) || permits <= 0) {
+  if (validateCost(permits, 'permits') === 0) {
     throw new FloodgateError(
       'ERR_INVALID_COST',
-      `permits must be a finite number above 0, got ${describeValue(permits)}`,
+      `permits must be a finite number from ${MIN_COST} to ${MAX_COST}, got ${describeValue(permits)}`,
       { option: 'permits' },
     );
   }

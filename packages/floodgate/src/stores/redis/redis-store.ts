@@ -3,6 +3,7 @@ import { encodeKey, storageKey } from '../../keys.js';
 import { type CompiledPolicy, KIND_METER } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import { toStoreError } from '../store-errors.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, METER_SCRIPT, METER_SCRIPT_SHA } from './script.js';
 import { hashSlot } from './slot.js';
@@ -429,13 +430,9 @@ function settle(calls: readonly Call[], reply: unknown): void {
   for (const call of calls) {
     const first = Number(reply[r]);
     if (first === -1) {
-      // This call's GET or SET failed inside the script (see lua/main.ts); the others went on.
-      const message = String(reply[r + 1]);
-      call.reject(
-        new FloodgateError('ERR_STORE_UNAVAILABLE', `the redis store failed: ${message}`, {
-          cause: new Error(message),
-        }),
-      );
+      // This call's GET or SET failed inside the script (see lua/main.ts); the others went on. Sorted
+      // like any store error: a key of another type (WRONGTYPE) refuses this call alone, OOM is a fault.
+      call.reject(toStoreError('redis', new Error(String(reply[r + 1]))));
       r += 2;
       continue;
     }
