@@ -276,6 +276,8 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
           capacity,
           `${path}.refillIntervalMs / ${path}.refillAmount`,
         );
+      } else {
+        checkRefill(path, capacity, refillAmount, refillIntervalMs);
       }
       break;
     }
@@ -353,6 +355,28 @@ function checkMeter(path: string, intervalUs: number, burst: number, what: strin
       'ERR_INVALID_POLICY',
       `${path} describes a burst that takes ${describeValue(toleranceUs / 1000)} ms to drain; at most ${MAX_DURATION_US / 1000} ms is supported`,
       { option: path },
+    );
+  }
+}
+
+/**
+ * The longest an interval token bucket may take to refill from empty, µs: 2^52 (about 142 years), so
+ * that a wait added to today's time (about 2^50.7 µs since 1970) stays below 2^53, exact in every store.
+ */
+const MAX_REFILL_US = 2 ** 52;
+
+/**
+ * An interval token bucket's waits are whole intervals: one that takes longer than `MAX_REFILL_US` to
+ * refill is refused, since its waits would no longer be numbers every store carries exactly (Redis
+ * replies and PostgreSQL `bigint` overflow: 1e-9 per 2^47 µs would owe 10^23 µs).
+ */
+function checkRefill(path: string, capacity: number, refillAmount: number, refillIntervalMs: number): void {
+  const refillUs = Math.ceil(capacity / refillAmount) * Math.round(refillIntervalMs * 1000);
+  if (!(refillUs <= MAX_REFILL_US)) {
+    throw new FloodgateError(
+      'ERR_INVALID_POLICY',
+      `${path}.refillAmount ${describeValue(refillAmount)} per ${describeValue(refillIntervalMs)} ms takes ${describeValue(refillUs / 1000)} ms to refill ${path}.capacity ${describeValue(capacity)}; at most ${MAX_REFILL_US / 1000} ms (about 142 years) is supported`,
+      { option: `${path}.refillAmount` },
     );
   }
 }

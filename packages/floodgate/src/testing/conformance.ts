@@ -14,6 +14,7 @@ import {
 import { leaseRefusal } from '../model/refund.js';
 import { isReservable } from '../model/reservation.js';
 import type { Store } from '../stores/store.js';
+import { EXTREME_COSTS, extremeCostTables, runExtremeCostTable, runRefusedCosts } from './cost-domain.js';
 import { type ManualClock, manualClock } from './manual-clock.js';
 import { modelStore } from './model-store.js';
 import { refundTables, runRefundTable } from './refunds.js';
@@ -165,6 +166,22 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
     }
   });
 
+  api.describe('cost domain: every accepted cost decided like the model, every other refused', () => {
+    for (const table of extremeCostTables) {
+      api.it(table.name, () => withStore((store) => runExtremeCostTable(store, table, uniquePrefix('cost'))), 60_000);
+    }
+    for (const seed of [7001, 7002, 7003, 7004]) {
+      api.it(
+        `random calls with extreme costs, seed ${seed}`,
+        () => withStore((store) => compareWithModel(store, { seed, operations: 150, costs: EXTREME_COSTS })),
+        60_000,
+      );
+    }
+    api.it('refused costs (subnormals, 1e-10, 2^53, NaN…) throw ERR_INVALID_COST and never reach the store', () =>
+      withStore((store) => runRefusedCosts(store, uniquePrefix('refused'))),
+    );
+  });
+
   api.describe('randomized comparison with the reference model', () => {
     const runs = options.randomRuns ?? 12;
     const firstSeed = options.seed ?? 1;
@@ -307,7 +324,10 @@ export function randomPolicySets(): Policy[][] {
  * impossible costs, limit/check/status/reset, reservations) through the store and through the
  * reference model, and asserts that every decision is identical.
  */
-export async function compareWithModel(store: Store, options: { seed: number; operations?: number }): Promise<void> {
+export async function compareWithModel(
+  store: Store,
+  options: { seed: number; operations?: number; costs?: readonly number[] },
+): Promise<void> {
   const random = seededRandom(options.seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
   const sets = randomPolicySets();
@@ -319,7 +339,7 @@ export async function compareWithModel(store: Store, options: { seed: number; op
   const reference = createLimiter({ store: model, policies, clock, prefix });
   const keys = ['a', 'b', 'key:{c}', 'ключ'];
   // Tiny and fractional costs make sliding logs longer than their bound, so the ports' coalescing is compared.
-  const costs = [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100, 0.1, 1e-7, 0.3];
+  const costs = options.costs ?? [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100, 0.1, 1e-7, 0.3];
   const operations = options.operations ?? 400;
   // Reservations (maxDelayMs) only where every policy can book ahead; queue mode books on its own.
   const reservable = policies.every((p) => isReservable(compilePolicy(p)));

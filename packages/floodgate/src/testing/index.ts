@@ -9,6 +9,15 @@ export {
   seededRandom,
   uniquePrefix,
 } from './conformance.js';
+export {
+  countingStore,
+  EXTREME_COSTS,
+  type ExtremeCostTable,
+  extremeCostTables,
+  REFUSED_COSTS,
+  runExtremeCostTable,
+  runRefusedCosts,
+} from './cost-domain.js';
 export { type ManualClock, manualClock } from './manual-clock.js';
 export { modelStore } from './model-store.js';
 export { type RefundStep, type RefundTable, refundTables, runRefundTable } from './refunds.js';

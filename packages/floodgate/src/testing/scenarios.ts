@@ -1,3 +1,4 @@
+import { MAX_COST, MIN_COST } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import {
   fixedWindow,
@@ -53,6 +54,34 @@ const deny = (retryAfterMs: number, extra: Expectation = {}): Expectation => ({
 
 /** The algorithm tables every store must reproduce exactly. */
 export const scenarios: Scenario[] = [
+  {
+    // T = 1 s: the smallest cost is charged ceil(1e-9 · 1e6 µs) = 1 µs, never nothing.
+    name: 'cost domain: the smallest cost is charged a whole µs of a meter, the largest can never fit',
+    policies: [gcra({ limit: 1, periodMs: 1000 })],
+    steps: [
+      { at: 0, cost: MIN_COST, expect: { allowed: true, remaining: 0, resetAfterMs: 1 } },
+      { at: 0, cost: 1, expect: deny(1, { remaining: 0 }) },
+      { at: 0.001, cost: 1, expect: { allowed: true, remaining: 0, resetAfterMs: 1000 } },
+      { at: 0.001, cost: MAX_COST, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+    ],
+  },
+  {
+    // Window counts are doubles summed in call order, the same in every store: 0.1 + 0.2 + 0.7 is exactly
+    // 1, and 0.7 + 0.2 + 0.1 is 0.9999999999999999; either way nothing more fits, not even the smallest cost.
+    name: 'cost domain: decimal costs add up in binary under a fixed window',
+    policies: [fixedWindow({ limit: 1, windowMs: 1000 })],
+    steps: [
+      { at: 0, cost: 0.1, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 0.2, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: 0.7, expect: { allowed: true, remaining: 0 } },
+      { at: 0, cost: MIN_COST, expect: deny(1000, { remaining: 0 }) },
+      { at: 1000, cost: 0.7, expect: { allowed: true, remaining: 0 } },
+      { at: 1000, cost: 0.2, expect: { allowed: true, remaining: 0 } },
+      { at: 1000, cost: 0.1, expect: { allowed: true, remaining: 0 } },
+      { at: 1000, cost: MIN_COST, expect: deny(1000) },
+      { at: 2000, cost: MIN_COST, repeat: 3, expect: { allowed: true, remaining: 0 } },
+    ],
+  },
   {
     // The GCRA article's case: 5 per minute admits a burst of 5, then the next must wait 12 s.
     name: 'GCRA: 5 per minute admits a burst of 5, then one every 12 s',

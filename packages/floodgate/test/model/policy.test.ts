@@ -90,6 +90,12 @@ describe('policy validation', () => {
     ],
     ['faster than 1 per µs', () => gcra({ limit: 2_000_000, periodMs: 1000 }), 'gcra', /per microsecond/],
     ['burst draining for years', () => gcra({ limit: 1, periodMs: 86_400_000, burst: 10_000 }), 'gcra', /drain/],
+    [
+      'an interval refill from empty taking more than 2^52 µs',
+      () => tokenBucket({ capacity: 2, refillAmount: 1e-9, refillIntervalMs: 2 ** 47 / 1000, refill: 'interval' }),
+      'tokenBucket.refillAmount',
+      /refillAmount 1e-9 per 140737488355\.328 ms takes .* to refill tokenBucket\.capacity 2/,
+    ],
     ['options not an object', () => gcra(null as unknown as { limit: number; periodMs: number }), 'gcra', /got null/],
   ];
   for (const [label, fn, option, message] of bad) {
