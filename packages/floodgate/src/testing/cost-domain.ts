@@ -9,6 +9,7 @@ import {
   leakyBucket,
   MAX_DURATION_US,
   MAX_LIMIT,
+  MAX_SLIDING_LOG_LIMIT,
   type Policy,
   slidingLog,
   slidingWindow,
@@ -223,8 +224,8 @@ export const extremeCostTables: ExtremeCostTable[] = [
     stepUs: 100_000,
   },
   {
-    name: 'sliding log counting denied attempts, the largest limit',
-    policies: [slidingLog({ limit: MAX_LIMIT, windowMs: MAX_MS, countDenied: true })],
+    name: 'sliding log counting denied attempts, the largest limit and the longest window',
+    policies: [slidingLog({ limit: MAX_SLIDING_LOG_LIMIT, windowMs: MAX_MS, countDenied: true })],
     costs: all,
     repeat: 1,
     stepUs: 1,
