@@ -18,7 +18,6 @@ export type FloodgateErrorCode =
   | 'ERR_TIMEOUT'
   | 'ERR_ABORTED'
   | 'ERR_QUEUE_FULL'
-  | 'ERR_STORE_FULL'
   | 'ERR_CLOSED';
 
 const brand = Symbol.for('floodgate.error');

@@ -37,7 +37,6 @@ export function classify(error: unknown): Failure {
         return { kind: 'timeout', message: error.message, field: undefined, store: true };
       case 'ERR_STORE_UNAVAILABLE':
       case 'ERR_STORE_PROTOCOL':
-      case 'ERR_STORE_FULL':
       case 'ERR_CLOSED':
         return { kind: 'unavailable', message: error.message, field: undefined, store: true };
       case 'ERR_STORE_FULL':
