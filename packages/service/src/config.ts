@@ -109,8 +109,12 @@ export const MAX_YAML_ALIAS_COUNT = 1000;
 
 const DOMAIN_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
 const PREFIX_PATTERN = /^[A-Za-z0-9_.:-]{1,128}$/;
-/** A Map, not an object literal: `unit: __proto__` or `unit: constructor` must not find what an object inherits. */
-const ENVOY_UNITS: ReadonlyMap<string, number> = new Map([
+/**
+ * Length of each Envoy rate-limit unit, for config rules and request overrides alike. A Map, not an object
+ * literal: a unit from a config or a request such as `__proto__`, `constructor` or `toString` must not find
+ * what an object inherits.
+ */
+export const ENVOY_UNITS: ReadonlyMap<string, number> = new Map([
   ['second', 1000],
   ['minute', 60_000],
   ['hour', 3_600_000],

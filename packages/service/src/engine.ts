@@ -9,7 +9,7 @@ import {
   type Store,
   validateCost,
 } from 'floodgate';
-import type { ServiceConfig } from './config.js';
+import { ENVOY_UNITS, type ServiceConfig } from './config.js';
 import {
   type CompiledDomain,
   compileRules,
@@ -94,19 +94,7 @@ export class RequestError extends Error {
   }
 }
 
-/**
- * Length of each override unit. A Map, not an object literal: the unit comes from the request, and an
- * object would answer `__proto__`, `constructor` or `toString` with what it inherits.
- */
-const UNIT_MS: ReadonlyMap<string, number> = new Map([
-  ['second', 1000],
-  ['minute', 60_000],
-  ['hour', 3_600_000],
-  ['day', 86_400_000],
-  ['week', 604_800_000],
-  ['month', 2_592_000_000],
-  ['year', 31_536_000_000],
-]);
+const UNIT_MS = ENVOY_UNITS;
 
 /** Units accepted in a {@link LimitOverride}. */
 export const OVERRIDE_UNITS: readonly string[] = [...UNIT_MS.keys()];
