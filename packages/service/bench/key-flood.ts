@@ -8,12 +8,13 @@
 // sent as 64 descriptors per request (8 requests in flight), then 2 calls per victim. An exact store
 // admits 0 of those 200 calls. FLOOD_MAX_KEYS, FLOOD_KEYS, FLOOD_VICTIMS, FLOOD_WHEN_FULL and
 // FLOOD_CLI (another build's dist/cli.js) change the run.
-import { type ChildProcess, spawn } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { spawnServe } from './serve.js';
 
 const MAX_KEYS = Number(process.env.FLOOD_MAX_KEYS ?? 1_000_000);
 const FLOOD = Number(process.env.FLOOD_KEYS ?? 2_000_000);
@@ -39,23 +40,16 @@ writeFileSync(
 );
 
 async function start(store: string): Promise<{ child: ChildProcess; base: string }> {
-  const child = spawn(
-    process.execPath,
-    [CLI, 'serve', '--config', configFile, '--store', store, '--port', '0', '--no-grpc', '--no-watch'],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  process.once('exit', () => child.kill('SIGKILL'));
-  const line = await new Promise<string>((resolve, reject) => {
-    let buffer = '';
-    child.stdout?.on('data', (chunk: Buffer) => {
-      buffer += chunk.toString();
-      const newline = buffer.indexOf('\n');
-      if (newline !== -1) resolve(buffer.slice(0, newline));
-    });
-    child.once('exit', (code) => reject(new Error(`floodgate serve exited with ${code}`)));
-  });
-  child.stdout?.resume();
-  const log = JSON.parse(line) as { http: string };
+  const { child, log } = await spawnServe(CLI, [
+    '--config',
+    configFile,
+    '--store',
+    store,
+    '--port',
+    '0',
+    '--no-grpc',
+    '--no-watch',
+  ]);
   return { child, base: `http://127.0.0.1:${log.http.split(':').pop()}` };
 }
 

@@ -18,7 +18,7 @@
 // core would serve). Each scenario keeps its best of BENCH_ROUNDS rounds (default 2).
 //
 // BENCH_SECONDS (5), BENCH_ROUNDS (2), BENCH_CONCURRENCY (64), BENCH_STORES (memory,redis) override.
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { get } from 'node:http';
@@ -29,6 +29,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { loadSync } from '@grpc/proto-loader';
 import autocannon from 'autocannon';
+import { spawnServe } from './serve.js';
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
@@ -60,26 +61,19 @@ interface Running {
 }
 
 async function startService(store: string): Promise<Running> {
-  const child = spawn(
-    process.execPath,
-    [CLI, 'serve', '--config', configFile, '--store', store, '--port', '0', '--grpc-port', '0', '--no-watch'],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  // Never leave a service running behind a benchmark that failed.
-  process.once('exit', () => child.kill('SIGKILL'));
-  const line = await new Promise<string>((resolve, reject) => {
-    let buffer = '';
-    child.stdout?.on('data', (chunk: Buffer) => {
-      buffer += chunk.toString();
-      const newline = buffer.indexOf('\n');
-      if (newline !== -1) resolve(buffer.slice(0, newline));
-    });
-    child.once('exit', (code) => reject(new Error(`floodgate serve exited with ${code}`)));
-  });
-  child.stdout?.resume();
-  const log = JSON.parse(line) as { http: string; grpc: string };
+  const { child, log } = await spawnServe(CLI, [
+    '--config',
+    configFile,
+    '--store',
+    store,
+    '--port',
+    '0',
+    '--grpc-port',
+    '0',
+    '--no-watch',
+  ]);
   const port = (address: string) => Number(address.split(':').pop());
-  return { child, httpPort: port(log.http), grpcPort: port(log.grpc) };
+  return { child, httpPort: port(log.http), grpcPort: port(log.grpc ?? '') };
 }
 
 /** CPU seconds the process has used (user + system), from /proc. */
