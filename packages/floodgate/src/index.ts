@@ -20,6 +20,7 @@ export {
   type LimiterEvents,
   type LimiterOptions,
 } from './limiter/limiter.js';
+export { SyncedLimiter, type SyncedOptions, type SyncedStats, syncedLimiter } from './limiter/synced.js';
 export { type Throttled, type ThrottleOptions, throttle } from './limiter/throttle.js';
 export {
   type Algorithm,
