@@ -3,6 +3,7 @@ import { DECIDE_LUA } from './lua/decide.js';
 import { FIXED_WINDOW_LUA } from './lua/fixed-window.js';
 import { MAIN_LUA } from './lua/main.js';
 import { METER_LUA } from './lua/meter.js';
+import { METER_BATCH_SCRIPT } from './lua/meter-batch.js';
 import { METER_FAST_SCRIPT } from './lua/meter-fast.js';
 import { PRELUDE_LUA } from './lua/prelude.js';
 import { REFUND_LUA } from './lua/refund.js';
@@ -34,3 +35,9 @@ export const METER_SCRIPT = METER_FAST_SCRIPT;
 
 /** SHA-1 of {@link METER_SCRIPT}. */
 export const METER_SCRIPT_SHA = createHash('sha1').update(METER_SCRIPT).digest('hex');
+
+/** The batch script for calls under one meter policy each (see lua/meter-batch.ts). */
+export const METER_BATCH = METER_BATCH_SCRIPT;
+
+/** SHA-1 of {@link METER_BATCH}. */
+export const METER_BATCH_SHA = createHash('sha1').update(METER_BATCH).digest('hex');

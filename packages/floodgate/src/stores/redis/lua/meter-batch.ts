@@ -1,0 +1,136 @@
+/**
+ * The batch script for the commonest load: many calls in flight, each a `limit` or a `check` under a
+ * single meter policy (GCRA, token bucket with continuous refill, leaky bucket in either mode). What Redis
+ * spends on such a decision is mostly crossing from Lua into its commands and building the reply, so this
+ * script reads every key with one MGET, writes only what changes, and replies with each call's state as
+ * it read it: the client runs the model (`decide`, model/decide.ts) on that state and gets the evaluation
+ * the full script would have sent, while this script applies the same model's verdict and next state
+ * (`evaluatePolicy` + `evaluateMeter` + `settleDenied`, model/decide.ts and model/meter.ts, as
+ * lua/meter-fast.ts ports them).
+ *
+ * KEYS     one storage key per call, in call order (a key may repeat: a later call sees the earlier write)
+ * ARGV     [1] grace ms (as in lua/main.ts), [2] P, the number of distinct policies, then per policy
+ *          blockUs, T (a), τ (b), 1 = queue mode (c); then runs of calls that differ only by key: m (calls
+ *          in the run), nowUs ('' = Redis TIME), op (0 check, 1 limit), cost, maxDelayUs, policy number
+ * Clock    a call's nowUs when given, else Redis TIME (integer µs), read once per script call; expiry is
+ *          always on Redis's clock
+ * Returns  [1] the Redis time the calls without a clock were decided at (0 when none), then per call the
+ *          state it was decided on: the stored string, nil when the key held nothing, or `E` when the key
+ *          holds another type (the call fails as WRONGTYPE and changes nothing)
+ * Writes   the new TAT as a plain integer (`SET … PXAT` at the untouched time, rounded up), or, once
+ *          denied under `blockMs`, `!<blockedUntil> <tat>`; the state layout of lua/prelude.ts. A key that
+ *          MGET found empty is written with NX: MGET answers nil for a key of another type too, and NX
+ *          refuses to overwrite it, which is how such a key is told apart without another command.
+ */
+export const METER_BATCH_SCRIPT = `-- floodgate: calls under one meter policy each (see floodgate/model meter.ts, decide.ts).
+local tonumber, ceil, format, byte, match, call = tonumber, math.ceil, string.format, string.byte, string.match, redis.call
+local argv, keys = ARGV, KEYS
+local grace = tonumber(argv[1]) * 1000
+local blocks, ts, taus, queues = {}, {}, {}, {}
+local at = 3
+for i = 1, tonumber(argv[2]) do
+  blocks[i] = tonumber(argv[at])
+  ts[i] = tonumber(argv[at + 1])
+  taus[i] = tonumber(argv[at + 2])
+  queues[i] = argv[at + 3] == '1'
+  at = at + 4
+end
+local n = #keys
+local values = {}
+for i = 1, n, 1000 do
+  local last = i + 999
+  if last > n then last = n end
+  local part = call('MGET', unpack(keys, i, last))
+  for j = 1, #part do values[i + j - 1] = part[j] end
+end
+local redis_now = nil
+local reply = { 0 }
+local written = {}
+local k = 0
+local count = #argv
+while at <= count do
+  local m = tonumber(argv[at])
+  local given = argv[at + 1]
+  local commit = argv[at + 2] == '1'
+  local cost = tonumber(argv[at + 3])
+  local slack = tonumber(argv[at + 4])
+  local p = tonumber(argv[at + 5])
+  at = at + 6
+  local block, t, tau = blocks[p], ts[p], taus[p]
+  if queues[p] then slack = 0 end
+  local now, extra = 0, 0
+  if given == '' then
+    if redis_now == nil then
+      local time = call('TIME')
+      redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    end
+    now = redis_now
+    reply[1] = redis_now
+  else
+    now = tonumber(given)
+    extra = grace
+  end
+  local charge = cost * t
+  charge = ceil(charge - charge * 1e-15)
+  local writes = commit and cost ~= 0
+  for _ = 1, m do
+    k = k + 1
+    local key = keys[k]
+    local value = written[key]
+    local fresh = false
+    if value == nil then
+      value = values[k]
+      fresh = not value
+    end
+    reply[k + 1] = value
+    local blocked, tat = 0, nil
+    if value then
+      if byte(value, 1) == 33 then
+        local b, s = match(value, '^!(%S+) (%S+)$')
+        if b then
+          blocked = tonumber(b)
+          tat = tonumber(s)
+          if blocked == nil or tat == nil then blocked, tat = 0, nil end
+        end
+      else
+        tat = tonumber(value)
+      end
+    end
+    local kept = tat or 0
+    local base = tat or now
+    if now > base then base = now end
+    local next_value, reset = nil, 0
+    if writes and charge <= tau and blocked <= now then
+      local owed = base + charge - now
+      if owed - tau <= slack then
+        next_value = format('%d', base + charge)
+        reset = owed
+      elseif block > 0 then
+        -- settleDenied: the penalty box keeps the state as it stood, blocked until now + blockMs; the key
+        -- lives until the later of the block's end, the meter's own wait and the meter's drain.
+        next_value = '!' .. format('%d', now + block) .. ' ' .. format('%d', kept)
+        reset = owed - tau - slack
+        if block > reset then reset = block end
+        if base - now > reset then reset = base - now end
+      end
+    end
+    if next_value then
+      if redis_now == nil then
+        local time = call('TIME')
+        redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+      end
+      if reset < 1 then reset = 1 end
+      local at_ms = ceil((redis_now + reset + extra) / 1000)
+      if fresh then
+        if not call('SET', key, next_value, 'PXAT', at_ms, 'NX') then reply[k + 1] = 'E' end
+      else
+        call('SET', key, next_value, 'PXAT', at_ms)
+      end
+      if reply[k + 1] ~= 'E' then written[key] = next_value end
+    elseif fresh and call('EXISTS', key) == 1 then
+      reply[k + 1] = 'E'
+    end
+  end
+end
+return reply
+`;
