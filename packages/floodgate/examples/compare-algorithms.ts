@@ -108,6 +108,7 @@ function source(policy: Policy): string {
   const defaults: Record<string, unknown> = { blockMs: 0, refill: 'continuous', mode: 'meter', align: 'clock' };
   if (policy.algorithm === 'gcra') defaults.burst = policy.limit;
   if (policy.algorithm === 'sliding-log') Object.assign(defaults, { minGapMs: 0, countDenied: false });
+  if (policy.algorithm === 'fixed-window') defaults.countDenied = false;
   const factory = {
     gcra: 'gcra',
     'token-bucket': 'tokenBucket',

@@ -10,7 +10,7 @@ import type { Policy } from './policy.js';
  * |------|--------------------------------------|--------------------|------------------------|----------------------|
  * | 1    | meter: GCRA, continuous token bucket, leaky bucket | T: whole µs per unit of cost | τ: tolerance, whole µs (the charge of `burst`) | 1 = queue mode |
  * | 2    | token bucket, interval refill        | refill amount      | interval, µs           | –                    |
- * | 3    | fixed window                         | window, µs         | –                      | 1 = first-request aligned |
+ * | 3    | fixed window                         | window, µs         | 1 = count denied       | 1 = first-request aligned |
  * | 4    | sliding-window counter               | window, µs         | –                      | –                    |
  * | 5    | sliding log                          | window, µs         | minimum gap, µs (0 off)| 1 = count denied     |
  */
@@ -106,7 +106,7 @@ function build(policy: Policy): CompiledPolicy {
         kind: KIND_FIXED_WINDOW,
         limit: policy.limit,
         a: toUs(policy.windowMs),
-        b: 0,
+        b: policy.countDenied ? 1 : 0,
         c: policy.align === 'first-request' ? 1 : 0,
       };
     case 'sliding-window':

@@ -6,7 +6,7 @@ import {
   KIND_SLIDING_WINDOW,
   KIND_TOKEN_INTERVAL,
 } from './compile.js';
-import { evaluateFixedWindow } from './fixed-window.js';
+import { countFixedWindowHit, evaluateFixedWindow } from './fixed-window.js';
 import { evaluateMeter, meterCharge } from './meter.js';
 import { evaluateSlidingLog, logDeniedAttempt } from './sliding-log.js';
 import { evaluateSlidingWindow } from './sliding-window.js';
@@ -96,12 +96,22 @@ function run(
 }
 
 /**
+ * True for a fixed window with `countDenied`: it counts every committed call, whatever denied it and
+ * whatever its cost, as Envoy's reference service counts hits. `decide` lets it count even a call whose
+ * cost another policy can never admit.
+ */
+export function countsEveryCall(c: CompiledPolicy): boolean {
+  return c.kind === KIND_FIXED_WINDOW && c.b === 1;
+}
+
+/**
  * Settles one policy's report when the call as a whole was denied. A policy that admitted the call
  * consumed nothing, so it reports the key as it stands. With `commit`, policies that remember denials
- * get their new state in `out.next`: a logged attempt (`countDenied`) and the penalty box (`blockMs`,
- * only for the policy that itself denied on its limit). Every report's `retryAfterUs` is its wait for
- * the same call from the state it is left in: a `countDenied` log that admitted the call but logged the
- * attempt still reports `allowed` (it did not deny), with the wait that the logged attempt imposes.
+ * get their new state in `out.next`: a logged attempt (`countDenied` sliding log), a counted call
+ * (`countDenied` fixed window, even for a cost above its limit) and the penalty box (`blockMs`, only for
+ * the policy that itself denied on its limit). Every report's `retryAfterUs` is its wait for the same
+ * call from the state it is left in: a `countDenied` policy that admitted the call but counted it still
+ * reports `allowed` (it did not deny), with the wait that the counted call imposes.
  */
 export function settleDenied(
   c: CompiledPolicy,
@@ -115,14 +125,16 @@ export function settleDenied(
   if (allowedHere) reportAsAllowed(c, s, nowUs, out);
   out.next = undefined;
   // A cost-0 call is a check: it never starts a penalty or logs an attempt.
-  if (!commit || cost === 0 || out.reason === 'exceeds-capacity' || out.reason === 'blocked') return;
+  if (!commit || cost === 0 || out.reason === 'blocked') return;
+  const everyCall = countsEveryCall(c);
+  if (out.reason === 'exceeds-capacity' && !everyCall) return;
   let next = s;
-  if (c.kind === KIND_SLIDING_LOG && c.c === 1 && cost > 0) {
-    next = logDeniedAttempt(c, s, nowUs, cost);
+  if (everyCall || (c.kind === KIND_SLIDING_LOG && c.c === 1)) {
+    next = everyCall ? countFixedWindowHit(c, s, nowUs, cost) : logDeniedAttempt(c, s, nowUs, cost);
     evaluatePolicy(c, next, nowUs, cost, 0, out);
     if (allowedHere) {
-      // The log did not deny this call, but the attempt it counted may leave no room for the same call:
-      // its wait for the same cost, after the attempt, is part of the decision's retryAfter (toDecision).
+      // The policy did not deny this call, but the attempt it counted may leave no room for the same
+      // call: its wait for the same cost, after the attempt, is part of the decision's retryAfter (toDecision).
       const wait = out.allowed ? 0 : out.retryAfterUs;
       reportAsAllowed(c, next, nowUs, out);
       out.retryAfterUs = wait;
@@ -162,7 +174,8 @@ export interface DecideOptions {
 /**
  * Decides a call against several policies at once, all-or-nothing: admitted only if every policy admits
  * it; when one denies, nothing is consumed (only the denial memories of `settleDenied` are kept, and
- * none at all when the cost exceeds what some policy can ever admit).
+ * none at all when the cost exceeds what some policy can ever admit, but a fixed window's count of every
+ * call).
  * Each `evaluations[i].next` is the state to store for policy `i`, or undefined to leave it as it is.
  */
 export function decide(
@@ -186,10 +199,13 @@ export function decide(
   }
   if (!allowed) {
     // A cost that one policy can never admit changes nothing under any policy (DESIGN §4): no policy
-    // starts a penalty or logs the attempt, each only reports the key as it stands.
+    // starts a penalty or logs the attempt, each only reports the key as it stands; only a fixed window
+    // that counts every call counts it.
     const commit = options.commit && !impossible;
     for (let i = 0; i < policies.length; i++) {
-      settleDenied(policies[i] as CompiledPolicy, states[i], nowUs, cost, commit, evaluations[i] as Evaluation);
+      const c = policies[i] as CompiledPolicy;
+      const keep = commit || (options.commit && countsEveryCall(c));
+      settleDenied(c, states[i], nowUs, cost, keep, evaluations[i] as Evaluation);
     }
   } else if (!options.commit) {
     for (const out of evaluations) out.next = undefined;

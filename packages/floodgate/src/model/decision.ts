@@ -16,7 +16,7 @@ export interface PolicyDecision {
   remaining: number;
   /**
    * ms until this same call could pass this policy; `Infinity` when it never can. 0 when allowed, but
-   * for a `countDenied` sliding log when another policy denied the call: the log admitted it, logged the
+   * for a `countDenied` policy when another policy denied the call: this one admitted it, counted the
    * attempt, and this is the wait that attempt imposes (part of the decision's `retryAfterMs`).
    */
   retryAfterMs: number;

@@ -53,6 +53,11 @@ export interface FixedWindowPolicy extends PolicyBase {
   readonly limit: number;
   readonly windowMs: number;
   readonly align: 'clock' | 'first-request';
+  /**
+   * Every committed call counts, admitted or denied (as Envoy's reference rate limit service counts each
+   * hit), so a client that keeps calling over the limit stays denied until the window ends. @default false
+   */
+  readonly countDenied: boolean;
 }
 
 /** Sliding-window counter: the current window's count plus the previous one's, weighted by overlap. */
@@ -107,6 +112,8 @@ export interface FixedWindowOptions {
   windowMs: number;
   /** @default 'clock' */
   align?: 'clock' | 'first-request';
+  /** Count denied calls too (see {@link FixedWindowPolicy.countDenied}). @default false */
+  countDenied?: boolean;
   name?: string;
   blockMs?: number;
 }
@@ -162,7 +169,7 @@ const KNOWN_FIELDS: Record<Algorithm, readonly string[]> = {
   gcra: ['limit', 'periodMs', 'burst'],
   'token-bucket': ['capacity', 'refillAmount', 'refillIntervalMs', 'refill'],
   'leaky-bucket': ['capacity', 'leakPerSecond', 'mode'],
-  'fixed-window': ['limit', 'windowMs', 'align'],
+  'fixed-window': ['limit', 'windowMs', 'align', 'countDenied'],
   'sliding-window': ['limit', 'windowMs'],
   'sliding-log': ['limit', 'windowMs', 'minGapMs', 'countDenied'],
 };
@@ -294,8 +301,9 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
       const limit = count(o, 'limit', path);
       const windowMs = duration(o, 'windowMs', path, false);
       const align = oneOf(o, 'align', path, ['clock', 'first-request'] as const, 'clock');
-      derived = `fixed-window-${trimNumber(limit)}-per-${trimNumber(windowMs)}ms${align === 'clock' ? '' : '-first-request'}`;
-      policy = { algorithm: 'fixed-window', name: derived, blockMs, limit, windowMs, align };
+      const countDenied = flag(o, 'countDenied', path);
+      derived = `fixed-window-${trimNumber(limit)}-per-${trimNumber(windowMs)}ms${align === 'clock' ? '' : '-first-request'}${countDenied ? '-count-denied' : ''}`;
+      policy = { algorithm: 'fixed-window', name: derived, blockMs, limit, windowMs, align, countDenied };
       break;
     }
     case 'sliding-window': {
@@ -406,7 +414,10 @@ export function leakyBucket(options: LeakyBucketOptions): LeakyBucketPolicy {
     'leakyBucket',
   ) as LeakyBucketPolicy;
 }
-/** A fixed window. @example fixedWindow({ limit: 5000, windowMs: 3_600_000 }) */
+/**
+ * A fixed window. `countDenied: true` counts every call, denied ones too (Envoy's reference service).
+ * @example fixedWindow({ limit: 5000, windowMs: 3_600_000 })
+ */
 export function fixedWindow(options: FixedWindowOptions): FixedWindowPolicy {
   return definePolicy(
     { ...asObject(options, 'fixedWindow'), algorithm: 'fixed-window' },

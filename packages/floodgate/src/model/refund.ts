@@ -25,7 +25,7 @@ export function leaseRefusal(c: CompiledPolicy): string | undefined {
   if (c.kind === KIND_METER && c.c === 1) return 'a leaky bucket in queue mode gives every call its own delay';
   if (c.kind === KIND_SLIDING_LOG && c.b > 0)
     return 'a minimum gap (minGapMs) cannot hold between calls admitted locally';
-  if (c.kind === KIND_SLIDING_LOG && c.c === 1)
+  if ((c.kind === KIND_SLIDING_LOG && c.c === 1) || (c.kind === KIND_FIXED_WINDOW && c.b === 1))
     return 'counting denied attempts (countDenied) needs every call at the store';
   return undefined;
 }

@@ -183,6 +183,16 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
   });
 
   api.describe('randomized comparison with the reference model', () => {
+    // The policy sets of fixed windows that count every call, each on every store (a seed alone picks
+    // one set of all).
+    countDeniedSets().forEach((policies, i) => {
+      const seed = 9001 + i;
+      api.it(
+        `seed ${seed}, fixed windows counting every call: ${policies.map((p) => p.name).join(' + ')}`,
+        () => withStore((store) => compareWithModel(store, { seed, operations: 300, policies })),
+        120_000,
+      );
+    });
     const runs = options.randomRuns ?? 12;
     const firstSeed = options.seed ?? 1;
     for (let run = 0; run < runs; run++) {
@@ -311,10 +321,27 @@ export function randomPolicySets(): Policy[][] {
       slidingLog({ limit: 3, windowMs: 1200, countDenied: true, blockMs: 150, name: 'log' }),
       slidingWindow({ limit: 2.5, windowMs: 900, blockMs: 50, name: 'sw' }),
     ],
+    ...countDeniedSets(),
     // A countDenied log beside a policy that denies first: the log's wait after the logged attempt.
     [
       slidingLog({ limit: 4.5, windowMs: 1194, countDenied: true, name: 'log' }),
       fixedWindow({ limit: 1, windowMs: 1, name: 'fw' }),
+    ],
+  ];
+}
+
+/**
+ * Fixed windows that count every call (Envoy's reference service): denied calls and costs above the limit
+ * count; alone, with a penalty box, and beside policies that deny first or can never admit costs 2 and 3.
+ */
+function countDeniedSets(): Policy[][] {
+  return [
+    [fixedWindow({ limit: 3, windowMs: 400, countDenied: true })],
+    [fixedWindow({ limit: 2.5, windowMs: 350, align: 'first-request', countDenied: true, blockMs: 300 })],
+    [
+      gcra({ limit: 1.5, periodMs: 400, name: 'frac' }),
+      fixedWindow({ limit: 4, windowMs: 600, countDenied: true, name: 'fw' }),
+      slidingLog({ limit: 3, windowMs: 500, countDenied: true, name: 'log' }),
     ],
   ];
 }
@@ -326,12 +353,13 @@ export function randomPolicySets(): Policy[][] {
  */
 export async function compareWithModel(
   store: Store,
-  options: { seed: number; operations?: number; costs?: readonly number[] },
+  options: { seed: number; operations?: number; costs?: readonly number[]; policies?: Policy[] },
 ): Promise<void> {
   const random = seededRandom(options.seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
   const sets = randomPolicySets();
-  const policies = pick(sets);
+  const drawn = pick(sets);
+  const policies = options.policies ?? drawn;
   const clock: ManualClock = manualClock({ startMs: SCENARIO_START_MS + Math.floor(random() * 10_000) });
   const prefix = uniquePrefix('cmp');
   const subject = createLimiter({ store, policies, clock, prefix });

@@ -203,6 +203,14 @@ export const extremeCostTables: ExtremeCostTable[] = [
     stepUs: 17,
   },
   {
+    // Every cost counts, the largest ones too: the count stops at MAX_COST, exactly, in every store.
+    name: 'fixed window counting every call, the largest limit and longest window',
+    policies: [fixedWindow({ limit: MAX_LIMIT, windowMs: MAX_MS, countDenied: true })],
+    costs: all,
+    repeat: 3,
+    stepUs: 17,
+  },
+  {
     name: 'sliding-window counter',
     policies: [slidingWindow({ limit: 2, windowMs: 1000 })],
     costs: all,

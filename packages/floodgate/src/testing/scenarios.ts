@@ -247,6 +247,55 @@ export const scenarios: Scenario[] = [
     ],
   },
   {
+    // Envoy's reference service adds every hit to the window before comparing: calls over the limit
+    // count too, so a client that keeps calling stays denied, and a check (cost 0) of a window pushed past
+    // its limit is denied until the window ends. A cost above the limit can never pass, and still counts.
+    name: 'fixed window that counts denied calls (countDenied)',
+    policies: [fixedWindow({ limit: 3, windowMs: 1000, countDenied: true })],
+    steps: [
+      {
+        at: 0,
+        repeat: 3,
+        expectEach: [2, 1, 0].map((remaining) => ({ allowed: true, remaining, resetAfterMs: 1000 })),
+      },
+      { at: 100, expect: deny(900, { remaining: 0, resetAfterMs: 900 }) },
+      { at: 200, op: 'check', expect: deny(800, { remaining: 0 }) },
+      { at: 200, cost: 0, expect: deny(800, { remaining: 0 }) },
+      { at: 999, op: 'status', expect: { remaining: 0, resetAfterMs: 1 } },
+      { at: 1000, expect: { allowed: true, remaining: 2, resetAfterMs: 1000 } },
+      {
+        at: 1000,
+        cost: 5,
+        expect: {
+          allowed: false,
+          reason: 'exceeds-capacity',
+          retryAfterMs: Infinity,
+          remaining: 0,
+          resetAfterMs: 1000,
+        },
+      },
+      { at: 1500, cost: 0, expect: deny(500, { remaining: 0 }) },
+      { at: 2000, op: 'status', expect: { remaining: 3, resetAfterMs: 0 } },
+      { at: 2000, cost: 2, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
+    // A call another policy denies, or whose cost another policy can never admit, counts in the window
+    // all the same; nothing else changes.
+    name: 'fixed window that counts denied calls, beside a policy that denies first',
+    policies: [
+      gcra({ limit: 1, periodMs: 1000, name: 'g' }),
+      fixedWindow({ limit: 5, windowMs: 10_000, countDenied: true, name: 'fw' }),
+    ],
+    steps: [
+      { at: 0, expect: { allowed: true, remaining: 0, policy: 'g' } },
+      { at: 0, expect: deny(1000, { policy: 'g' }) },
+      { at: 0, cost: 2.5, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+      { at: 1000, expect: deny(9000, { policy: 'fw', remaining: 0 }) },
+      { at: 10_000, expect: { allowed: true, remaining: 0, policy: 'g' } },
+    ],
+  },
+  {
     name: 'sliding-window counter: the previous window counts by its overlap',
     policies: [slidingWindow({ limit: 10, windowMs: 1000 })],
     steps: [

@@ -529,6 +529,9 @@ function settleFunction(n: SqlNames): string {
     w float8;
     nx float8[] := s;
     has_next boolean := false;
+    every_call boolean;
+    cnt float8;
+    start float8;
   BEGIN
     IF allowed_here THEN
       r := ${n.policy}(kind, lim, a, b, c, s, now, 0, 0);
@@ -536,12 +539,30 @@ function settleFunction(n: SqlNames): string {
     ELSE
       e := e[1:6];
     END IF;
-    IF NOT do_commit OR cost = 0 OR e[2] = 3 OR e[2] = 2 THEN RETURN e || ARRAY[-1]::float8[]; END IF;
-    IF kind = 5 AND c = 1 AND cost > 0 THEN
-      nx := ${n.logDenied}(lim, a, s, now, cost);
+    IF NOT do_commit OR cost = 0 OR e[2] = 2 THEN RETURN e || ARRAY[-1]::float8[]; END IF;
+    -- A fixed window with countDenied (b = 1) counts every call, a cost above its limit too.
+    every_call := kind = 3 AND b = 1;
+    IF e[2] = 3 AND NOT every_call THEN RETURN e || ARRAY[-1]::float8[]; END IF;
+    IF every_call OR (kind = 5 AND c = 1) THEN
+      IF every_call THEN
+        -- fixed-window.ts countFixedWindowHit: the window's count plus the cost, at most 2^53 - 1.
+        cnt := 0;
+        IF c = 0 THEN
+          start := now - (now::bigint % a::bigint)::float8;
+          IF s IS NOT NULL AND s[2] = start THEN cnt := s[3]; END IF;
+        ELSIF s IS NOT NULL AND s[3] > 0 AND now < s[2] + a THEN
+          start := s[2];
+          cnt := s[3];
+        ELSE
+          start := now;
+        END IF;
+        nx := ARRAY[coalesce(s[1], 0), start, least(cnt + cost, 9007199254740991)]::float8[];
+      ELSE
+        nx := ${n.logDenied}(lim, a, s, now, cost);
+      END IF;
       r := ${n.policy}(kind, lim, a, b, c, nx, now, cost, 0);
       IF allowed_here THEN
-        -- Did not deny, but the logged attempt may leave no room: its wait for the same cost counts.
+        -- Did not deny, but the counted attempt may leave no room: its wait for the same cost counts.
         w := CASE WHEN r[1] = 1 THEN 0 ELSE r[4] END;
         r := ${n.policy}(kind, lim, a, b, c, nx, now, 0, 0);
         e := ARRAY[1, 0, r[3], w, greatest(r[5], w), 0]::float8[];
@@ -741,7 +762,8 @@ function decideFunction(n: SqlNames): string {
         ELSE
           IF NOT all_ok THEN
             -- Nothing was written yet, so each policy settles against the state it was evaluated on. A
-            -- cost one policy can never admit changes nothing under any policy (no block, no logged attempt).
+            -- cost one policy can never admit changes nothing under any policy (no block, no logged
+            -- attempt), but a fixed window that counts every call (kind 3, b = 1) counts it.
             r := rb;
             rb := '{}';
             FOR k IN 0..np - 1 LOOP
@@ -749,7 +771,8 @@ function decideFunction(n: SqlNames): string {
               q := ro[k + 1];
               ro[k + 1] := coalesce(array_length(rb, 1), 0);
               rb := rb || ${n.settle}(p_pol[base + 2]::int, p_pol[base + 3], p_pol[base + 4], p_pol[base + 5],
-                p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost, is_commit AND NOT impossible, r[q + 1:q + 6]);
+                p_pol[base + 6], p_pol[base + 7], (st[p_pol[base + 1]::int]).s, now, cost,
+                is_commit AND (NOT impossible OR (p_pol[base + 2] = 3 AND p_pol[base + 6] = 1)), r[q + 1:q + 6]);
             END LOOP;
           END IF;
           res := res || ARRAY[CASE WHEN all_ok THEN 1 ELSE 0 END, now]::float8[];

@@ -1,8 +1,9 @@
 /**
  * Lua port of `evaluatePolicy`, `settleDenied` and `decide` (model/decide.ts): the penalty box, costs
  * that can never fit, and several policies decided all-or-nothing. A denial consumes nothing; only the
- * denial memories survive (a logged attempt under `countDenied`, the penalty box of `blockMs`), and not
- * even those when the cost exceeds what some policy can ever admit.
+ * denial memories survive (a logged attempt or a counted call under `countDenied`, the penalty box of
+ * `blockMs`), and not even those when the cost exceeds what some policy can ever admit, but the count of a
+ * fixed window that counts every call.
  */
 export const DECIDE_LUA = `
 local function evaluate(c, s, now, cost, max_delay, out)
@@ -66,17 +67,28 @@ local function report_as_allowed(c, s, now, out)
   out.delay = 0
 end
 
+-- A fixed window with countDenied counts every committed call (model: countsEveryCall).
+local function counts_every_call(c)
+  return c.kind == KIND_FIXED_WINDOW and c.b == 1
+end
+
 local function settle_denied(c, s, now, cost, commit, out)
   local allowed_here = out.allowed
   if allowed_here then report_as_allowed(c, s, now, out) end
   out.nxt = false
-  if not commit or cost == 0 or out.reason == EXCEEDS or out.reason == BLOCKED then return end
+  if not commit or cost == 0 or out.reason == BLOCKED then return end
+  local every_call = counts_every_call(c)
+  if out.reason == EXCEEDS and not every_call then return end
   local nxt = s
-  if c.kind == KIND_SLIDING_LOG and c.c == 1 and cost > 0 then
-    nxt = log_denied_attempt(c, s, now, cost)
+  if every_call or (c.kind == KIND_SLIDING_LOG and c.c == 1) then
+    if every_call then
+      nxt = fixed_window_hit(c, s, now, cost)
+    else
+      nxt = log_denied_attempt(c, s, now, cost)
+    end
     evaluate_policy(c, nxt, now, cost, 0, out)
     if allowed_here then
-      -- Did not deny, but the logged attempt may leave no room: its wait for the same cost counts.
+      -- Did not deny, but the counted attempt may leave no room: its wait for the same cost counts.
       local wait = 0
       if not out.allowed then wait = out.retry end
       report_as_allowed(c, nxt, now, out)
@@ -113,9 +125,11 @@ local function decide(policies, states, n, now, cost, commit, max_delay, outs)
     end
   end
   if not allowed then
-    -- A cost one policy can never admit changes nothing under any policy.
+    -- A cost one policy can never admit changes nothing under any policy, but a count of every call.
     local keep = commit and not impossible
-    for i = 1, n do settle_denied(policies[i], states[i], now, cost, keep, outs[i]) end
+    for i = 1, n do
+      settle_denied(policies[i], states[i], now, cost, keep or (commit and counts_every_call(policies[i])), outs[i])
+    end
   elseif not commit then
     for i = 1, n do outs[i].nxt = false end
   end

@@ -1,7 +1,8 @@
 /**
- * Lua port of `evaluateFixedWindow` (model/fixed-window.ts): at most `limit` per window of `a` µs,
- * aligned to the epoch (`c` = 0) or to a key's first charged request (`c` = 1). State
- * `{blockedUntil, windowStart, count}`. The model's `now % window` is `fmod` (exact), not Lua's `%`.
+ * Lua port of `evaluateFixedWindow` and `countFixedWindowHit` (model/fixed-window.ts): at most `limit`
+ * per window of `a` µs, aligned to the epoch (`c` = 0) or to a key's first charged request (`c` = 1);
+ * `b` = 1 counts every call (`countDenied`). State `{blockedUntil, windowStart, count}`. The model's
+ * `now % window` is `fmod` (exact), not Lua's `%`.
  */
 export const FIXED_WINDOW_LUA = `
 local function load_fixed_window()
@@ -35,6 +36,26 @@ local function load_fixed_window()
       if count > 0 then out.reset = start + window - now else out.reset = 0 end
       out.nxt = false
     end
+  end
+  -- The state once a call is counted whatever its outcome; the count stops at MAX_COST (2^53 - 1).
+  fixed_window_hit = function(c, s, now, cost)
+    local window = c.a
+    local start
+    local count = 0
+    if c.c == 0 then
+      start = now - fmod(now, window)
+      if s and s[2] == start then count = s[3] end
+    elseif s and s[3] > 0 and now < s[2] + window then
+      start = s[2]
+      count = s[3]
+    else
+      start = now
+    end
+    local after = count + cost
+    if after > 9007199254740991 then after = 9007199254740991 end
+    local blocked = 0
+    if s then blocked = s[1] end
+    return { blocked, start, after }
   end
 end
 `;

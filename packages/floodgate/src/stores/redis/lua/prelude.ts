@@ -26,7 +26,7 @@ local KIND_METER, KIND_TOKEN_INTERVAL, KIND_FIXED_WINDOW, KIND_SLIDING_WINDOW, K
 local TAGS = '-ifsl'
 -- The algorithms other than the meter are defined on first use: Redis runs this whole chunk on every
 -- call, and each function defined is an allocation, so a call pays only for what it uses.
-local token_interval, fixed_window, sliding_window, sliding_log, log_denied_attempt
+local token_interval, fixed_window, fixed_window_hit, sliding_window, sliding_log, log_denied_attempt
 
 -- Length of a state with no history (model: EMPTY_LENGTH in decide.ts); the sliding log's varies.
 local function empty_length(kind)
