@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 import { existsSync, realpathSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { HeaderFormat } from 'floodgate/http';
-import { ConfigError, loadConfigFile } from './config.js';
+import { ConfigError } from './config.js';
+import { loadConfigPath } from './config-files.js';
 import { HEADER_FORMATS } from './headers.js';
 import { compileRules } from './rules.js';
 import { ListenError, type Service, startService } from './service.js';
@@ -35,11 +37,21 @@ const HELP = `floodgate ${VERSION}: rate limiting as a service (HTTP JSON API, E
 
 Usage:
   floodgate serve [options]          start the service
-  floodgate check-config <file>      validate a config file and exit
+  floodgate check-config [--merge-domain-config] <file or directory>
+                                     validate a config and exit
   floodgate --help | --version
 
 Options of serve (environment variable in brackets):
-  -c, --config <file>      YAML config [FLOODGATE_CONFIG] (default: floodgate.yaml)
+  -c, --config <path>      YAML config: a file of floodgate's format or envoyproxy/ratelimit's, or a
+                           directory of them (*.yaml, *.yml; envoyproxy/ratelimit's layout)
+                           [FLOODGATE_CONFIG] (default: floodgate.yaml, or
+                           $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY when RUNTIME_ROOT is set)
+      --merge-domain-config  merge a domain that several files of envoyproxy/ratelimit's format define
+                           [FLOODGATE_MERGE_DOMAIN_CONFIG, MERGE_DOMAIN_CONFIG] (default: refuse it)
+      --stop-cache-key-increment-when-overlimit  in domains of envoyproxy/ratelimit's format, a request
+                           with a descriptor that goes over its limit charges none of its other
+                           descriptors [FLOODGATE_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
+                           STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT] (default: off)
   -s, --store <url>        where counters live [FLOODGATE_STORE] (default: memory)
       --host <address>     address to listen on [FLOODGATE_HOST] (default: 127.0.0.1)
   -p, --port <n>           HTTP port, 0 for any free one [FLOODGATE_PORT] (default: 8080)
@@ -140,11 +152,17 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
 }
 
 function checkConfig(args: readonly string[], io: CliIo): number {
-  const { positionals } = parseArgs({ args: [...args], allowPositionals: true, options: {} });
-  if (positionals.length !== 1) throw new UsageError('check-config takes one file');
+  const { positionals, values } = parseArgs({
+    args: [...args],
+    allowPositionals: true,
+    options: { 'merge-domain-config': { type: 'boolean' } },
+  });
+  if (positionals.length !== 1) throw new UsageError('check-config takes one file or directory');
   const file = positionals[0] as string;
   try {
-    const config = loadConfigFile(file);
+    const { config } = loadConfigPath(file, {
+      mergeDomains: values['merge-domain-config'] ?? envFlag(io.env, 'MERGE_DOMAIN_CONFIG'),
+    });
     const rules = [...compileRules(config, new DecisionStats()).values()].reduce((n, d) => n + d.rules.length, 0);
     io.out(
       `${file}: ok (${config.domains.length} domain${config.domains.length === 1 ? '' : 's'}, ${rules} rule${rules === 1 ? '' : 's'})\n`,
@@ -157,6 +175,22 @@ function checkConfig(args: readonly string[], io: CliIo): number {
     }
     throw error;
   }
+}
+
+/**
+ * A switch from `FLOODGATE_<NAME>`, else from envoyproxy/ratelimit's own variable `<NAME>`, so its
+ * deployments can move over unchanged: true for `true` or `1` (any case), as Go's strconv reads it.
+ */
+function envFlag(env: Record<string, string | undefined>, name: string): boolean {
+  const value = env[`FLOODGATE_${name}`] ?? env[name];
+  return value !== undefined && ['true', '1', 't'].includes(value.trim().toLowerCase());
+}
+
+/** The config path envoyproxy/ratelimit's variables name: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY. */
+function runtimeDirectory(env: Record<string, string | undefined>): string | undefined {
+  const root = env.RUNTIME_ROOT;
+  if (root === undefined || root === '') return undefined;
+  return join(root, env.RUNTIME_SUBDIRECTORY ?? '', env.RUNTIME_APPDIRECTORY ?? 'config');
 }
 
 function port(value: string | undefined, name: string): number | undefined {
@@ -201,6 +235,8 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       'http-tls-key': { type: 'string' },
       'http-tls-client-ca': { type: 'string' },
       'http-tls-client-san': { type: 'string' },
+      'merge-domain-config': { type: 'boolean' },
+      'stop-cache-key-increment-when-overlimit': { type: 'boolean' },
     },
   });
   if (positionals.length > 0) throw new UsageError(`serve takes no arguments, got ${JSON.stringify(positionals[0])}`);
@@ -251,7 +287,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
   if (!(HEADER_FORMATS as readonly string[]).includes(headers)) {
     throw new UsageError(`--headers must be one of ${HEADER_FORMATS.join(', ')}`);
   }
-  const configFile = values.config ?? env.FLOODGATE_CONFIG ?? 'floodgate.yaml';
+  const configFile = values.config ?? env.FLOODGATE_CONFIG ?? runtimeDirectory(env) ?? 'floodgate.yaml';
   const httpPort = values['no-http'] ? false : (port(values.port ?? env.FLOODGATE_PORT, '--port') ?? 8080);
   const grpcPort = values['no-grpc']
     ? false
@@ -263,6 +299,9 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
   try {
     service = await startService({
       configFile,
+      mergeDomains: values['merge-domain-config'] ?? envFlag(env, 'MERGE_DOMAIN_CONFIG'),
+      stopIncrementWhenOverLimit:
+        values['stop-cache-key-increment-when-overlimit'] ?? envFlag(env, 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT'),
       store: values.store ?? env.FLOODGATE_STORE ?? 'memory',
       host: values.host ?? env.FLOODGATE_HOST ?? '127.0.0.1',
       httpPort,

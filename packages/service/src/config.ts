@@ -30,6 +30,25 @@ export interface DomainConfig {
   /** Decide and count, but always answer OK (descriptors may override it). @default false */
   readonly shadow: boolean;
   readonly descriptors: readonly DescriptorConfig[];
+  /**
+   * `envoy` for a domain written in envoyproxy/ratelimit's format: wildcards anywhere in a value, tried in
+   * the order written; its counting (every call counts) and its answers. @default 'floodgate'
+   */
+  readonly format?: 'floodgate' | 'envoy';
+}
+
+/**
+ * A rule's `rate_limit` in envoyproxy/ratelimit's format, as written: how the rule is reported (`current_limit`)
+ * and decided. `requestsPerUnit` 0 denies every call.
+ */
+export interface EnvoyLimitConfig {
+  /** Unit name, lower case: `second` … `year`; undefined for an unlimited rule without a unit. */
+  readonly unit: string | undefined;
+  readonly requestsPerUnit: number;
+  /** `rate_limit.name`: reported as `current_limit.name`, and what `replaces` refers to. */
+  readonly name: string | undefined;
+  /** Names of the limits this rule replaces when both apply to one request. */
+  readonly replaces: readonly string[];
 }
 
 /**
@@ -51,10 +70,16 @@ export interface DescriptorConfig {
   readonly descriptors: readonly DescriptorConfig[];
   /** Line of the rule in its file (1-based), for messages. */
   readonly line: number;
+  /** The file of the rule, when the config was read from several. */
+  readonly file?: string | undefined;
+  /** The rule's `rate_limit` in envoyproxy/ratelimit's format (domains of that format only). */
+  readonly envoy?: EnvoyLimitConfig | undefined;
 }
 
 /** One problem in a config, located by path and line. */
 export interface ConfigIssue {
+  /** The file, when the config was read from several (else the error's `file`). */
+  readonly file?: string | undefined;
   /** Where, as a path: `domains[0].descriptors[1].policies[0].limit`. */
   readonly path: string;
   /** 1-based line and column in the file; 0 when unknown. */
@@ -71,7 +96,9 @@ export class ConfigError extends Error {
 
   constructor(issues: readonly ConfigIssue[], file?: string) {
     const where = file ?? 'config';
-    const lines = issues.map((i) => `  ${where}:${i.line}:${i.column} ${i.path ? `${i.path}: ` : ''}${i.message}`);
+    const lines = issues.map(
+      (i) => `  ${i.file ?? where}:${i.line}:${i.column} ${i.path ? `${i.path}: ` : ''}${i.message}`,
+    );
     const count = `${issues.length} problem${issues.length === 1 ? '' : 's'}${issues.length >= MAX_ISSUES ? ', checking stopped there' : ''}`;
     super(`invalid config (${count}):\n${lines.join('\n')}`);
     this.issues = issues;
@@ -124,9 +151,11 @@ export const ENVOY_UNITS: ReadonlyMap<string, number> = new Map([
   ['year', 31_536_000_000],
 ]);
 
-type Segment = string | number;
+/** One step of a path in a config: a field name or a list index. */
+export type Segment = string | number;
 
-function pathOf(segments: readonly Segment[]): string {
+/** A path as messages show it: `domains[0].descriptors[1].key`. */
+export function pathOf(segments: readonly Segment[]): string {
   let out = '';
   for (const s of segments) out += typeof s === 'number' ? `[${s}]` : out === '' ? s : `.${s}`;
   return out;
@@ -191,13 +220,33 @@ function tooLarge(size: string): ConfigIssue {
  * ```
  */
 export function parseConfig(text: string, file?: string): ServiceConfig {
+  return checkFloodgateConfig(readYaml(text, file), file);
+}
+
+/** A config file's YAML, parsed within the bounds, with what a checker needs to locate its problems. */
+export interface YamlDocument {
+  readonly doc: Document.Parsed;
+  /** The document as plain data. */
+  readonly data: unknown;
+  readonly locator: Locator;
+  readonly sourceOf: SourceOf;
+  /** 1-based line and column of an offset in the text. */
+  readonly position: (offset: number) => { line: number; column: number };
+}
+
+/**
+ * Parses a config's YAML within the bounds ({@link MAX_CONFIG_BYTES}, {@link MAX_YAML_DEPTH},
+ * {@link MAX_YAML_ALIAS_COUNT}); throws {@link ConfigError} for text that is not one YAML document.
+ * `version` 1.1 reads the YAML of Go's yaml.v2 (envoyproxy/ratelimit's files): `yes`, `on`, `y` are true.
+ */
+export function readYaml(text: string, file?: string, version: '1.1' | '1.2' = '1.2'): YamlDocument {
   // Characters never outnumber UTF-8 bytes: count bytes only when the characters are near the bound.
   if (text.length > MAX_CONFIG_BYTES / 3) {
     const bytes = Buffer.byteLength(text, 'utf8');
     if (bytes > MAX_CONFIG_BYTES) throw new ConfigError([tooLarge(`${bytes} bytes`)], file);
   }
   const lineCounter = new LineCounter();
-  const doc = parseYaml(text, lineCounter, file);
+  const doc = parseYaml(text, lineCounter, file, version);
   if (doc.errors.length > 0) {
     throw new ConfigError(
       doc.errors.slice(0, MAX_ISSUES).map((e) => {
@@ -230,13 +279,24 @@ export function parseConfig(text: string, file?: string): ServiceConfig {
     );
   }
   const aliasTargets = new AliasTargets(doc);
-  const checker = new Checker(
-    (segments, onKey) => locate(doc.contents, segments, onKey, lineCounter),
-    (segments) => scalarSource(doc, segments, aliasTargets),
-  );
+  return {
+    doc,
+    data,
+    locator: (segments, onKey) => locate(doc.contents, segments, onKey, lineCounter),
+    sourceOf: (segments) => scalarSource(doc, segments, aliasTargets),
+    position: (offset) => {
+      const pos = lineCounter.linePos(offset);
+      return { line: pos.line, column: pos.col };
+    },
+  };
+}
+
+/** Validates a parsed config of floodgate's own format; throws {@link ConfigError}. */
+export function checkFloodgateConfig(yaml: YamlDocument, file?: string): ServiceConfig {
+  const checker = new Checker(yaml.locator, yaml.sourceOf);
   let config: ServiceConfig | undefined;
   try {
-    config = checker.config(data);
+    config = checker.config(yaml.data);
   } catch (error) {
     if (error !== STOP) throw error;
   }
@@ -250,7 +310,12 @@ export function parseConfig(text: string, file?: string): ServiceConfig {
  * recurse), and works harder per token the deeper it is, while composing nodes recurses once per level
  * and runs out of stack thousands of levels down. So the stack is watched token by token.
  */
-function parseYaml(text: string, lineCounter: LineCounter, file: string | undefined): Document.Parsed {
+function parseYaml(
+  text: string,
+  lineCounter: LineCounter,
+  file: string | undefined,
+  version: '1.1' | '1.2',
+): Document.Parsed {
   const parser = new Parser(lineCounter.addNewLine);
   lineCounter.addNewLine(0);
   const tokens: CST.Token[] = [];
@@ -272,7 +337,7 @@ function parseYaml(text: string, lineCounter: LineCounter, file: string | undefi
     }
   }
   for (const token of parser.end()) tokens.push(token);
-  const composer = new Composer({ uniqueKeys: true });
+  const composer = new Composer({ uniqueKeys: true, version });
   let doc: Document.Parsed | undefined;
   for (const d of composer.compose(tokens, true, text.length)) {
     if (doc === undefined) doc = d;
@@ -393,41 +458,35 @@ function scalarSource(doc: Document, segments: readonly Segment[], aliases: Alia
   return isScalar(node) && typeof node.source === 'string' ? node.source : undefined;
 }
 
-/** Thrown inside the checker to stop early (too many problems or rules); never escapes {@link parseConfig}. */
-const STOP: unique symbol = Symbol('stop checking');
+/** Thrown inside a checker to stop early (too many problems or rules); never escapes a parse function. */
+export const STOP: unique symbol = Symbol('stop checking');
 
-type Locator = (segments: readonly Segment[], onKey: boolean) => { line: number; column: number };
-type SourceOf = (segments: readonly Segment[]) => string | undefined;
-type Data = Record<string, unknown>;
+/** Finds the line and column of a path in the file (of its key, with `onKey`). */
+export type Locator = (segments: readonly Segment[], onKey: boolean) => { line: number; column: number };
+/** The scalar at a path as written in the file, when it is one. */
+export type SourceOf = (segments: readonly Segment[]) => string | undefined;
+/** A YAML mapping as plain data. */
+export type Data = Record<string, unknown>;
 
 /**
- * Option names of the library as the config spells them (Envoy's `rate_limit` block). Maps: a field name
- * comes from the file, and an object would answer `__proto__` with what it inherits.
+ * What every config checker does: walks parsed data and records every problem with its path, line and
+ * column (stopping at the {@link MAX_ISSUES}th), reading scalars as the text written in the file.
  */
-const NO_RENAMES: ReadonlyMap<string, string> = new Map();
-const ENVOY_RENAMES: ReadonlyMap<string, string> = new Map([['limit', 'requests_per_unit']]);
-
-/** Walks the parsed data, collecting every problem with its location. */
-class Checker {
+export class YamlChecker {
   readonly issues: ConfigIssue[] = [];
-  /** Descriptor rules seen so far, aliased ones as often as they are used. */
-  private rules = 0;
-  private readonly named = new Map<string, Policy>();
-  /** Algorithm of every policy name used: one name is one stored state, so it keeps one algorithm. */
-  private readonly algorithms = new Map<string, { algorithm: string; path: string }>();
 
   constructor(
-    private readonly locator: Locator,
-    private readonly sourceOf: SourceOf,
+    protected readonly locator: Locator,
+    protected readonly sourceOf: SourceOf,
   ) {}
 
   /**
-   * A descriptor key or value as text. YAML resolves a plain `007`, `1.10`, `0x1F` or `true` to a number
-   * or boolean whose string differs (`7`, `1.1`, `31`), while Envoy sends the text as written: the
-   * scalar's source text stands. `null` (with an issue) when the source is not known, or when the field
-   * is neither text, a number nor a boolean.
+   * A scalar as text. YAML resolves a plain `007`, `1.10`, `0x1F` or `true` to a number or boolean whose
+   * string differs (`7`, `1.1`, `31`), while Envoy sends the text as written: the scalar's source text
+   * stands. `null` (with an issue) when the source is not known, or when the field is neither text, a
+   * number nor a boolean.
    */
-  private text(data: unknown, segments: Segment[], what: string): string | null {
+  protected text(data: unknown, segments: Segment[], what: string): string | null {
     if (typeof data === 'string') return data;
     if (typeof data === 'number' || typeof data === 'boolean') {
       const source = this.sourceOf(segments);
@@ -445,6 +504,61 @@ class Checker {
     this.issues.push({ path: pathOf(segments), line, column, message });
     if (this.issues.length >= MAX_ISSUES) throw STOP;
   }
+
+  protected object(data: unknown, path: Segment[]): Data | undefined {
+    if (typeof data !== 'object' || data === null || Array.isArray(data)) {
+      this.issue(path, `must be a mapping (key: value), got ${describe(data)}`);
+      return undefined;
+    }
+    return data as Data;
+  }
+
+  protected list(o: Data, field: string, path: Segment[], required: boolean): unknown[] | undefined {
+    const value = o[field];
+    if (value === undefined || value === null) {
+      if (required) this.issue(path, `\`${field}\` is required`);
+      return undefined;
+    }
+    if (!Array.isArray(value)) {
+      this.issue([...path, field], `must be a list, got ${describe(value)}`);
+      return undefined;
+    }
+    return value;
+  }
+
+  protected flag(o: Data, field: string, path: Segment[]): boolean | undefined {
+    const value = o[field];
+    if (value === undefined) return undefined;
+    if (typeof value !== 'boolean') {
+      this.issue([...path, field], `must be true or false, got ${describe(value)}`);
+      return undefined;
+    }
+    return value;
+  }
+
+  protected known(o: Data, path: Segment[], fields: readonly string[]): void {
+    for (const field of Object.keys(o)) {
+      if (!fields.includes(field)) {
+        this.issue([...path, field], `unknown field \`${field}\` (expected one of: ${fields.join(', ')})`, true);
+      }
+    }
+  }
+}
+
+/**
+ * Option names of the library as the config spells them (Envoy's `rate_limit` block). Maps: a field name
+ * comes from the file, and an object would answer `__proto__` with what it inherits.
+ */
+const NO_RENAMES: ReadonlyMap<string, string> = new Map();
+const ENVOY_RENAMES: ReadonlyMap<string, string> = new Map([['limit', 'requests_per_unit']]);
+
+/** Walks the parsed data of floodgate's own format, collecting every problem with its location. */
+class Checker extends YamlChecker {
+  /** Descriptor rules seen so far, aliased ones as often as they are used. */
+  private rules = 0;
+  private readonly named = new Map<string, Policy>();
+  /** Algorithm of every policy name used: one name is one stored state, so it keeps one algorithm. */
+  private readonly algorithms = new Map<string, { algorithm: string; path: string }>();
 
   config(data: unknown): ServiceConfig | undefined {
     if (data === null || data === undefined) {
@@ -676,48 +790,10 @@ class Checker {
     }
     return policy;
   }
-
-  private object(data: unknown, path: Segment[]): Data | undefined {
-    if (typeof data !== 'object' || data === null || Array.isArray(data)) {
-      this.issue(path, `must be a mapping (key: value), got ${describe(data)}`);
-      return undefined;
-    }
-    return data as Data;
-  }
-
-  private list(o: Data, field: string, path: Segment[], required: boolean): unknown[] | undefined {
-    const value = o[field];
-    if (value === undefined || value === null) {
-      if (required) this.issue(path, `\`${field}\` is required`);
-      return undefined;
-    }
-    if (!Array.isArray(value)) {
-      this.issue([...path, field], `must be a list, got ${describe(value)}`);
-      return undefined;
-    }
-    return value;
-  }
-
-  private flag(o: Data, field: string, path: Segment[]): boolean | undefined {
-    const value = o[field];
-    if (value === undefined) return undefined;
-    if (typeof value !== 'boolean') {
-      this.issue([...path, field], `must be true or false, got ${describe(value)}`);
-      return undefined;
-    }
-    return value;
-  }
-
-  private known(o: Data, path: Segment[], fields: readonly string[]): void {
-    for (const field of Object.keys(o)) {
-      if (!fields.includes(field)) {
-        this.issue([...path, field], `unknown field \`${field}\` (expected one of: ${fields.join(', ')})`, true);
-      }
-    }
-  }
 }
 
-function describe(value: unknown): string {
+/** A value as a message shows it, cut to 40 characters. */
+export function describe(value: unknown): string {
   if (value === null || value === undefined) return String(value);
   if (Array.isArray(value)) return 'a list';
   if (typeof value === 'object') return 'a mapping';

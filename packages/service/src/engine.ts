@@ -1,31 +1,47 @@
+import { createHash } from 'node:crypto';
 import {
+  type Clock,
   createLimiter,
   type Decision,
   fixedWindow,
   isSyncStore,
   type Limiter,
+  MAX_COST,
   type Policy,
   type PolicyDecision,
   type Store,
   validateCost,
 } from 'floodgate';
 import { ENVOY_UNITS, type ServiceConfig } from './config.js';
+import { envoyPolicy } from './envoy-config.js';
 import {
   type CompiledDomain,
   compileRules,
   type DescriptorEntry,
+  type EnvoyLimit,
+  envoyLimit,
   matchDescriptor,
   plainKey,
   type Rule,
 } from './rules.js';
 import { type DecisionStats, OVERRIDE_POLICY_LABEL, type Tally } from './stats.js';
 
-/** Most descriptors in one request. */
+/** Most descriptors in one request of the HTTP API. */
 export const MAX_DESCRIPTORS = 64;
-/** Most entries in one descriptor. */
+/** Most entries in one descriptor of the HTTP API. */
 export const MAX_ENTRIES = 16;
-/** Longest descriptor key or value, in characters. */
+/** Longest descriptor key or value of the HTTP API, in characters. */
 export const MAX_ENTRY_LENGTH = 1024;
+/**
+ * Most descriptors in one gRPC request. Envoy sends one per rate limit action list of a route (a few,
+ * rarely tens); past this bound the call is refused whole (INVALID_ARGUMENT), since one call's work grows
+ * with its descriptors. Entries, keys and values have no bound of their own there: the message's (1 MiB)
+ * holds them, a descriptor with more entries than rules nest matches nothing, and a long key is stored
+ * by its digest.
+ */
+export const MAX_GRPC_DESCRIPTORS = 1024;
+/** A counter key longer than this is replaced by its SHA-256 (keys of long values, in gRPC requests). */
+const MAX_KEY_CHARS = 8192;
 /** Largest `requestsPerUnit` of a request override. */
 export const MAX_OVERRIDE_REQUESTS_PER_UNIT = 1e12;
 /** Distinct request overrides whose compiled policies are kept; past it the cache starts over. */
@@ -34,12 +50,22 @@ const MAX_CACHED_OVERRIDES = 1024;
 /** What a call does: `limit` decides and consumes, `check` and `status` change nothing, `reset` forgets. */
 export type Mode = 'limit' | 'check' | 'status' | 'reset';
 
-/** How the engine's limiter treats a failing store. */
+/** How the engine's limiter treats a failing store, and how it counts. */
 export interface EngineOptions {
   /** Longest wait for the store on one call, ms; unset for no timer. Ignored by synchronous stores. */
   readonly storeTimeoutMs?: number | undefined;
   /** What a call gets when the store fails: an error (`throw`), admitted (`open`) or denied (`closed`). @default 'throw' */
   readonly failure?: 'throw' | 'open' | 'closed' | undefined;
+  /**
+   * envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, for domains of its format: when a
+   * request has a descriptor whose call would go over its limit, the request's other descriptors are not
+   * charged (they are answered as they stand), while the ones that go over are counted and answered
+   * OVER_LIMIT. Decided as that service decides it: a check of every descriptor, then the charges, each
+   * atomic on its key but not the request as a whole. @default false
+   */
+  readonly stopIncrementWhenOverLimit?: boolean | undefined;
+  /** The clock of decisions and of answers made without the store; the store's own clock when unset. */
+  readonly clock?: Clock | undefined;
 }
 
 /** A limit sent with a descriptor instead of the configured one (Envoy's descriptor `limit`). */
@@ -63,6 +89,14 @@ export interface DecisionRequest {
   readonly descriptors: readonly DescriptorRequest[];
   /** Cost of every descriptor that does not give its own. @default 1 */
   readonly cost?: number | undefined;
+  /**
+   * Decide whatever Envoy's protocol allows (the gRPC API): up to {@link MAX_GRPC_DESCRIPTORS}, with no
+   * bound per descriptor but the message's; a cost above `MAX_COST` (a `hits_addend` up to 2^64 − 1) counts
+   * as `MAX_COST`, more than any limit; a limit sent with a descriptor in a unit Envoy does not define is
+   * ignored (the config decides that descriptor). Otherwise (the HTTP API) such a request is refused
+   * with a {@link RequestError}.
+   */
+  readonly lenient?: boolean | undefined;
 }
 
 /** The answer for one descriptor. */
@@ -79,6 +113,18 @@ export interface DescriptorOutcome {
   readonly policies: readonly Policy[] | undefined;
   /** The limiter's decision, when policies applied (not for `reset`). */
   readonly decision: Decision | undefined;
+  /**
+   * The limit as envoyproxy/ratelimit reports it (`current_limit`): for its rules, and the limits Envoy
+   * sends with descriptors of its domains.
+   */
+  readonly envoy?: EnvoyLimit | undefined;
+  /**
+   * With `envoy`: ms until the limit's window ends, as that service reports it (`duration_until_reset`),
+   * also while nothing is counted in the window yet.
+   */
+  readonly envoyResetMs?: number | undefined;
+  /** True when the limit came with the request (Envoy's descriptor `limit`), not from the config. */
+  readonly requestLimit?: boolean | undefined;
 }
 
 /** A request the service refuses: bad input, named by its field. */
@@ -99,14 +145,37 @@ const UNIT_MS = ENVOY_UNITS;
 /** Units accepted in a {@link LimitOverride}. */
 export const OVERRIDE_UNITS: readonly string[] = [...UNIT_MS.keys()];
 
+/**
+ * What a descriptor gets: nothing (no rule, or a replaced one), an unlimited rule, a rule that denies
+ * every call (`requests_per_unit: 0`), or policies decided by the limiter.
+ */
+type PlanKind = 'none' | 'unlimited' | 'deny' | 'policies';
+
 interface Planned {
+  kind: PlanKind;
+  /** The limit came with the request. */
+  readonly requestLimit?: boolean;
   readonly rule: Rule | undefined;
   readonly key: string;
   readonly policies: readonly Policy[] | undefined;
   readonly tallies: readonly Tally[] | undefined;
   readonly shadow: boolean;
   readonly cost: number;
+  readonly envoy: EnvoyLimit | undefined;
 }
+
+const NONE: Omit<Planned, 'cost'> = Object.freeze({
+  kind: 'none',
+  rule: undefined,
+  key: '',
+  policies: undefined,
+  tallies: undefined,
+  shadow: false,
+  envoy: undefined,
+});
+
+/** Label of a deny-all limit's decision (it has no policy). */
+const DENY_ALL_POLICY = 'requests-per-unit-0';
 
 const UNMATCHED: DescriptorOutcome = Object.freeze({
   code: 'OK',
@@ -130,6 +199,8 @@ export class Engine {
   readonly sync: boolean;
   private readonly overrides = new Map<string, readonly Policy[]>();
   private readonly overrideTally: Map<string, Tally> = new Map();
+  private readonly stopIncrement: boolean;
+  private readonly clock: Clock | undefined;
 
   constructor(
     readonly config: ServiceConfig,
@@ -138,11 +209,14 @@ export class Engine {
     options: EngineOptions = {},
   ) {
     this.sync = isSyncStore(store);
+    this.stopIncrement = options.stopIncrementWhenOverLimit ?? false;
+    this.clock = options.clock;
     this.limiter = createLimiter({
       store,
       prefix: config.prefix,
       ...(options.storeTimeoutMs === undefined || this.sync ? {} : { timeoutMs: options.storeTimeoutMs }),
       ...(options.failure === undefined ? {} : { failure: options.failure }),
+      ...(options.clock === undefined ? {} : { clock: options.clock }),
     });
     this.domains = compileRules(config, stats);
   }
@@ -153,15 +227,27 @@ export class Engine {
     const plan = this.plan(request, mode);
     const out = new Array<DescriptorOutcome>(plan.length);
     const limiter = this.limiter;
+    const spare = this.spareUnderLimit(request, plan, mode);
+    if (spare !== undefined) {
+      // envoyproxy/ratelimit's switch: check every descriptor, then charge only those that go over.
+      const over = plan.map((p) =>
+        p.kind === 'policies'
+          ? !limiter.checkSync(p.key, { policies: policiesOf(p), cost: p.cost }).allowed
+          : wouldDeny(p),
+      );
+      const any = over.some(Boolean);
+      for (let i = 0; i < spare.length; i++) spare[i] = any && !over[i];
+    }
     for (let i = 0; i < plan.length; i++) {
       const p = plan[i] as Planned;
-      if (p.policies === undefined) {
-        out[i] = p.rule === undefined ? UNMATCHED : unlimitedOutcome(p.rule);
+      if (p.kind !== 'policies') {
+        out[i] = this.storeless(p, mode);
         continue;
       }
-      const options = { policies: p.policies, cost: p.cost };
+      const options = { policies: policiesOf(p), cost: spare?.[i] ? 0 : p.cost };
       let decision: Decision | undefined;
-      if (mode === 'limit') decision = limiter.limitSync(p.key, options);
+      if (mode === 'limit')
+        decision = spare?.[i] ? limiter.checkSync(p.key, options) : limiter.limitSync(p.key, options);
       else if (mode === 'check') decision = limiter.checkSync(p.key, options);
       else if (mode === 'status') decision = limiter.statusSync(p.key, options);
       else limiter.resetSync(p.key, options);
@@ -177,13 +263,27 @@ export class Engine {
     const started = performance.now();
     const plan = this.plan(request, mode);
     const limiter = this.limiter;
+    const spare = this.spareUnderLimit(request, plan, mode);
+    if (spare !== undefined) {
+      // envoyproxy/ratelimit's switch: check every descriptor, then charge only those that go over.
+      const over = await Promise.all(
+        plan.map(async (p) =>
+          p.kind === 'policies'
+            ? !(await limiter.check(p.key, { policies: policiesOf(p), cost: p.cost })).allowed
+            : wouldDeny(p),
+        ),
+      );
+      const any = over.some(Boolean);
+      for (let i = 0; i < spare.length; i++) spare[i] = any && !over[i];
+    }
     const outcomes = await Promise.all(
-      plan.map(async (p): Promise<DescriptorOutcome> => {
-        if (p.policies === undefined) return p.rule === undefined ? UNMATCHED : unlimitedOutcome(p.rule);
-        const options = { policies: p.policies, cost: p.cost };
+      plan.map(async (p, i): Promise<DescriptorOutcome> => {
+        if (p.kind !== 'policies') return this.storeless(p, mode);
+        const options = { policies: policiesOf(p), cost: spare?.[i] ? 0 : p.cost };
         let decision: Decision | undefined;
-        if (mode === 'limit') decision = await limiter.limit(p.key, options);
-        else if (mode === 'check') decision = await limiter.check(p.key, options);
+        if (mode === 'limit') {
+          decision = spare?.[i] ? await limiter.check(p.key, options) : await limiter.limit(p.key, options);
+        } else if (mode === 'check') decision = await limiter.check(p.key, options);
         else if (mode === 'status') decision = await limiter.status(p.key, options);
         else await limiter.reset(p.key, options);
         return this.outcome(p, decision, mode);
@@ -193,6 +293,62 @@ export class Engine {
     return outcomes;
   }
 
+  /**
+   * With envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` (domains of its format, calls
+   * that charge, two limits or more): a flag per descriptor, to be set for those left uncharged.
+   */
+  private spareUnderLimit(request: DecisionRequest, plan: readonly Planned[], mode: Mode): boolean[] | undefined {
+    if (!this.stopIncrement || mode !== 'limit') return undefined;
+    if (this.domains.get(request.domain)?.format !== 'envoy') return undefined;
+    let limited = 0;
+    for (const p of plan) if (p.kind === 'policies' || p.kind === 'deny') limited++;
+    return limited < 2 ? undefined : new Array<boolean>(plan.length).fill(false);
+  }
+
+  /** The answer of a descriptor decided without the store: no rule, an unlimited or a deny-all one. */
+  private storeless(p: Planned, mode: Mode): DescriptorOutcome {
+    if (p.kind === 'unlimited') return unlimitedOutcome(p.rule as Rule);
+    if (p.kind !== 'deny') return UNMATCHED;
+    // `requests_per_unit: 0`: every call is over the limit, until the end of time; the window's end is
+    // reported as the reset, as envoyproxy/ratelimit reports it.
+    const envoy = p.envoy as EnvoyLimit;
+    const resetAfterMs = this.untilWindowEnd(envoy.windowMs);
+    const policy = envoy.name ?? DENY_ALL_POLICY;
+    const part: PolicyDecision = {
+      policy,
+      allowed: false,
+      limit: 0,
+      remaining: 0,
+      retryAfterMs: Number.POSITIVE_INFINITY,
+      resetAfterMs,
+      reason: 'limit',
+    };
+    const decision: Decision = { ...part, policies: [part] };
+    const tally = p.rule?.denyTally;
+    if (mode === 'limit' && tally !== undefined) {
+      if (p.shadow) tally.shadowDenied++;
+      else tally.denied++;
+    }
+    return {
+      code: p.shadow ? 'OK' : 'OVER_LIMIT',
+      matched: true,
+      rule: p.rule?.label,
+      shadow: p.shadow,
+      unlimited: false,
+      policies: undefined,
+      decision: mode === 'reset' ? undefined : decision,
+      envoy,
+      envoyResetMs: resetAfterMs,
+      requestLimit: p.requestLimit,
+    };
+  }
+
+  /** ms until the current window of this length ends, on the engine's clock (whole ms, rounded up). */
+  private untilWindowEnd(windowMs: number): number {
+    const nowMs = this.clock === undefined ? Date.now() : this.clock.nowUs() / 1000;
+    return Math.ceil(windowMs - (nowMs % windowMs));
+  }
+
   private outcome(p: Planned, decision: Decision | undefined, mode: Mode): DescriptorOutcome {
     let code: 'OK' | 'OVER_LIMIT' = 'OK';
     if (decision !== undefined && !decision.allowed) code = p.shadow ? 'OK' : 'OVER_LIMIT';
@@ -200,6 +356,7 @@ export class Engine {
       if (mode === 'limit') count(decision, p.tallies as readonly Tally[], p.shadow);
       if (decision.reason === 'degraded') this.stats.degraded++;
     }
+    const envoy = p.envoy;
     return {
       code,
       matched: true,
@@ -208,11 +365,20 @@ export class Engine {
       unlimited: false,
       policies: p.policies,
       decision,
+      envoy,
+      requestLimit: p.requestLimit,
+      envoyResetMs:
+        envoy === undefined || decision === undefined
+          ? undefined
+          : decision.resetAfterMs > 0 && Number.isFinite(decision.resetAfterMs)
+            ? decision.resetAfterMs
+            : this.untilWindowEnd(envoy.windowMs),
     };
   }
 
   /** Validates the whole request and matches every descriptor before the store is touched. */
   private plan(request: DecisionRequest, mode: Mode): Planned[] {
+    const lenient = request.lenient === true;
     const domainName = request.domain;
     if (typeof domainName !== 'string' || domainName.length === 0) {
       throw new RequestError(
@@ -229,60 +395,111 @@ export class Engine {
         'descriptors',
       );
     }
-    if (descriptors.length > MAX_DESCRIPTORS) {
+    const most = lenient ? MAX_GRPC_DESCRIPTORS : MAX_DESCRIPTORS;
+    if (descriptors.length > most) {
       throw new RequestError(
         'invalid',
-        `at most ${MAX_DESCRIPTORS} descriptors per request, got ${descriptors.length}`,
+        `at most ${most} descriptors per request, got ${descriptors.length}`,
         'descriptors',
       );
     }
-    const requestCost = request.cost ?? 1;
-    checkCost(requestCost, 'cost');
+    const requestCost = lenient ? saturate(request.cost ?? 1) : (request.cost ?? 1);
+    if (!lenient) checkCost(requestCost, 'cost');
     const domain = this.domains.get(domainName);
     // An unknown domain is answered OK, unmatched, as Envoy expects of a rate limit service; the HTTP
     // API refuses it before calling the engine.
     if (domain === undefined) this.stats.unknownDomain++;
+    const envoyFormat = domain?.format === 'envoy';
     const plan = new Array<Planned>(descriptors.length);
+    let replacing: Set<string> | undefined;
     for (let i = 0; i < descriptors.length; i++) {
       const d = descriptors[i] as DescriptorRequest;
-      checkEntries(d, i);
-      const cost = d.cost ?? requestCost;
-      if (d.cost !== undefined) checkCost(d.cost, `descriptors[${i}].cost`);
+      if (!lenient) checkEntries(d, i);
+      let cost = requestCost;
+      if (d.cost !== undefined) {
+        if (lenient) cost = saturate(d.cost);
+        else {
+          checkCost(d.cost, `descriptors[${i}].cost`);
+          cost = d.cost;
+        }
+      }
       if (domain === undefined) {
-        plan[i] = { rule: undefined, key: '', policies: undefined, tallies: undefined, shadow: false, cost };
+        plan[i] = { ...NONE, cost };
         continue;
       }
       const match = matchDescriptor(domain, d.entries);
       const rule = match?.rule;
-      if (d.limit !== undefined) {
-        const policies = this.override(d.limit, i);
-        const tally = this.overrideTallyOf(domain.domain);
-        const key = match?.key ?? plainKey(domain.domain, d.entries);
-        plan[i] = { rule, key, policies, tallies: [tally], shadow: rule?.shadow ?? domain.shadow, cost };
-      } else if (rule === undefined || (rule.policies.length === 0 && !rule.unlimited)) {
+      const override = d.limit === undefined ? undefined : this.override(d.limit, i, envoyFormat, lenient);
+      if (override !== undefined) {
+        // envoyproxy/ratelimit applies a limit sent by Envoy on the descriptor's own entries, never in
+        // shadow mode; floodgate's format keeps the rule's counter and shadow mode.
+        const key = envoyFormat
+          ? boundedKey(plainKey(domain.domain, d.entries))
+          : boundedKey(match?.key ?? plainKey(domain.domain, d.entries));
+        plan[i] = {
+          kind: override.policies === undefined ? 'deny' : 'policies',
+          rule,
+          key,
+          policies: override.policies,
+          tallies: override.policies === undefined ? undefined : [this.overrideTallyOf(domain.domain)],
+          shadow: envoyFormat ? false : (rule?.shadow ?? domain.shadow),
+          cost,
+          envoy: override.envoy,
+          requestLimit: true,
+        };
+        continue;
+      }
+      if (rule?.envoy !== undefined && rule.envoy.replaces.length > 0) {
+        replacing ??= new Set();
+        for (const name of rule.envoy.replaces) replacing.add(name);
+      }
+      if (rule === undefined || (rule.policies.length === 0 && !rule.unlimited && rule.envoy?.denyAll !== true)) {
         if (mode === 'limit') domain.unmatched.allowed++;
-        plan[i] = { rule: undefined, key: '', policies: undefined, tallies: undefined, shadow: false, cost };
+        plan[i] = { ...NONE, cost };
       } else if (rule.unlimited) {
-        plan[i] = { rule, key: '', policies: undefined, tallies: undefined, shadow: rule.shadow, cost };
+        plan[i] = { ...NONE, kind: 'unlimited', rule, shadow: rule.shadow, cost };
       } else {
         plan[i] = {
+          kind: rule.envoy?.denyAll === true ? 'deny' : 'policies',
           rule,
-          key: (match as { key: string }).key,
-          policies: rule.policies,
+          key: boundedKey((match as { key: string }).key),
+          policies: rule.envoy?.denyAll === true ? undefined : rule.policies,
           tallies: rule.tallies,
           shadow: rule.shadow,
           cost,
+          envoy: rule.envoy,
         };
+      }
+    }
+    if (replacing !== undefined) {
+      // envoyproxy/ratelimit's `replaces`: a limit whose name another limit of the request replaces is
+      // not applied (answered OK without a limit, nothing counted).
+      for (const p of plan) {
+        const name = p.envoy === undefined || p.rule?.envoy !== p.envoy ? undefined : p.envoy.name;
+        if (name !== undefined && (p.kind === 'policies' || p.kind === 'deny') && replacing.has(name)) {
+          p.kind = 'none';
+        }
       }
     }
     return plan;
   }
 
-  /** The policy of a request override; one frozen array per distinct limit, so the limiter compiles it once. */
-  private override(limit: LimitOverride, index: number): readonly Policy[] {
+  /**
+   * The policies of a limit sent with a descriptor (undefined: deny every call), one frozen array per
+   * distinct limit, so the limiter compiles it once; undefined when a lenient request's limit is ignored.
+   * envoyproxy/ratelimit's domains run it as their own limits run (a counter per descriptor and unit,
+   * `requests_per_unit` 0 denying every call); floodgate's as a fixed window of its own name.
+   */
+  private override(
+    limit: LimitOverride,
+    index: number,
+    envoyFormat: boolean,
+    lenient: boolean,
+  ): { policies: readonly Policy[] | undefined; envoy: EnvoyLimit | undefined } | undefined {
     const field = `descriptors[${index}].limit`;
     const unitMs = typeof limit.unit === 'string' ? UNIT_MS.get(limit.unit) : undefined;
     if (unitMs === undefined) {
+      if (lenient) return undefined;
       throw new RequestError(
         'invalid',
         `${field}.unit must be one of ${OVERRIDE_UNITS.join(', ')}, got ${showValue(limit.unit)}`,
@@ -290,22 +507,32 @@ export class Engine {
       );
     }
     const n = limit.requestsPerUnit;
-    if (typeof n !== 'number' || !Number.isInteger(n) || n < 1 || n > MAX_OVERRIDE_REQUESTS_PER_UNIT) {
+    const most = envoyFormat ? 4_294_967_295 : MAX_OVERRIDE_REQUESTS_PER_UNIT;
+    const least = envoyFormat ? 0 : 1;
+    if (typeof n !== 'number' || !Number.isInteger(n) || n < least || n > most) {
+      if (lenient) return undefined;
       throw new RequestError(
         'invalid',
-        `${field}.requestsPerUnit must be an integer from 1 to 1e12, got ${showValue(n)}`,
+        `${field}.requestsPerUnit must be an integer from ${least} to ${most}, got ${showValue(n)}`,
         `${field}.requestsPerUnit`,
       );
     }
-    const id = `${n}/${limit.unit}`;
+    const unit = limit.unit;
+    const envoy = envoyFormat ? envoyLimit(n, unit, undefined) : undefined;
+    if (envoyFormat && n === 0) return { policies: undefined, envoy };
+    const id = `${envoyFormat ? 'envoy:' : ''}${n}/${unit}`;
     let policies = this.overrides.get(id);
     if (policies === undefined) {
-      policies = Object.freeze([fixedWindow({ limit: n, windowMs: unitMs, name: `override-${n}-per-${limit.unit}` })]);
+      policies = Object.freeze([
+        envoyFormat
+          ? envoyPolicy(n, unit)
+          : fixedWindow({ limit: n, windowMs: unitMs, name: `override-${n}-per-${unit}` }),
+      ]);
       // Bounded: overrides come from requests.
       if (this.overrides.size >= MAX_CACHED_OVERRIDES) this.overrides.clear();
       this.overrides.set(id, policies);
     }
-    return policies;
+    return { policies, envoy };
   }
 
   private overrideTallyOf(domain: string): Tally {
@@ -316,6 +543,29 @@ export class Engine {
     }
     return tally;
   }
+}
+
+/** The policies of a descriptor the limiter decides. */
+function policiesOf(p: Planned): readonly Policy[] {
+  return p.policies as readonly Policy[];
+}
+
+/** True for a descriptor that goes over its limit without asking the store: a deny-all charged call. */
+function wouldDeny(p: Planned): boolean {
+  return p.kind === 'deny' && p.cost > 0;
+}
+
+/** A cost from a gRPC request: counts above `MAX_COST` (every limit is far below) count as `MAX_COST`. */
+function saturate(cost: number): number {
+  return Math.min(cost, MAX_COST);
+}
+
+/**
+ * A counter key within bounds: one longer than {@link MAX_KEY_CHARS} (the entries of a long `:path`, say)
+ * is held by its SHA-256, behind a `|` that no key built from entries starts with.
+ */
+function boundedKey(key: string): string {
+  return key.length > MAX_KEY_CHARS ? `|#${createHash('sha256').update(key).digest('base64url')}` : key;
 }
 
 function unlimitedOutcome(rule: Rule): DescriptorOutcome {

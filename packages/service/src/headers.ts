@@ -21,7 +21,8 @@ function tighter(a: Decision, b: Decision): boolean {
 /**
  * Builds the rate-limit headers of a request's outcomes with the library's header writer (the same
  * headers the HTTP middleware sends), from every descriptor decided outside shadow mode, plus
- * `Retry-After` (whole seconds, rounded up) when the request is over the limit and waiting can help.
+ * `Retry-After` (whole seconds, rounded up) when the request is over the limit and waiting can help;
+ * nothing at all with the format `none`.
  * With the IETF format every policy of every descriptor is listed (a policy name once: the tightest);
  * the single-policy formats describe the tightest descriptor.
  */
@@ -34,6 +35,8 @@ export class RateLimitHeaders {
   }
 
   of(outcomes: readonly DescriptorOutcome[]): Header[] {
+    // `none` is none: no rate-limit fields, and no Retry-After either.
+    if (this.format === 'none') return [];
     let binding: DescriptorOutcome | undefined;
     let eligible = 0;
     let retryAfterMs = 0;
@@ -51,12 +54,10 @@ export class RateLimitHeaders {
     }
     if (binding === undefined) return [];
     const headers: Header[] = [];
-    if (this.format !== 'none') {
-      if (eligible === 1 || this.format !== 'ietf') {
-        this.pairs(binding, headers);
-      } else {
-        this.merged(outcomes, binding, headers);
-      }
+    if (eligible === 1 || this.format !== 'ietf') {
+      this.pairs(binding, headers);
+    } else {
+      this.merged(outcomes, binding, headers);
     }
     if (over && Number.isFinite(retryAfterMs)) {
       headers.push({ key: 'Retry-After', value: String(Math.max(1, Math.ceil(retryAfterMs / 1000))) });

@@ -4,11 +4,20 @@ export {
   type ConfigIssue,
   type DescriptorConfig,
   type DomainConfig,
+  type EnvoyLimitConfig,
   loadConfigFile,
   MAX_DESCRIPTOR_DEPTH,
   parseConfig,
   type ServiceConfig,
 } from './config.js';
+export {
+  type ConfigLoadOptions,
+  type LoadedConfig,
+  loadConfigPath,
+  MAX_CONFIG_FILES,
+  MAX_DIRECTORY_BYTES,
+  parseConfigText,
+} from './config-files.js';
 export {
   type DecisionRequest,
   type DescriptorOutcome,
@@ -18,6 +27,7 @@ export {
   MAX_DESCRIPTORS,
   MAX_ENTRIES,
   MAX_ENTRY_LENGTH,
+  MAX_GRPC_DESCRIPTORS,
   type Mode,
   RequestError,
 } from './engine.js';
@@ -25,7 +35,7 @@ export { GrpcStatus, MAX_GRPC_MESSAGE_BYTES, RATE_LIMIT_SERVICE } from './grpc/s
 export { HEADER_FORMATS, type Header, RateLimitHeaders } from './headers.js';
 export { MAX_BODY_BYTES } from './http-api.js';
 export { openApiDocument } from './openapi.js';
-export type { DescriptorEntry } from './rules.js';
+export type { DescriptorEntry, EnvoyLimit } from './rules.js';
 export { ListenError, type ReloadResult, Service, type ServiceOptions, startService } from './service.js';
 export { type OpenedStore, openStore, STORE_URL_FORMS, StoreUrlError } from './store-url.js';
 export {

@@ -1,11 +1,54 @@
 import type { Policy } from 'floodgate';
-import type { DescriptorConfig, DomainConfig, ServiceConfig } from './config.js';
+import { type DescriptorConfig, type DomainConfig, ENVOY_UNITS, type ServiceConfig } from './config.js';
 import type { DecisionStats, Tally } from './stats.js';
 
 /** One entry of a request descriptor: `remote_address = 10.0.0.1`. */
 export interface DescriptorEntry {
   readonly key: string;
   readonly value: string;
+}
+
+/**
+ * Envoy's `RateLimitResponse.RateLimit.Unit` number of each unit name (rls.proto: WEEK is 7, after YEAR).
+ * A Map: a unit name from a request or a config must not find what an object inherits.
+ */
+export const ENVOY_UNIT_NUMBERS: ReadonlyMap<string, number> = new Map([
+  ['second', 1],
+  ['minute', 2],
+  ['hour', 3],
+  ['day', 4],
+  ['month', 5],
+  ['year', 6],
+  ['week', 7],
+]);
+
+/** A limit in envoyproxy/ratelimit's terms: how it is reported as `current_limit`, and its window. */
+export interface EnvoyLimit {
+  readonly requestsPerUnit: number;
+  /** Envoy's unit number (see {@link ENVOY_UNIT_NUMBERS}); 0 for an unlimited rule without a unit. */
+  readonly unit: number;
+  /** The unit's length, ms (0 when there is no unit). */
+  readonly windowMs: number;
+  /** `rate_limit.name`, reported as `current_limit.name` only when the config gives it. */
+  readonly name: string | undefined;
+}
+
+/** The `rate_limit` of a rule in envoyproxy/ratelimit's format. */
+export interface EnvoyRule extends EnvoyLimit {
+  /** Names of the limits this rule replaces when both apply to one request. */
+  readonly replaces: readonly string[];
+  /** `requests_per_unit: 0`: every call is over the limit. */
+  readonly denyAll: boolean;
+}
+
+/** The Envoy view of a limit of `requestsPerUnit` per `unit` (a unit name). */
+export function envoyLimit(requestsPerUnit: number, unit: string | undefined, name: string | undefined): EnvoyLimit {
+  return {
+    requestsPerUnit,
+    unit: unit === undefined ? 0 : (ENVOY_UNIT_NUMBERS.get(unit) ?? 0),
+    windowMs: unit === undefined ? 0 : (ENVOY_UNITS.get(unit) ?? 0),
+    name,
+  };
 }
 
 /** A compiled descriptor rule: what a descriptor's entries lead to. */
@@ -25,6 +68,12 @@ export interface Rule {
   readonly children: Level;
   /** Line in the config file. */
   readonly line: number;
+  /** The config file, when the config was read from several. */
+  readonly file: string | undefined;
+  /** The rule's limit in envoyproxy/ratelimit's format (domains of that format). */
+  readonly envoy: EnvoyRule | undefined;
+  /** Counts of a rule that denies every call (`requests_per_unit: 0`). */
+  readonly denyTally: Tally | undefined;
 }
 
 /**
@@ -57,20 +106,89 @@ export class Prefixes {
   }
 }
 
+/**
+ * True when `value` matches a wildcard pattern split on its `*`s (`parts`, at least two): each `*` stands
+ * for any run of characters, an empty one too. The first part must start the value, the last end it,
+ * and the others follow in order in between, each taken at its first place (which leaves the most room
+ * for the rest, so a match is never missed).
+ */
+export function wildcardMatch(parts: readonly string[], value: string): boolean {
+  const first = parts[0] as string;
+  const last = parts[parts.length - 1] as string;
+  if (value.length < first.length + last.length || !value.startsWith(first) || !value.endsWith(last)) return false;
+  let at = first.length;
+  const end = value.length - last.length;
+  for (let i = 1; i < parts.length - 1; i++) {
+    const part = parts[i] as string;
+    const found = value.indexOf(part, at);
+    if (found === -1 || found + part.length > end) return false;
+    at = found + part.length;
+  }
+  return true;
+}
+
+/**
+ * The wildcard rules of one key in envoyproxy/ratelimit's format: a value with `*` anywhere matches as
+ * that service matches it, and of several that match, the one written first wins. Patterns with one
+ * trailing `*` (most of them) are looked up by prefix, one lookup per distinct prefix length; the others
+ * are tried in order, each until one written earlier has matched.
+ */
+export class Wildcards {
+  private readonly prefixes = new Map<string, { rule: Rule; order: number }>();
+  private lengths: number[] = [];
+  private readonly patterns: { parts: string[]; rule: Rule; order: number }[] = [];
+  private count = 0;
+
+  add(pattern: string, rule: Rule): void {
+    const order = this.count++;
+    const parts = pattern.split('*');
+    if (parts.length === 2 && parts[1] === '') {
+      const prefix = parts[0] as string;
+      if (this.prefixes.has(prefix)) return;
+      this.prefixes.set(prefix, { rule, order });
+      if (!this.lengths.includes(prefix.length)) this.lengths.push(prefix.length);
+    } else {
+      this.patterns.push({ parts, rule, order });
+    }
+  }
+
+  /** The first-written wildcard rule that matches `value`. */
+  match(value: string): Rule | undefined {
+    let best: { rule: Rule; order: number } | undefined;
+    const lengths = this.lengths;
+    for (let i = 0; i < lengths.length; i++) {
+      const length = lengths[i] as number;
+      if (length > value.length) continue;
+      const found = this.prefixes.get(length === value.length ? value : value.slice(0, length));
+      if (found !== undefined && (best === undefined || found.order < best.order)) best = found;
+    }
+    for (const p of this.patterns) {
+      if (best !== undefined && p.order > best.order) break;
+      if (wildcardMatch(p.parts, value)) return p.rule;
+    }
+    return best?.rule;
+  }
+}
+
 /** The rules of one nesting level, indexed for matching. */
 export class Level {
   /** key → value → rule, for exact values. */
   readonly exact = new Map<string, Map<string, Rule>>();
   /** key → prefix rules. */
   readonly prefixes = new Map<string, Prefixes>();
+  /** key → wildcard rules of envoyproxy/ratelimit's format. */
+  readonly wildcards = new Map<string, Wildcards>();
   /** key → rule matching any value. */
   readonly any = new Map<string, Rule>();
 
-  /** The most specific rule for an entry: exact value, then longest prefix, then any value. */
+  /**
+   * The most specific rule for an entry: exact value, then longest prefix (or, in envoyproxy/ratelimit's
+   * format, the first wildcard written that matches), then any value.
+   */
   match(key: string, value: string): Rule | undefined {
     const exact = this.exact.get(key)?.get(value);
     if (exact !== undefined) return exact;
-    const rule = this.prefixes.get(key)?.match(value);
+    const rule = this.prefixes.get(key)?.match(value) ?? this.wildcards.get(key)?.match(value);
     if (rule !== undefined) return rule;
     return this.any.get(key);
   }
@@ -79,6 +197,8 @@ export class Level {
 /** A domain's compiled rules. */
 export interface CompiledDomain {
   readonly domain: string;
+  /** `envoy` for a domain of envoyproxy/ratelimit's format: its counting and answers. */
+  readonly format: 'floodgate' | 'envoy';
   readonly shadow: boolean;
   readonly root: Level;
   /** Every rule of the domain, depth first (for metrics and listings). */
@@ -96,12 +216,17 @@ export function compileRules(config: ServiceConfig, stats: DecisionStats): Map<s
 
 function compileDomain(d: DomainConfig, stats: DecisionStats): CompiledDomain {
   const rules: Rule[] = [];
-  const root = compileLevel(d.domain, d.descriptors, d.shadow, '', rules, stats);
-  return { domain: d.domain, shadow: d.shadow, root, rules, unmatched: stats.unmatchedTally(d.domain) };
+  const format = d.format ?? 'floodgate';
+  const root = compileLevel(d.domain, format, d.descriptors, d.shadow, '', rules, stats);
+  return { domain: d.domain, format, shadow: d.shadow, root, rules, unmatched: stats.unmatchedTally(d.domain) };
 }
+
+/** Policy label of the counts of a rule that denies every call. */
+const DENY_ALL_LABEL = 'requests-per-unit-0';
 
 function compileLevel(
   domain: string,
+  format: 'floodgate' | 'envoy',
   descriptors: readonly DescriptorConfig[],
   shadow: boolean,
   parentLabel: string,
@@ -113,7 +238,17 @@ function compileLevel(
     const own = d.value === undefined ? d.key : `${d.key}=${d.value}`;
     const label = parentLabel === '' ? own : `${parentLabel} > ${own}`;
     const effectiveShadow = d.shadow ?? shadow;
-    const wildcard = d.value === undefined || d.value.endsWith('*');
+    const envoyWildcard = format === 'envoy' && d.value?.includes('*') === true;
+    const wildcard = d.value === undefined || d.value.endsWith('*') || envoyWildcard;
+    const e = d.envoy;
+    const envoy: EnvoyRule | undefined =
+      e === undefined
+        ? undefined
+        : {
+            ...envoyLimit(e.requestsPerUnit, e.unit, e.name),
+            replaces: e.replaces,
+            denyAll: !d.unlimited && e.unit !== undefined && e.requestsPerUnit === 0,
+          };
     const rule: Rule = {
       domain,
       label,
@@ -124,11 +259,29 @@ function compileLevel(
       sharedValue: d.shared && wildcard ? (d.value ?? '*') : undefined,
       children: new Level(),
       line: d.line,
+      file: d.file,
+      envoy,
+      denyTally: envoy?.denyAll ? stats.tally(domain, label, DENY_ALL_LABEL) : undefined,
     };
     out.push(rule);
-    (rule as { children: Level }).children = compileLevel(domain, d.descriptors, effectiveShadow, label, out, stats);
+    (rule as { children: Level }).children = compileLevel(
+      domain,
+      format,
+      d.descriptors,
+      effectiveShadow,
+      label,
+      out,
+      stats,
+    );
     if (d.value === undefined) {
       level.any.set(d.key, rule);
+    } else if (envoyWildcard) {
+      let wildcards = level.wildcards.get(d.key);
+      if (wildcards === undefined) {
+        wildcards = new Wildcards();
+        level.wildcards.set(d.key, wildcards);
+      }
+      wildcards.add(d.value, rule);
     } else if (d.value.endsWith('*')) {
       let prefixes = level.prefixes.get(d.key);
       if (prefixes === undefined) {

@@ -1,11 +1,12 @@
 import { createHash } from 'node:crypto';
-import { type FSWatcher, watch } from 'node:fs';
+import { type FSWatcher, statSync, watch } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
-import { gcra, type Store } from 'floodgate';
+import { type Clock, gcra, type Store } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
 import { type Logger, pino } from 'pino';
-import { ConfigError, parseConfig, readConfigFile, type ServiceConfig } from './config.js';
+import { ConfigError, type ServiceConfig } from './config.js';
+import { loadConfigPath, parseConfigText } from './config-files.js';
 import type { ServiceContext } from './context.js';
 import { Engine } from './engine.js';
 import { createGrpcServer, type GrpcServer, type GrpcServerOptions } from './grpc/server.js';
@@ -19,10 +20,25 @@ import { TlsCredentials, type TlsOptions, type TlsReloadResult } from './tls.js'
 
 /** Options of {@link startService}. */
 export interface ServiceOptions {
-  /** Path of the YAML config; watched and reloaded on change (see `watch`). Either this or `config`. */
+  /**
+   * Path of the YAML config, or of a directory of config files (envoyproxy/ratelimit's layout: one domain
+   * per file); watched and reloaded on change (see `watch`). Either this or `config`.
+   */
   configFile?: string;
-  /** The config as YAML text or as a parsed object, instead of a file. */
+  /** The config as YAML text (either format) or as a parsed object, instead of a file. */
   config?: string | ServiceConfig;
+  /**
+   * Merge a domain that several files of envoyproxy/ratelimit's format define (its `MERGE_DOMAIN_CONFIG`),
+   * instead of refusing the config. @default false
+   */
+  mergeDomains?: boolean;
+  /**
+   * envoyproxy/ratelimit's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` for domains of its format: a request
+   * with a descriptor that goes over its limit charges none of its other descriptors. @default false
+   */
+  stopIncrementWhenOverLimit?: boolean;
+  /** The clock of every decision (tests, simulations); the store's own clock by default. */
+  clock?: Clock;
   /** Store URL (`memory`, `redis://…`, …) or a store object. @default 'memory' */
   store?: string | Store;
   /** Address both servers listen on. @default '127.0.0.1' */
@@ -157,13 +173,14 @@ export class Service implements ServiceContext {
       throw new TypeError('give the service either `configFile` or `config`');
     }
     let config: ServiceConfig;
+    const loadOptions = { mergeDomains: options.mergeDomains ?? false };
     if (options.configFile !== undefined) {
       this.configFile = resolve(options.configFile);
-      const text = readConfigFile(this.configFile);
-      config = parseConfig(text, options.configFile);
-      this.configSha = sha256(text);
+      const loaded = loadConfigPath(options.configFile, loadOptions);
+      config = loaded.config;
+      this.configSha = loaded.sha256;
     } else if (typeof options.config === 'string') {
-      config = parseConfig(options.config);
+      config = parseConfigText(options.config, undefined, loadOptions);
       this.configSha = sha256(options.config);
     } else {
       config = options.config as ServiceConfig;
@@ -238,19 +255,17 @@ export class Service implements ServiceContext {
    * and the error is logged and returned. Counters live in the store, so they survive a reload.
    */
   reload(): ReloadResult {
-    if (this.configFile === undefined) return { ok: false, changed: false };
-    let text: string;
+    if (this.configFile === undefined || this.options.configFile === undefined) return { ok: false, changed: false };
     let config: ServiceConfig;
     try {
-      text = readConfigFile(this.configFile);
-      const sha = sha256(text);
-      if (sha === this.configSha) {
+      const loaded = loadConfigPath(this.options.configFile, { mergeDomains: this.options.mergeDomains ?? false });
+      if (loaded.sha256 === this.configSha) {
         this.logger.info({ file: this.options.configFile }, 'config unchanged');
         return { ok: true, changed: false };
       }
-      config = parseConfig(text, this.options.configFile);
+      config = loaded.config;
       this.engine = this.newEngine(config);
-      this.configSha = sha;
+      this.configSha = loaded.sha256;
     } catch (error) {
       const configError =
         error instanceof ConfigError
@@ -352,6 +367,8 @@ export class Service implements ServiceContext {
     const engine = new Engine(config, this.store, this.stats, {
       storeTimeoutMs: timeout > 0 ? timeout : undefined,
       failure: this.options.failure,
+      stopIncrementWhenOverLimit: this.options.stopIncrementWhenOverLimit,
+      clock: this.options.clock,
     });
     // The live view's most denied keys and store errors come from the limiter's own events. Denials made
     // without the store (failure 'closed') say nothing about a key, so they are not counted against it.
@@ -367,11 +384,16 @@ export class Service implements ServiceContext {
   }
 
   private watchConfig(file: string): void {
-    // Editors and Kubernetes replace files rather than write them in place: watch the folder.
+    // Editors and Kubernetes replace files rather than write them in place: watch the folder. A config
+    // directory is watched itself: a file written, added or removed there reloads the config.
+    let directory = false;
+    try {
+      directory = statSync(file).isDirectory();
+    } catch {}
     const name = basename(file);
     try {
-      this.watcher = watch(dirname(file), (_event, changed) => {
-        if (changed !== null && changed !== name && !changed.startsWith('..')) return;
+      this.watcher = watch(directory ? file : dirname(file), (_event, changed) => {
+        if (!directory && changed !== null && changed !== name && !changed.startsWith('..')) return;
         clearTimeout(this.debounce);
         this.debounce = setTimeout(() => this.reload(), 100);
         this.debounce.unref();
@@ -438,9 +460,11 @@ export class Service implements ServiceContext {
       store: this.storeName,
       domains: [...this.engine.domains.values()].map((d) => ({
         domain: d.domain,
+        format: d.format,
         shadow: d.shadow,
         rules: d.rules.map((r) => ({
           rule: r.label,
+          ...(r.file === undefined ? {} : { file: r.file }),
           line: r.line,
           shadow: r.shadow,
           unlimited: r.unlimited,

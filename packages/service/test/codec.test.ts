@@ -32,7 +32,8 @@ const descriptorArb = fc.record({
   limit: fc.option(
     fc.record({
       requests_per_unit: fc.integer({ min: 0, max: 2 ** 32 - 1 }),
-      unit: fc.constantFrom('UNKNOWN', 'SECOND', 'MINUTE', 'HOUR', 'DAY', 'MONTH', 'YEAR', 'WEEK'),
+      // RateLimitUnit stops at YEAR; 7 (RateLimitResponse's WEEK) still travels as a number.
+      unit: fc.constantFrom<string | number>('UNKNOWN', 'SECOND', 'MINUTE', 'HOUR', 'DAY', 'MONTH', 'YEAR', 7),
     }),
     { nil: null },
   ),
@@ -46,7 +47,7 @@ const UNIT_NUMBERS: Record<string, number> = {
   DAY: 4,
   MONTH: 5,
   YEAR: 6,
-  WEEK: 7,
+  7: 7,
 };
 
 describe('gRPC codec', () => {
@@ -64,6 +65,7 @@ describe('gRPC codec', () => {
           expect(decoded.descriptors).toEqual(
             descriptors.map((d) => ({
               entries: d.entries,
+              hasLimit: d.limit !== null,
               requestsPerUnit: d.limit?.requests_per_unit ?? 0,
               unit: UNIT_NUMBERS[d.limit?.unit ?? 'UNKNOWN'],
               hitsAddend: d.hits_addend === null ? undefined : d.hits_addend.value,
@@ -115,7 +117,9 @@ describe('gRPC codec', () => {
     const good = Buffer.concat([str(1, 'api'), len(2, len(1, str(1, 'k'), str(2, 'v')), len(3, [0x08, 0x02]))]);
     expect(decodeRateLimitRequest(good)).toEqual({
       domain: 'api',
-      descriptors: [{ entries: [{ key: 'k', value: 'v' }], requestsPerUnit: 0, unit: 0, hitsAddend: 2 }],
+      descriptors: [
+        { entries: [{ key: 'k', value: 'v' }], hasLimit: false, requestsPerUnit: 0, unit: 0, hitsAddend: 2 },
+      ],
       hitsAddend: 0,
     });
   });
@@ -178,29 +182,46 @@ describe('gRPC codec', () => {
       outcome(true, [policy]),
       { ...outcome(true, [policy]), decision: undefined, policies: undefined, matched: false, rule: undefined },
       outcome(false, policies),
+      { ...outcome(true, [policy]), decision: undefined, policies: undefined, unlimited: true },
+      {
+        ...outcome(false, [policy]),
+        envoy: { requestsPerUnit: 7, unit: 7, windowMs: 604_800_000, name: 'weekly' },
+        envoyResetMs: 86_400_001,
+      },
     ];
     const w = new Writer(16);
     encodeRateLimitResponse(w, outcomes, new RateLimitHeaders('ietf'));
     const decoded = method.responseDeserialize(w.bytes());
     expect(decoded.overall_code).toBe('OVER_LIMIT');
+    // Resets in whole seconds, rounded up (61.234 s is 62): Envoy's X-RateLimit-Reset never comes early.
     expect(decoded.statuses).toEqual([
       {
         code: 'OK',
         current_limit: { name: 'p'.repeat(60), requests_per_unit: 100, unit: 'MINUTE' },
         limit_remaining: 42,
-        duration_until_reset: { seconds: 61, nanos: 234_000_000 },
+        duration_until_reset: { seconds: 62, nanos: 0 },
+        quota: null,
       },
-      { code: 'OK', current_limit: null, limit_remaining: 0, duration_until_reset: null },
+      { code: 'OK', current_limit: null, limit_remaining: 0, duration_until_reset: null, quota: null },
       {
         code: 'OVER_LIMIT',
         current_limit: { name: 'policy-0', requests_per_unit: 100, unit: 'MINUTE' },
         limit_remaining: 0,
-        duration_until_reset: { seconds: 61, nanos: 234_000_000 },
+        duration_until_reset: { seconds: 62, nanos: 0 },
+        quota: null,
+      },
+      { code: 'OK', current_limit: null, limit_remaining: 4294967295, duration_until_reset: null, quota: null },
+      {
+        code: 'OVER_LIMIT',
+        current_limit: { name: 'weekly', requests_per_unit: 7, unit: 'WEEK' },
+        limit_remaining: 0,
+        duration_until_reset: { seconds: 86_401, nanos: 0 },
+        quota: null,
       },
     ]);
     const headers = decoded.response_headers_to_add as { key: string; value: string }[];
     expect(headers.map((h) => h.key)).toEqual(['RateLimit-Policy', 'RateLimit', 'Retry-After']);
-    // The denied descriptor binds: its 30 policies first, then the other descriptor's one.
+    // The denied descriptor binds: its 30 policies first, then the other descriptors' one.
     expect(headers[1]?.value.split(', ')).toHaveLength(31);
     expect(headers[1]?.value.startsWith('"policy-0";r=0;t=2')).toBe(true);
     expect(headers[2]?.value).toBe('2');

@@ -8,6 +8,7 @@ const HOUR = 3;
 const DAY = 4;
 const MONTH = 5;
 const YEAR = 6;
+const WEEK = 7;
 
 const cases: [string, Policy, number, number][] = [
   // The sustained rate, never the burst or the quota per window.
@@ -32,9 +33,13 @@ const cases: [string, Policy, number, number][] = [
   ['fixed window 7 per day', fixedWindow({ limit: 7, windowMs: 86_400_000 }), 7, DAY],
   ['fixed window 1 per 30 days', fixedWindow({ limit: 1, windowMs: 2_592_000_000 }), 1, MONTH],
   ['fixed window 1 per 10 days', fixedWindow({ limit: 1, windowMs: 864_000_000 }), 3, MONTH],
+  // WEEK (7 in rls.proto, after YEAR) is a week long: a weekly limit is reported per WEEK.
+  ['fixed window 1 per 7 days', fixedWindow({ limit: 1, windowMs: 604_800_000 }), 1, WEEK],
+  ['fixed window 14 per 7 days', fixedWindow({ limit: 14, windowMs: 604_800_000 }), 2, DAY],
+  ['gcra 3 per 7 s', gcra({ limit: 3, periodMs: 7000 }), 259_200, WEEK],
   // No whole number anywhere: the smallest unit that rounds down by less than 1%.
-  ['gcra 3 per 7 s', gcra({ limit: 3, periodMs: 7000 }), 1542, HOUR],
-  ['fixed window 1 per 7 days', fixedWindow({ limit: 1, windowMs: 604_800_000 }), 52, YEAR],
+  ['gcra 3 per 11 s', gcra({ limit: 3, periodMs: 11_000 }), 981, HOUR],
+  ['fixed window 1 per 8 days', fixedWindow({ limit: 1, windowMs: 691_200_000 }), 45, YEAR],
 ];
 
 describe('current_limit', () => {
@@ -46,7 +51,9 @@ describe('current_limit', () => {
     for (const [, policy] of cases) {
       const { requestsPerUnit, unit } = currentLimit(policy);
       expect(requestsPerUnit).toBeGreaterThanOrEqual(1);
-      const unitMs = [0, 1000, 60_000, 3_600_000, 86_400_000, 2_592_000_000, 31_536_000_000][unit] as number;
+      const unitMs = [0, 1000, 60_000, 3_600_000, 86_400_000, 2_592_000_000, 31_536_000_000, 604_800_000][
+        unit
+      ] as number;
       expect(requestsPerUnit).toBeLessThanOrEqual(sustainedRate(policy) * unitMs + 1e-9);
     }
   });

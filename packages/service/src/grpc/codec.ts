@@ -147,6 +147,8 @@ export interface EntryMessage {
 /** One descriptor as decoded (Envoy's RateLimitDescriptor). */
 export interface DescriptorMessage {
   entries: EntryMessage[];
+  /** True when the descriptor carries Envoy's `limit` override (its fields may still be 0). */
+  hasLimit: boolean;
   /** Envoy's `limit` override: 0 when absent. */
   requestsPerUnit: number;
   /** RateLimitUnit enum number: 0 when absent. */
@@ -179,7 +181,7 @@ export function decodeRateLimitRequest(buf: Buffer): RateLimitRequestMessage {
 
 /** Reads a RateLimitDescriptor, the reader on its length. */
 function decodeDescriptor(r: Reader): DescriptorMessage {
-  const d: DescriptorMessage = { entries: [], requestsPerUnit: 0, unit: 0, hitsAddend: undefined };
+  const d: DescriptorMessage = { entries: [], hasLimit: false, requestsPerUnit: 0, unit: 0, hitsAddend: undefined };
   const outer = r.enter();
   while (r.pos < r.end) {
     const tag = r.tag();
@@ -195,6 +197,7 @@ function decodeDescriptor(r: Reader): DescriptorMessage {
       r.leave(parent);
       d.entries.push(entry);
     } else if (tag === 18) {
+      d.hasLimit = true;
       const parent = r.enter();
       while (r.pos < r.end) {
         const t = r.tag();

@@ -1,9 +1,13 @@
-import type { Policy } from 'floodgate';
+import { definePolicy, type Policy } from 'floodgate';
 import type { DecisionRequest, DescriptorOutcome, DescriptorRequest } from '../engine.js';
 import type { RateLimitHeaders } from '../headers.js';
 import type { RateLimitRequestMessage, Writer } from './codec.js';
 
-/** Envoy's RateLimitUnit numbers, by the names the engine uses for request overrides. */
+/**
+ * Unit names by number, for the limits Envoy sends with descriptors. Their type, RateLimitUnit, stops at
+ * YEAR (6); 7 is read as WEEK, the number RateLimitResponse's own unit enum gives it, as
+ * envoyproxy/ratelimit reads it.
+ */
 const UNIT_NAMES: readonly (string | undefined)[] = [
   undefined,
   'second',
@@ -17,17 +21,21 @@ const UNIT_NAMES: readonly (string | undefined)[] = [
 
 /**
  * The RateLimitResponse.RateLimit.Unit numbers `current_limit` is written in, smallest first, with their
- * length in milliseconds as Envoy counts them (a month is 30 days, a year 365). WEEK (7) is left out:
- * Envoy's rls.proto v3 has no such value (the enum stops at YEAR = 6), so an Envoy could not read it.
+ * length in milliseconds as Envoy counts them (a week is 7 days, a month 30, a year 365). WEEK is 7 in
+ * rls.proto since December 2024; an older Envoy reads it as an unknown unit.
  */
 const REPORT_UNITS: readonly (readonly [unit: number, ms: number])[] = [
   [1, 1000],
   [2, 60_000],
   [3, 3_600_000],
   [4, 86_400_000],
+  [7, 604_800_000],
   [5, 2_592_000_000],
   [6, 31_536_000_000],
 ];
+
+/** `limit_remaining` of an unlimited descriptor: the largest uint32, as envoyproxy/ratelimit answers it. */
+const UNLIMITED_REMAINING = 0xffffffff;
 
 /** How far below the true rate a rounded-down `requests_per_unit` may fall before a larger unit is tried. */
 const ROUNDING_LOSS = 0.01;
@@ -35,19 +43,26 @@ const ROUNDING_LOSS = 0.01;
 const CODE_OK = 1;
 const CODE_OVER_LIMIT = 2;
 
-/** Envoy's request as the engine's: `hits_addend` 0 means 1; a descriptor's own `hits_addend` wins. */
+/**
+ * Envoy's request as the engine's, decided as leniently as Envoy's protocol allows: `hits_addend` 0 means
+ * 1; a descriptor's own `hits_addend` wins (0 checks without counting).
+ */
 export function toDecisionRequest(message: RateLimitRequestMessage): DecisionRequest {
   const list = message.descriptors;
   const descriptors = new Array<DescriptorRequest>(list.length);
   for (let i = 0; i < list.length; i++) {
     const d = list[i] as RateLimitRequestMessage['descriptors'][number];
-    const limit =
-      d.requestsPerUnit > 0
-        ? { requestsPerUnit: d.requestsPerUnit, unit: UNIT_NAMES[d.unit] ?? `unit ${d.unit}` }
-        : undefined;
+    const limit = d.hasLimit
+      ? { requestsPerUnit: d.requestsPerUnit, unit: UNIT_NAMES[d.unit] ?? `unit ${d.unit}` }
+      : undefined;
     descriptors[i] = { entries: d.entries, cost: d.hitsAddend, limit };
   }
-  return { domain: message.domain, descriptors, cost: message.hitsAddend === 0 ? 1 : message.hitsAddend };
+  return {
+    domain: message.domain,
+    descriptors,
+    cost: message.hitsAddend === 0 ? 1 : message.hitsAddend,
+    lenient: true,
+  };
 }
 
 /**
@@ -67,19 +82,31 @@ export function encodeRateLimitResponse(
     const status = w.open(2);
     w.uint(1, o.code === 'OVER_LIMIT' ? CODE_OVER_LIMIT : CODE_OK);
     const d = o.decision;
-    if (d !== undefined) {
-      const policies = o.policies as readonly Policy[];
-      let policy: Policy | undefined;
-      for (let j = 0; j < policies.length; j++) if ((policies[j] as Policy).name === d.policy) policy = policies[j];
+    if (o.unlimited) {
+      w.uint(3, UNLIMITED_REMAINING);
+    } else if (d !== undefined) {
       const limit = w.open(2);
-      writeCurrentLimit(w, policy, d.limit);
-      w.string(3, d.policy);
+      let resetMs: number;
+      if (o.envoy !== undefined) {
+        // As configured (or sent): requests_per_unit, unit and the name when given.
+        w.uint(1, o.envoy.requestsPerUnit);
+        w.uint(2, o.envoy.unit);
+        w.string(3, o.envoy.name ?? '');
+        resetMs = o.envoyResetMs ?? 0;
+      } else {
+        const policies = o.policies as readonly Policy[];
+        let policy: Policy | undefined;
+        for (let j = 0; j < policies.length; j++) if ((policies[j] as Policy).name === d.policy) policy = policies[j];
+        writeCurrentLimit(w, policy, d.limit);
+        if (policy !== undefined && !o.requestLimit && nameWasGiven(policy)) w.string(3, policy.name);
+        resetMs = Number.isFinite(d.resetAfterMs) ? d.resetAfterMs : 0;
+      }
       w.close(limit);
       w.uint(3, Math.min(Math.max(0, Math.floor(d.remaining)), 0xffffffff));
-      const resetMs = Number.isFinite(d.resetAfterMs) ? d.resetAfterMs : 0;
+      // Whole seconds, rounded up: Envoy turns them into X-RateLimit-Reset, and a client that waits that
+      // long never retries before the limit has reset.
       const duration = w.open(4);
-      w.uint(1, Math.floor(resetMs / 1000));
-      w.uint(2, (resetMs % 1000) * 1_000_000);
+      w.uint(1, Math.ceil(resetMs / 1000));
       w.close(duration);
     }
     w.close(status);
@@ -92,6 +119,22 @@ export function encodeRateLimitResponse(
     w.string(2, h.value);
     w.close(header);
   }
+}
+
+/** Whether each policy's name was given in the config, rather than derived from its options. */
+const GIVEN_NAMES = new WeakMap<Policy, boolean>();
+
+/**
+ * True when the policy's name is one the config gave (`current_limit.name` carries it, and Envoy puts it
+ * in `X-RateLimit-Limit`), false for the name floodgate derives from the options.
+ */
+export function nameWasGiven(policy: Policy): boolean {
+  let given = GIVEN_NAMES.get(policy);
+  if (given === undefined) {
+    given = definePolicy({ ...policy, name: undefined }).name !== policy.name;
+    GIVEN_NAMES.set(policy, given);
+  }
+  return given;
 }
 
 /**
@@ -123,10 +166,10 @@ export interface CurrentLimit {
 
 /**
  * The policy's sustained rate as Envoy's `requests_per_unit` and `unit`: the smallest unit in which the
- * rate is a whole number of at least 1 (5 per 30 s is 10 per MINUTE); otherwise the smallest unit in which
- * rounding down loses under 1%, else the one that loses least. Rounding is always down, so the limit is
- * never overstated, and never to 0: a rate below 1 per unit moves to a larger unit. Only a rate below 1
- * per year is reported as 1 per YEAR.
+ * rate is a whole number of at least 1 (5 per 30 s is 10 per MINUTE, 14 per 7 days 14 per WEEK); otherwise
+ * the smallest unit in which rounding down loses under 1%, else the one that loses least. Rounding is
+ * always down, so the limit is never overstated, and never to 0: a rate below 1 per unit moves to a
+ * larger unit. Only a rate below 1 per year is reported as 1 per YEAR.
  */
 export function currentLimit(policy: Policy): CurrentLimit {
   const perMs = sustainedRate(policy);
