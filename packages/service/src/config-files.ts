@@ -211,7 +211,7 @@ function combine(
         [
           {
             path: 'domain',
-            line: 1,
+            line: config.line,
             column: 1,
             message:
               seen.format === 'envoy'

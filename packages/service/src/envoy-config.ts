@@ -21,6 +21,8 @@ import {
  */
 export interface EnvoyFileConfig {
   readonly domain: string;
+  /** Line of `domain` in the file. */
+  readonly line: number;
   readonly descriptors: readonly DescriptorConfig[];
 }
 
@@ -113,7 +115,7 @@ class EnvoyChecker extends YamlChecker {
       return undefined;
     }
     const descriptors = this.descriptors(root, [], 1);
-    return { domain, descriptors };
+    return { domain, line: this.locator(['domain'], true).line, descriptors };
   }
 
   private descriptors(o: Data, path: Segment[], depth: number): DescriptorConfig[] {

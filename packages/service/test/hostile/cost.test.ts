@@ -1,8 +1,8 @@
 // Hostile costs through `floodgate serve`: a cost outside the library's domain (0, or 1e-9 to 2^53 − 1)
-// is the client's fault (400, INVALID_ARGUMENT) naming the field, never a store failure (503,
-// UNAVAILABLE), and it never opens the breaker that `--failure open` would then wave everyone through.
+// is the client's fault (HTTP 400) naming the field, or over every limit (gRPC's uint64 hits_addend),
+// never a store failure (503, UNAVAILABLE), and it never opens the breaker that `--failure open` would
+// then wave everyone through.
 import { randomBytes } from 'node:crypto';
-import { status } from '@grpc/grpc-js';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PG_CONFIG, requirePostgres, uniqueSchema } from '../../../floodgate/test/stores/sql/postgres-env.js';
@@ -69,19 +69,16 @@ async function attack(store: string): Promise<void> {
       }
     }
     expect([...statuses].sort()).toEqual(['400 cost', '400 descriptors[0].cost']);
-    // gRPC: a descriptor's hits_addend above 2^53 − 1 is INVALID_ARGUMENT, never UNAVAILABLE.
-    for (let i = 0; i < 6; i++) {
-      const failure = await client
-        .shouldRateLimit({
+    // gRPC: Envoy's descriptor hits_addend is a uint64; above 2^53 − 1 it counts as 2^53 − 1, more than
+    // these policies ever admit: OVER_LIMIT for that descriptor, never an error, never UNAVAILABLE.
+    for (const value of [2 ** 53 + 2, '18446744073709551615']) {
+      for (let i = 0; i < 3; i++) {
+        const reply = await client.shouldRateLimit({
           domain: 'api',
-          descriptors: [{ ...attacker, hits_addend: { value: 2 ** 53 + 2 } }],
-        })
-        .then(
-          () => undefined,
-          (error: { code?: number; details?: string }) => error,
-        );
-      expect(failure?.code).toBe(status.INVALID_ARGUMENT);
-      expect(failure?.details).toMatch(/descriptors\[0\]\.cost must be 0 or a finite number/);
+          descriptors: [{ ...attacker, hits_addend: { value } }],
+        });
+        expect(reply.overall_code).toBe('OVER_LIMIT');
+      }
     }
     // Another client, under a limit of 3: exactly 3 of 20, the store deciding every one.
     const victim = { domain: 'api', descriptors: [descriptor(['user', 'victim'])] };
