@@ -119,7 +119,11 @@ describe("envoyproxy/ratelimit's config format", () => {
   const invalid: [file: string, line: number, reason: RegExp][] = [
     ['empty-domain.yaml', 1, /cannot have an empty `domain`/],
     ['empty-key.yaml', 3, /a descriptor has an empty `key`/],
-    ['duplicate-key.yaml', 6, /duplicate descriptor: key "key1" and value "value1" is already defined at descriptors\[0\]/],
+    [
+      'duplicate-key.yaml',
+      6,
+      /duplicate descriptor: key "key1" and value "value1" is already defined at descriptors\[0\]/,
+    ],
     ['bad-unit.yaml', 5, /invalid rate limit unit "foo"/],
     ['no-unit.yaml', 5, /invalid rate limit unit ""/],
     ['replaces-self.yaml', 9, /replaces should not contain the name of the same descriptor \("mine"\)/],
@@ -170,7 +174,9 @@ describe('a directory of config files', () => {
   it("refuses a domain defined twice, unless merging (the reference's MERGE_DOMAIN_CONFIG)", () => {
     const merge = join(HERE, 'merge');
     const error = refusal(() => loadConfigPath(merge));
-    expect(error.issues[0]?.message).toMatch(/duplicate domain "test-domain", also in .*one\.yaml: merge .* --merge-domain-config/);
+    expect(error.issues[0]?.message).toMatch(
+      /duplicate domain "test-domain", also in .*one\.yaml: merge .* --merge-domain-config/,
+    );
     expect(error.issues[0]?.file).toBe(join(merge, 'two.yaml'));
     const merged = loadConfigPath(merge, { mergeDomains: true }).config.domains;
     expect(merged).toHaveLength(1);
@@ -180,15 +186,20 @@ describe('a directory of config files', () => {
     ]);
     // The same descriptor in two merged files is refused, naming the first.
     const again = directory({
-      'one.yaml': 'domain: d\ndescriptors:\n  - { key: key1, value: value1, rate_limit: { unit: second, requests_per_unit: 1 } }\n',
-      'two.yaml': 'domain: d\ndescriptors:\n  - { key: key1, value: value1, rate_limit: { unit: second, requests_per_unit: 2 } }\n',
+      'one.yaml':
+        'domain: d\ndescriptors:\n  - { key: key1, value: value1, rate_limit: { unit: second, requests_per_unit: 1 } }\n',
+      'two.yaml':
+        'domain: d\ndescriptors:\n  - { key: key1, value: value1, rate_limit: { unit: second, requests_per_unit: 2 } }\n',
     });
     const duplicate = refusal(() => loadConfigPath(again, { mergeDomains: true }));
-    expect(duplicate.issues[0]?.message).toMatch(/duplicate descriptor in domain "d": key "key1" and value "value1" is already defined in .*one\.yaml line 3/);
+    expect(duplicate.issues[0]?.message).toMatch(
+      /duplicate descriptor in domain "d": key "key1" and value "value1" is already defined in .*one\.yaml line 3/,
+    );
   });
 
   it("holds one file of floodgate's format beside envoyproxy/ratelimit's, each domain in one format", () => {
-    const own = 'prefix: mixed\ndomains:\n  - domain: api\n    descriptors:\n      - { key: ip, policies: [{ algorithm: gcra, limit: 5, periodMs: 1000 }] }\n';
+    const own =
+      'prefix: mixed\ndomains:\n  - domain: api\n    descriptors:\n      - { key: ip, policies: [{ algorithm: gcra, limit: 5, periodMs: 1000 }] }\n';
     const envoy = 'domain: edge\ndescriptors:\n  - { key: ip, rate_limit: { unit: second, requests_per_unit: 5 } }\n';
     const mixed = loadConfigPath(directory({ 'floodgate.yaml': own, 'edge.yaml': envoy })).config;
     expect(mixed.prefix).toBe('mixed');
@@ -198,9 +209,7 @@ describe('a directory of config files', () => {
     ]);
     const two = refusal(() => loadConfigPath(directory({ 'a.yaml': own, 'b.yaml': own })));
     expect(two.issues[0]?.message).toMatch(/a second config of floodgate's format/);
-    const both = refusal(() =>
-      loadConfigPath(directory({ 'a.yaml': own, 'b.yaml': envoy.replace('edge', 'api') })),
-    );
+    const both = refusal(() => loadConfigPath(directory({ 'a.yaml': own, 'b.yaml': envoy.replace('edge', 'api') })));
     expect(both.issues[0]?.message).toMatch(/duplicate domain "api", also in .*a\.yaml \(floodgate's format\)/);
   });
 
