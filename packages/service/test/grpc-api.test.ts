@@ -164,6 +164,36 @@ domains:
     }
   });
 
+  it('reports current_limit.name only when the config gives one', async () => {
+    const config = `
+domains:
+  - domain: api
+    descriptors:
+      - key: named
+        policies: [{ algorithm: gcra, name: per-tenant, limit: 10, periodMs: 1000 }]
+      - key: derived
+        policies: [{ algorithm: gcra, limit: 10, periodMs: 1000 }]
+      - key: envoy-style
+        rate_limit: { unit: second, requests_per_unit: 10 }
+`;
+    const other = await startTestService(config);
+    const otherClient = grpcClient(other.grpcPort);
+    try {
+      const response = await otherClient.shouldRateLimit({
+        domain: 'api',
+        descriptors: [entries(['named', 'a']), entries(['derived', 'a']), entries(['envoy-style', 'a'])],
+      });
+      expect((response.statuses as { current_limit: { name: string } }[]).map((s) => s.current_limit.name)).toEqual([
+        'per-tenant',
+        '',
+        '',
+      ]);
+    } finally {
+      otherClient.close();
+      await other.close();
+    }
+  });
+
   it('answers OK for a domain it does not know, as Envoy expects', async () => {
     const response = await client.shouldRateLimit({ domain: 'elsewhere', descriptors: [entries(['a', 'b'])] });
     expect(response.overall_code).toBe('OK');
@@ -270,11 +300,17 @@ describe('gRPC: header formats', () => {
       });
       const otherClient = grpcClient(other.grpcPort);
       try {
-        const response = await otherClient.shouldRateLimit({
-          domain: 'api',
-          descriptors: [entries(['remote_address', '192.0.2.70'])],
-        });
+        const request = { domain: 'api', descriptors: [entries(['remote_address', '192.0.2.70'])] };
+        const response = await otherClient.shouldRateLimit(request);
         expect((response.response_headers_to_add as { key: string }[]).map((h) => h.key)).toEqual(expected);
+        // Over the limit: Retry-After too, but `none` sends nothing at all.
+        await otherClient.shouldRateLimit(request);
+        await otherClient.shouldRateLimit(request);
+        const over = await otherClient.shouldRateLimit(request);
+        expect(over.overall_code).toBe('OVER_LIMIT');
+        expect((over.response_headers_to_add as { key: string }[]).map((h) => h.key)).toEqual(
+          format === 'none' ? [] : [...expected, 'Retry-After'],
+        );
       } finally {
         otherClient.close();
         await other.close();
