@@ -52,6 +52,8 @@ Options of serve (environment variable in brackets):
                            with a descriptor that goes over its limit charges none of its other
                            descriptors [FLOODGATE_STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
                            STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT] (default: off)
+      --shadow-mode        answer every gRPC call OK overall, deciding and counting as usual (its
+                           statuses still say OVER_LIMIT) [FLOODGATE_SHADOW_MODE, SHADOW_MODE]
   -s, --store <url>        where counters live [FLOODGATE_STORE] (default: memory)
       --host <address>     address to listen on [FLOODGATE_HOST] (default: 127.0.0.1)
   -p, --port <n>           HTTP port, 0 for any free one [FLOODGATE_PORT] (default: 8080)
@@ -237,6 +239,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       'http-tls-client-san': { type: 'string' },
       'merge-domain-config': { type: 'boolean' },
       'stop-cache-key-increment-when-overlimit': { type: 'boolean' },
+      'shadow-mode': { type: 'boolean' },
     },
   });
   if (positionals.length > 0) throw new UsageError(`serve takes no arguments, got ${JSON.stringify(positionals[0])}`);
@@ -302,6 +305,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       mergeDomains: values['merge-domain-config'] ?? envFlag(env, 'MERGE_DOMAIN_CONFIG'),
       stopIncrementWhenOverLimit:
         values['stop-cache-key-increment-when-overlimit'] ?? envFlag(env, 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT'),
+      shadowMode: values['shadow-mode'] ?? envFlag(env, 'SHADOW_MODE'),
       store: values.store ?? env.FLOODGATE_STORE ?? 'memory',
       host: values.host ?? env.FLOODGATE_HOST ?? '127.0.0.1',
       httpPort,

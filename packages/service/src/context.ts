@@ -15,6 +15,8 @@ export interface ServiceContext {
   readonly logger: Logger;
   /** True once shutdown began: new calls are refused, in-flight ones finish. */
   readonly draining: boolean;
+  /** envoyproxy/ratelimit's global `SHADOW_MODE`: every gRPC call is answered OK overall. */
+  readonly shadowMode: boolean;
   /** Name of the store (`memory`, `redis`, …). */
   readonly storeName: string;
   /** Probes the store (cached briefly); false when it is unreachable. */

@@ -70,6 +70,15 @@ export class Metrics {
       },
     });
     new Counter({
+      name: 'floodgate_global_shadow_mode_total',
+      help: 'gRPC calls over the limit answered OK by the global shadow mode (--shadow-mode).',
+      registers,
+      collect() {
+        this.reset();
+        if (stats.globalShadow > 0) this.inc(stats.globalShadow);
+      },
+    });
+    new Counter({
       name: 'floodgate_degraded_decisions_total',
       help: 'Decisions made without the store, by the failure policy (--failure open or closed).',
       registers,

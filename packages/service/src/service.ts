@@ -39,6 +39,12 @@ export interface ServiceOptions {
   stopIncrementWhenOverLimit?: boolean;
   /** The clock of every decision (tests, simulations); the store's own clock by default. */
   clock?: Clock;
+  /**
+   * envoyproxy/ratelimit's global `SHADOW_MODE`: every gRPC call is decided and counted as usual, and
+   * answered OK overall; each descriptor's status still says OVER_LIMIT when it is. Counted in
+   * `floodgate_global_shadow_mode_total`. @default false
+   */
+  shadowMode?: boolean;
   /** Store URL (`memory`, `redis://…`, …) or a store object. @default 'memory' */
   store?: string | Store;
   /** Address both servers listen on. @default '127.0.0.1' */
@@ -129,6 +135,7 @@ export class Service implements ServiceContext {
   metrics!: Metrics;
   engine!: Engine;
   draining = false;
+  readonly shadowMode: boolean;
   /** Ports actually bound (0 until started, or when that API is off). */
   httpPort = 0;
   grpcPort = 0;
@@ -160,6 +167,7 @@ export class Service implements ServiceContext {
         ? logger
         : pino({ name: 'floodgate', level: logger ?? 'info' }, pino.destination({ dest: 1, sync: true }));
     this.headers = new RateLimitHeaders(options.headers ?? 'ietf');
+    this.shadowMode = options.shadowMode ?? false;
   }
 
   get storeName(): string {

@@ -54,6 +54,8 @@ export class DecisionStats {
   readonly unmatched = new Map<string, Tally>();
   /** Requests naming a domain the config does not define. */
   unknownDomain = 0;
+  /** gRPC calls over the limit answered OK overall by the global shadow mode. */
+  globalShadow = 0;
   /** Decisions made without the store (its failure policy answered: `reason: 'degraded'`). */
   degraded = 0;
   /** Store operations that failed or timed out (fed by the limiter's `storeError` events). */

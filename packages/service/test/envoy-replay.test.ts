@@ -268,6 +268,14 @@ describe.each(stores)("envoyproxy/ratelimit's scenarios on %s", (_name, store, a
     });
   });
 
+  test('the global shadow mode (SHADOW_MODE): answered OK overall, the statuses as they are', async () => {
+    const r = await replay(store, ['runtime/config'], { shadowMode: true });
+    const user = [d([['one_per_minute', randomBytes(4).toString('hex')]])];
+    expect(await call(r, 'basic', user)).toEqual({ overall: 'OK', statuses: [['OK', 1, 'MINUTE', 0, 30]] });
+    expect(await call(r, 'basic', user)).toEqual({ overall: 'OK', statuses: [['OVER_LIMIT', 1, 'MINUTE', 0, 30]] });
+    expect(r.service.stats.globalShadow).toBe(1);
+  });
+
   test('wildcards: anywhere in a value, the first written wins, exact values first, each value counts apart', async () => {
     const r = await replay(store, ['valid/wildcard.yaml']);
     const one = async (key: string, value: string) => (await call(r, 'example9', [d([[key, value]])])).statuses[0];

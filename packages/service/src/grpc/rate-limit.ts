@@ -67,16 +67,19 @@ export function toDecisionRequest(message: RateLimitRequestMessage): DecisionReq
 
 /**
  * Writes Envoy's RateLimitResponse for the engine's outcomes: the overall code, one status per
- * descriptor in order, and the IETF rate limit headers to add to the response.
+ * descriptor in order, and the rate limit headers to add to the response. With `shadowAll`
+ * (envoyproxy/ratelimit's global `SHADOW_MODE`), the overall code is OK whatever the statuses say.
+ * Returns true when some descriptor is over its limit.
  */
 export function encodeRateLimitResponse(
   w: Writer,
   outcomes: readonly DescriptorOutcome[],
   headerMaker: RateLimitHeaders,
-): void {
+  shadowAll = false,
+): boolean {
   let over = false;
   for (let i = 0; i < outcomes.length; i++) if ((outcomes[i] as DescriptorOutcome).code === 'OVER_LIMIT') over = true;
-  w.uint(1, over ? CODE_OVER_LIMIT : CODE_OK);
+  w.uint(1, over && !shadowAll ? CODE_OVER_LIMIT : CODE_OK);
   for (let i = 0; i < outcomes.length; i++) {
     const o = outcomes[i] as DescriptorOutcome;
     const status = w.open(2);
@@ -119,6 +122,7 @@ export function encodeRateLimitResponse(
     w.string(2, h.value);
     w.close(header);
   }
+  return over;
 }
 
 /** Whether each policy's name was given in the config, rather than derived from its options. */

@@ -381,7 +381,9 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
     if (outcomes !== undefined) {
       // Answered already (the deadline passed, the peer reset the stream): nothing to encode.
       if (!call.open) return;
-      encodeRateLimitResponse(writer.reset(), outcomes, ctx.headers);
+      if (encodeRateLimitResponse(writer.reset(), outcomes, ctx.headers, ctx.shadowMode) && ctx.shadowMode) {
+        ctx.stats.globalShadow++;
+      }
       call.reply(writer.view());
       return;
     }
