@@ -513,7 +513,7 @@ export class Engine {
       if (lenient) return undefined;
       throw new RequestError(
         'invalid',
-        `${field}.requestsPerUnit must be an integer from ${least} to ${most}, got ${showValue(n)}`,
+        `${field}.requestsPerUnit must be an integer from ${least} to ${envoyFormat ? most : '1e12'}, got ${showValue(n)}`,
         `${field}.requestsPerUnit`,
       );
     }

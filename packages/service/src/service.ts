@@ -14,6 +14,7 @@ import { RateLimitHeaders } from './headers.js';
 import { createHttpApi, type HttpApiServer } from './http-api.js';
 import type { Api } from './metrics.js';
 import { Metrics } from './metrics.js';
+import { ENVOY_UNIT_NUMBERS } from './rules.js';
 import { DecisionStats } from './stats.js';
 import { type OpenedStore, openStore } from './store-url.js';
 import { TlsCredentials, type TlsOptions, type TlsReloadResult } from './tls.js';
@@ -477,6 +478,16 @@ export class Service implements ServiceContext {
           shadow: r.shadow,
           unlimited: r.unlimited,
           shared: r.sharedValue !== undefined,
+          ...(r.envoy === undefined
+            ? {}
+            : {
+                rateLimit: {
+                  requestsPerUnit: r.envoy.requestsPerUnit,
+                  unit: [...ENVOY_UNIT_NUMBERS].find(([, n]) => n === r.envoy?.unit)?.[0] ?? null,
+                  name: r.envoy.name ?? null,
+                  replaces: r.envoy.replaces,
+                },
+              }),
           policies: r.policies,
         })),
       })),

@@ -259,24 +259,18 @@ describe('hostile gRPC input: override units', () => {
   });
   afterAll(() => client.close());
 
-  it('answers INVALID_ARGUMENT naming the field for a unit number Envoy does not define', async () => {
-    const error = await client
-      .shouldRateLimit({
-        domain: 'api',
-        descriptors: [
-          {
-            entries: [{ key: 'remote_address', value: '203.0.113.8' }],
-            limit: { requests_per_unit: 5, unit: 99 },
-          },
-        ],
-      })
-      .then(
-        () => undefined,
-        (e: { code: number; details: string }) => e,
-      );
-    expect(error?.code).toBe(3);
-    expect(error?.details).toBe(
-      'descriptors[0].limit.unit must be one of second, minute, hour, day, week, month, year, got "unit 99"',
-    );
+  it('ignores a limit in a unit number Envoy does not define: the config decides that descriptor', async () => {
+    const reply = await client.shouldRateLimit({
+      domain: 'api',
+      descriptors: [
+        {
+          entries: [{ key: 'remote_address', value: '203.0.113.8' }],
+          limit: { requests_per_unit: 5, unit: 99 },
+        },
+      ],
+    });
+    expect(reply.overall_code).toBe('OK');
+    const status = (reply.statuses as { current_limit: { requests_per_unit: number } | null }[])[0];
+    expect(status?.current_limit?.requests_per_unit).not.toBe(5);
   });
 });
