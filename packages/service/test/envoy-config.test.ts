@@ -128,7 +128,6 @@ describe("envoyproxy/ratelimit's config format", () => {
     ['no-unit.yaml', 5, /invalid rate limit unit ""/],
     ['replaces-self.yaml', 9, /replaces should not contain the name of the same descriptor \("mine"\)/],
     ['replaces-empty.yaml', 8, /should not have an empty `replaces` entry/],
-    ['bad-yaml.yaml', 5, /^YAML: /],
     ['misspelled-rate-limit.yaml', 5, /unknown field `ratelimit`/],
     ['misspelled-requests-per-unit.yaml', 7, /unknown field `requestsperunit`/],
     ['non-string-key.yaml', 1, /unknown field `0.25`/],
@@ -144,6 +143,17 @@ describe("envoyproxy/ratelimit's config format", () => {
     expect(first?.line).toBe(line);
     expect(first?.file).toBe(join(HERE, 'invalid', file));
     expect(`${first?.path ? `${first.path}: ` : ''}${first?.message}`).toMatch(reason);
+  });
+
+  it('refuses a file that is not YAML, with the line where it breaks', () => {
+    // Written here rather than under invalid/: the repository's formatter parses every *.yaml file.
+    const dir = directory({
+      'bad-yaml.yaml': 'domain: test-domain\ndescriptors:\n  - key: key1\n    rate_limit: { unit: second\n',
+    });
+    const error = refusal(() => loadConfigPath(join(dir, 'bad-yaml.yaml')));
+    expect(error.issues[0]?.line).toBe(5);
+    expect(error.issues[0]?.file).toBe(join(dir, 'bad-yaml.yaml'));
+    expect(error.issues[0]?.message).toMatch(/^YAML: /);
   });
 
   it('covers every invalid file', () => {
