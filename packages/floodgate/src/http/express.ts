@@ -3,44 +3,49 @@ import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
   isThenable,
+  optionalFunction,
+  type RateLimitInfo,
   type RateLimitOptions,
   type RateLimitOutcome,
   withLimiter,
 } from './core.js';
-import { incomingMessageAccess, sendDenial, setOutcomeHeaders } from './node-access.js';
+import { expressAccess, sendDenial, setDenialHeaders, setOutcomeHeaders, settleOnClose } from './node-access.js';
+
+declare module 'node:http' {
+  interface IncomingMessage {
+    /** The limit floodgate decided on this request (the last middleware's); absent when skipped. */
+    rateLimit?: RateLimitInfo;
+  }
+}
+
+/** Options of the Express {@link rateLimit}: the shared options and a denial `handler`. */
+export interface ExpressRateLimitOptions<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+> extends RateLimitOptions<Req> {
+  /**
+   * Answers a denied request in place of the default denial (like express-rate-limit's `handler`). The
+   * status (429, or 503 when degraded), the rate-limit headers and `Retry-After` are already set; the
+   * handler writes the body, or passes an error to `next`. A returned promise that rejects goes to `next`.
+   */
+  handler?: (request: Req, response: Res, next: (error?: unknown) => void, outcome: RateLimitOutcome) => unknown;
+}
 
 /** An Express middleware (Express 4 and 5); `Req` is Express's `Request` or your extension of it. */
-export interface ExpressRateLimit<Req extends IncomingMessage = IncomingMessage> {
-  (request: Req, response: ServerResponse, next: (error?: unknown) => void): void;
+export interface ExpressRateLimit<
+  Req extends IncomingMessage = IncomingMessage,
+  Res extends ServerResponse = ServerResponse,
+> {
+  (request: Req, response: Res, next: (error?: unknown) => void): void;
   /** The limiter deciding. */
   readonly limiter: Limiter;
 }
 
-function apply(outcome: RateLimitOutcome | undefined, response: ServerResponse, next: (error?: unknown) => void): void {
-  if (outcome === undefined) {
-    next();
-    return;
-  }
-  // Another middleware (a timeout, a guard, a stream) answered while the decision was pending, ended or
-  // not: there is nothing to add to its response, which stays its own to end, and the request does not
-  // go on (as with the node:http and Koa adapters), allowed or denied.
-  if (response.headersSent) return;
-  try {
-    if (!outcome.allowed) {
-      sendDenial(response, outcome);
-      return;
-    }
-    setOutcomeHeaders(response, outcome);
-  } catch (error) {
-    next(error);
-    return;
-  }
-  next();
-}
-
 /**
  * Rate limiting for Express 4 and 5. Admitted requests get the rate-limit headers and go on; denied ones
- * get 429 (or 503 when the store is down and the failure policy is `'closed'`) with a problem body.
+ * get 429 (or 503 when the store is down and the failure policy is `'closed'`) with a problem body, or
+ * whatever `message` or `handler` says. The client's key follows the app's `trust proxy` setting
+ * (`req.ip`), and the decision is on `req.rateLimit` for the handlers after it.
  * Errors (a throwing `key` hook, a limiter that throws, a response that refuses the headers) go to
  * Express's error handling through `next`. When another middleware answered while the decision was
  * pending (its headers went out, even if its response has not ended), the middleware adds nothing to that
@@ -53,19 +58,53 @@ function apply(outcome: RateLimitOutcome | undefined, response: ServerResponse, 
  * import { rateLimit } from 'floodgate/express';
  *
  * const app = express();
+ * app.set('trust proxy', 1); // one load balancer in front
  * app.use(rateLimit({ policies: gcra({ limit: 100, periodMs: 60_000 }) }));
- * app.post('/login', rateLimit({ policies: gcra({ limit: 5, periodMs: 60_000, name: 'login' }) }), login);
  * ```
  */
-export function rateLimit<Req extends IncomingMessage = IncomingMessage>(
-  options: RateLimitOptions<Req>,
-): ExpressRateLimit<Req> {
-  const decide = createHttpRateLimiter<Req>(options, incomingMessageAccess);
-  const middleware = function floodgateRateLimit(
+export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+  options: ExpressRateLimitOptions<Req, Res>,
+): ExpressRateLimit<Req, Res> {
+  const decide = createHttpRateLimiter<Req>(options, expressAccess);
+  const handler = options.handler;
+  optionalFunction(handler, 'handler');
+
+  const apply = (
     request: Req,
-    response: ServerResponse,
+    outcome: RateLimitOutcome | undefined,
+    response: Res,
     next: (error?: unknown) => void,
-  ): void {
+  ): void => {
+    if (outcome === undefined) {
+      next();
+      return;
+    }
+    // Another middleware (a timeout, a guard, a stream) answered while the decision was pending, ended or
+    // not: there is nothing to add to its response, which stays its own to end, and the request does not
+    // go on (as with the node:http and Koa adapters), allowed or denied.
+    if (response.headersSent) return;
+    request.rateLimit = outcome;
+    try {
+      if (!outcome.allowed) {
+        if (handler === undefined) {
+          sendDenial(response, outcome);
+        } else {
+          setDenialHeaders(response, outcome);
+          const done = handler(request, response, next, outcome);
+          if (isThenable(done)) done.then(undefined, next);
+        }
+        return;
+      }
+      setOutcomeHeaders(response, outcome);
+      if (outcome.settle !== undefined) settleOnClose(response, outcome.settle);
+    } catch (error) {
+      next(error);
+      return;
+    }
+    next();
+  };
+
+  const middleware = function floodgateRateLimit(request: Req, response: Res, next: (error?: unknown) => void): void {
     let result: ReturnType<typeof decide.decide>;
     try {
       result = decide.decide(request);
@@ -74,13 +113,13 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage>(
       return;
     }
     // `apply` catches its own errors and hands them to `next`, so the chain never rejects unhandled.
-    if (isThenable(result)) result.then((outcome) => apply(outcome, response, next), next);
-    else apply(result, response, next);
-  } as ExpressRateLimit<Req>;
+    if (isThenable(result)) result.then((outcome) => apply(request, outcome, response, next), next);
+    else apply(request, result, response, next);
+  } as ExpressRateLimit<Req, Res>;
   withLimiter(middleware, decide.limiter);
   return middleware;
 }
 
 export type { TrustProxy } from './client-address.js';
-export type { RateLimitOptions } from './core.js';
+export type { DenialMessage, RateLimitInfo, RateLimitOptions, RateLimitOutcome } from './core.js';
 export type { HeaderFormat } from './headers.js';

@@ -2,10 +2,14 @@ export { addressKey, type Cidr, formatIp, type IpAddress, NAMED_NETWORKS, parseI
 export { clientAddress, type ForwardedHeader, forwardedFor, type TrustProxy } from './client-address.js';
 export {
   createHttpRateLimiter,
+  type DenialBody,
+  type DenialMessage,
+  type FloodgateWarningCode,
   type HttpRateLimiter,
   type MaybePromise,
   type PoliciesOption,
   PROBLEM_CONTENT_TYPE,
+  type RateLimitInfo,
   type RateLimitOptions,
   type RateLimitOutcome,
   type RequestAccess,

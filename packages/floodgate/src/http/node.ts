@@ -3,14 +3,37 @@ import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
   isThenable,
+  optionalFunction,
+  type RateLimitInfo,
   type RateLimitOptions,
   type RateLimitOutcome,
   withLimiter,
 } from './core.js';
-import { incomingMessageAccess, sendDenial, sendInternalError, setOutcomeHeaders } from './node-access.js';
+import {
+  incomingMessageAccess,
+  sendDenial,
+  sendInternalError,
+  setDenialHeaders,
+  setOutcomeHeaders,
+  settleOnClose,
+} from './node-access.js';
+
+declare module 'node:http' {
+  interface IncomingMessage {
+    /** The limit floodgate decided on this request (the last middleware's); absent when skipped. */
+    rateLimit?: RateLimitInfo;
+  }
+}
 
 /** Options of the node:http {@link rateLimit}; hooks receive the `IncomingMessage`. */
-export type NodeRateLimitOptions = RateLimitOptions<IncomingMessage>;
+export interface NodeRateLimitOptions extends RateLimitOptions<IncomingMessage> {
+  /**
+   * Answers a denied request in place of the default denial. The status, the rate-limit headers and
+   * `Retry-After` are already set; the handler writes the body and ends the response. The guard resolves
+   * `false` once it has returned (or its promise has resolved); its errors reject the guard.
+   */
+  handler?: (request: IncomingMessage, response: ServerResponse, outcome: RateLimitOutcome) => unknown;
+}
 
 /** Options of {@link NodeRateLimit.wrap}. */
 export interface WrapOptions<Req extends IncomingMessage, Res extends ServerResponse> {
@@ -45,7 +68,9 @@ function reportError(error: unknown, _request: IncomingMessage, response: Server
 }
 
 /**
- * Rate limiting for a plain node:http server.
+ * Rate limiting for a plain node:http server. node:http has no trusted-proxy setting of its own: the
+ * client is the socket's peer unless `trustProxy` names the proxies to believe. The decision is on
+ * `req.rateLimit` once the guard resolves.
  *
  * @example
  * ```ts
@@ -60,21 +85,36 @@ function reportError(error: unknown, _request: IncomingMessage, response: Server
  */
 export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
   const decide = createHttpRateLimiter(options, incomingMessageAccess);
-  const apply = (outcome: RateLimitOutcome | undefined, response: ServerResponse): boolean => {
+  const handler = options.handler;
+  optionalFunction(handler, 'handler');
+  const apply = (
+    request: IncomingMessage,
+    outcome: RateLimitOutcome | undefined,
+    response: ServerResponse,
+  ): boolean | Promise<boolean> => {
     if (outcome === undefined) return true;
     // Something else answered while the decision was pending: add nothing, and the handler must not run.
     if (response.headersSent) return false;
+    request.rateLimit = outcome;
     if (!outcome.allowed) {
-      sendDenial(response, outcome);
-      return false;
+      if (handler === undefined) {
+        sendDenial(response, outcome);
+        return false;
+      }
+      setDenialHeaders(response, outcome);
+      const done = handler(request, response, outcome);
+      return isThenable(done) ? done.then(() => false) : false;
     }
     setOutcomeHeaders(response, outcome);
+    if (outcome.settle !== undefined) settleOnClose(response, outcome.settle);
     return true;
   };
   // Synchronous when the decision is (memory store, synchronous hooks); may throw.
   const admit = (request: IncomingMessage, response: ServerResponse): boolean | Promise<boolean> => {
     const result = decide.decide(request);
-    return isThenable(result) ? result.then((outcome) => apply(outcome, response)) : apply(result, response);
+    return isThenable(result)
+      ? result.then((outcome) => apply(request, outcome, response))
+      : apply(request, result, response);
   };
   const guard = function floodgateGuard(request: IncomingMessage, response: ServerResponse): Promise<boolean> {
     try {
@@ -115,5 +155,5 @@ export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
 }
 
 export type { TrustProxy } from './client-address.js';
-export type { RateLimitOptions } from './core.js';
+export type { DenialMessage, RateLimitInfo, RateLimitOptions, RateLimitOutcome } from './core.js';
 export type { HeaderFormat } from './headers.js';

@@ -288,13 +288,16 @@ export class Limiter {
   }
 
   /**
-   * Takes a lease (used by `leasedLimiter`): one committed call of cost `size` on the store, under the
-   * limiter's timeout, breaker and events, with the clock reading it was decided at. Without the store,
-   * the `failure` option decides a call of cost `cost` instead (no lease then).
+   * Takes a lease (used by `leasedLimiter`, and by the HTTP middleware for calls it may give back): one
+   * committed call of cost `size` on the store, under the limiter's (or the given) policies, timeout,
+   * breaker and events, with the clock reading it was decided at. Without the store, the `failure`
+   * option decides a call of cost `cost` instead (no lease then).
    */
-  async leaseFromStore(key: string, size: number, cost: number): Promise<LeaseGrant> {
+  async leaseFromStore(key: string, size: number, cost: number, options?: KeyOptions): Promise<LeaseGrant> {
+    const call: CallOptions =
+      options?.policies === undefined ? { cost: size } : { cost: size, policies: options.policies };
     // A copy: a synchronous store's request object is reused by the next call.
-    const request = { ...this.request(key, { cost: size }, true) };
+    const request = { ...this.request(key, call, true) };
     const skip = this.breaker?.admit(this.localMs());
     let result: StoreResult | undefined;
     let failure = skip;
@@ -319,16 +322,23 @@ export class Limiter {
   }
 
   /**
-   * Gives back unused units of a lease (used by `leasedLimiter`). Never rejects: a failure is reported as
-   * a `storeError` event, and the units come back on their own when the lease expires in the store.
+   * Gives back unused units of a lease (used by `leasedLimiter` and the HTTP middleware), under the
+   * limiter's (or the given) policies. Never rejects: a failure is reported as a `storeError` event, and
+   * the units come back on their own when the lease expires in the store.
    */
-  async refundToStore(key: string, leased: number, leasedAtUs: number, unused: number): Promise<boolean> {
+  async refundToStore(
+    key: string,
+    leased: number,
+    leasedAtUs: number,
+    unused: number,
+    options?: KeyOptions,
+  ): Promise<boolean> {
     const refund = this.store.refund;
     if (refund === undefined || this.breaker?.state === 'open') return false;
     const request = {
       prefix: this.prefix,
       key,
-      policies: this.compiled,
+      policies: options?.policies === undefined ? this.compiled : this.policiesFor(options.policies),
       leased,
       leasedAtUs,
       unused,
@@ -336,6 +346,8 @@ export class Limiter {
     };
     try {
       await this.bounded(refund.call(this.store, request));
+      // A denial remembered before the refund may no longer hold.
+      this.blockedCache?.forget(key);
       return true;
     } catch (error) {
       // Never rejects, so every failure (a rejection too) is reported as an event; none reaches the breaker.

@@ -21,6 +21,7 @@ import {
 } from '../../src/index.js';
 import { fromIoredis, redisStore } from '../../src/stores/redis/index.js';
 import { manualClock } from '../../src/testing/index.js';
+import { collectWarnings } from './warnings.js';
 
 /** Requests as plain objects: the core needs only a peer address and headers. */
 interface FakeRequest {
@@ -61,6 +62,22 @@ describe('options', () => {
     expect(optionError({ policies, trustProxy: { cidrs: ['10.0.0.0/40'] } })).toBe('trustProxy.cidrs[0]');
     expect(optionError({ policies, limiter: createLimiter({ policies }), store: memoryStore() })).toBe('store');
     expect(optionError({ policies, limiter: {} as never })).toBe('limiter');
+    expect(optionError({ policies, message: null as never })).toBe('message');
+    expect(optionError({ policies, message: 42 as never })).toBe('message');
+    expect(optionError({ policies, message: { big: 10n } })).toBe('message');
+    expect(optionError({ policies, skipFailedRequests: 'yes' as never })).toBe('skipFailedRequests');
+    expect(optionError({ policies, skipSuccessfulRequests: 1 as never })).toBe('skipSuccessfulRequests');
+    expect(optionError({ policies, requestWasSuccessful: true as never })).toBe('requestWasSuccessful');
+    // A queue-mode leaky bucket has booked later calls behind a request by the time it could be given back.
+    const queue = leakyBucket({ capacity: 2, leakPerSecond: 1, mode: 'queue' });
+    expect(optionError({ policies: queue, skipSuccessfulRequests: true })).toBe('skipSuccessfulRequests');
+    expect(optionError({ policies: [perMinute, queue], skipFailedRequests: true })).toBe('skipFailedRequests');
+  });
+
+  it('refuses per-request policies that cannot give a request back, when the request comes', async () => {
+    const queue = [leakyBucket({ capacity: 2, leakPerSecond: 1, mode: 'queue' })];
+    const decide = createHttpRateLimiter({ policies: () => queue, skipFailedRequests: true }, access);
+    await expect(decide(client)).rejects.toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'skipFailedRequests' });
   });
 });
 
@@ -137,11 +154,23 @@ describe('the core', () => {
     }
   });
 
-  it('refuses to guess a key when the peer address is unknown', async () => {
-    const decide = createHttpRateLimiter({ policies: perMinute }, access);
-    await expect(decide({})).rejects.toMatchObject({ code: 'ERR_INVALID_KEY', option: 'key' });
-    const keyed = createHttpRateLimiter({ policies: perMinute, key: () => 'user-1' }, access);
-    expect((await keyed({}))?.allowed).toBe(true);
+  it('puts requests without a client address on one shared key, warning once', async () => {
+    const warnings = collectWarnings();
+    try {
+      const decide = createHttpRateLimiter({ policies: perMinute, clock: manualClock() }, access);
+      expect((await decide({}))?.key).toBe('unknown');
+      expect((await decide({ peer: '' }))?.allowed).toBe(true);
+      const third = await decide({ peer: 'not an address' });
+      expect([third?.key, third?.status]).toEqual(['unknown', 429]);
+      // A client with an address keeps its own key.
+      expect((await decide(client))?.allowed).toBe(true);
+      await warnings.flush();
+      expect(warnings.codes()).toEqual(['FLOODGATE_UNKNOWN_ADDRESS']);
+      const keyed = createHttpRateLimiter({ policies: perMinute, key: () => 'user-1' }, access);
+      expect((await keyed({}))?.key).toBe('user-1');
+    } finally {
+      warnings.stop();
+    }
   });
 
   it('keys clients per IPv4 prefix when asked', async () => {

@@ -7,3 +7,7 @@ declare module 'koa3' {
   import Koa from 'koa';
   export default Koa;
 }
+declare module 'fastify4' {
+  import Fastify from 'fastify';
+  export default Fastify;
+}
