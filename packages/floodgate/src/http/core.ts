@@ -631,17 +631,28 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
   withLimiter(middleware, limiter);
   Object.defineProperty(middleware, 'decide', { value: decideNow });
   Object.defineProperty(middleware, 'derive', {
-    value: (overrides: RateLimitOptions<Req>): HttpRateLimiter<Req> => {
-      const merged: RateLimitOptions<Req> = { ...options, ...overrides };
-      if (!LIMITER_OPTIONS.some((option) => overrides[option] !== undefined)) {
-        for (const option of LIMITER_OPTIONS) delete merged[option];
-        merged.limiter = limiter;
-        merged.policies ??= limiter.policies;
-      }
-      return build(merged, access, shared);
-    },
+    value: (overrides: RateLimitOptions<Req>): HttpRateLimiter<Req> =>
+      build(derivedOptions(options, overrides, limiter), access, shared),
   });
   return middleware;
+}
+
+/**
+ * The options of a middleware derived from one with `options` (a route's): the overrides replace
+ * options, and unless they shape a limiter of their own (`store`, `prefix`…) it decides with `limiter`.
+ */
+export function derivedOptions<Req>(
+  options: RateLimitOptions<Req>,
+  overrides: RateLimitOptions<Req>,
+  limiter: Limiter,
+): RateLimitOptions<Req> {
+  const merged: RateLimitOptions<Req> = { ...options, ...overrides };
+  if (!LIMITER_OPTIONS.some((option) => overrides[option] !== undefined)) {
+    for (const option of LIMITER_OPTIONS) delete merged[option];
+    merged.limiter = limiter;
+    merged.policies ??= limiter.policies;
+  }
+  return merged;
 }
 
 /** The body and content type of a `message` option's value. */
