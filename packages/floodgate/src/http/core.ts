@@ -97,7 +97,8 @@ export interface RateLimitOptions<Req> {
   skipSuccessfulRequests?: boolean;
   /**
    * Whether a finished response counts as a success, for `skipFailedRequests` and
-   * `skipSuccessfulRequests`. A response that never finished (the client went away) is a failure.
+   * `skipSuccessfulRequests`. A response that never finished (the client went away) is neither: it stays
+   * counted, so hanging up early never makes a request free.
    * @default (request, statusCode) => statusCode < 400
    */
   requestWasSuccessful?: (request: Req, statusCode: number) => MaybePromise<boolean>;
@@ -145,8 +146,8 @@ export interface RateLimitOutcome extends RateLimitInfo {
   readonly body: string | undefined;
   /**
    * Present when the request's cost may be given back (`skipFailedRequests`, `skipSuccessfulRequests`):
-   * call it once the response is over, with its status code, or `undefined` when it never finished.
-   * Later calls do nothing; the promise never rejects.
+   * call it once the response is over, with its status code, or `undefined` when it never finished (then
+   * the cost stays counted). Later calls do nothing; the promise never rejects.
    */
   readonly settle: ((statusCode: number | undefined) => Promise<void>) | undefined;
 }
@@ -485,7 +486,8 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
       if (settled) return Promise.resolve();
       settled = true;
       try {
-        if (statusCode === undefined) return refund(false) ?? Promise.resolve();
+        // Cut short: the work was done whoever hung up, and a refund would reward hanging up.
+        if (statusCode === undefined) return Promise.resolve();
         const verdict = wasSuccessful === undefined ? statusCode < 400 : wasSuccessful(request, statusCode);
         if (!isThenable(verdict)) return refund(verdict === true) ?? Promise.resolve();
         return verdict.then(

@@ -51,7 +51,7 @@ export function sendDenial(response: ServerResponse, outcome: RateLimitOutcome):
   response.end(outcome.body);
 }
 
-/** Settles an admitted request's cost once its response is over: finished, or cut off (a failure). */
+/** Settles an admitted request's cost once its response is over: finished, or cut off (then it stays counted). */
 export function settleOnClose(response: ServerResponse, settle: NonNullable<RateLimitOutcome['settle']>): void {
   response.once('close', () => {
     void settle(response.writableFinished ? response.statusCode : undefined);

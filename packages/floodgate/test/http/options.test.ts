@@ -1,9 +1,24 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
+import express from 'express';
+import Fastify from 'fastify';
 import { Redis } from 'ioredis';
+import Koa from 'koa';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { rateLimit as expressRateLimit } from '../../src/http/express.js';
+import { rateLimit as fastifyRateLimit } from '../../src/http/fastify.js';
+import { rateLimit as koaRateLimit } from '../../src/http/koa.js';
+import { rateLimit as nodeRateLimit } from '../../src/http/node.js';
 import {
   fixedWindow,
   gcra,
@@ -323,3 +338,107 @@ describe.each(STORES.map((s) => [s.name, s] as [string, StoreCase]))('refunds on
     },
   );
 });
+
+// A client that hangs up before its response is over gets nothing back: the server did the work.
+describe('a request cut short stays counted, even under skipFailedRequests', () => {
+  type Held = (request: IncomingMessage, response: ServerResponse) => Promise<void>;
+  const limitOptions = (store: Store) => ({
+    policies: fixedWindow({ limit: 1, windowMs: 60_000, name: 'held' }),
+    store,
+    clock: manualClock({ startMs: Date.UTC(2030, 0, 1) }),
+    skipFailedRequests: true,
+  });
+  // Each app serves GET /held through the adapter, and hands the request to `hold` before answering 500.
+  const APPS: Record<string, (store: Store, hold: Held) => Promise<Running>> = {
+    'node:http': async (store, hold) => {
+      const limit = nodeRateLimit(limitOptions(store));
+      const server = createServer(
+        limit.wrap(async (request, response) => {
+          await hold(request, response);
+          response.statusCode = 500;
+          response.end();
+        }),
+      );
+      return listenOn(server);
+    },
+    express: async (store, hold) => {
+      const app = express();
+      app.get('/held', expressRateLimit(limitOptions(store)), async (request, response) => {
+        await hold(request, response);
+        response.status(500).end();
+      });
+      return listenOn(createServer(app));
+    },
+    fastify: async (store, hold) => {
+      const app = Fastify();
+      await app.register(fastifyRateLimit(limitOptions(store)));
+      app.get('/held', async (request, reply) => {
+        await hold(request.raw, reply.raw);
+        return reply.code(500).send();
+      });
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      return { url: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, close: () => app.close() };
+    },
+    koa: async (store, hold) => {
+      const app = new Koa();
+      app.use(koaRateLimit(limitOptions(store)));
+      app.use(async (ctx) => {
+        await hold(ctx.req, ctx.res);
+        ctx.status = 500;
+      });
+      return listenOn(createServer(app.callback()));
+    },
+  };
+
+  it.each(Object.keys(APPS))('%s', async (name) => {
+    const store = new Watched(memoryStore());
+    let arrived!: () => void;
+    const arrival = new Promise<void>((resolve) => {
+      arrived = resolve;
+    });
+    let closed!: () => void;
+    const closing = new Promise<void>((resolve) => {
+      closed = resolve;
+    });
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const server = await (APPS[name] as (typeof APPS)[string])(store, async (_request, response) => {
+      // Listeners run in order: the middleware's, registered first, has settled by the time this one runs.
+      response.once('close', closed);
+      arrived();
+      await released;
+    });
+    try {
+      const hungUp = httpRequest(`${server.url}/held`, { agent: false });
+      hungUp.on('error', () => {});
+      hungUp.end();
+      await arrival;
+      hungUp.destroy();
+      await closing;
+      release();
+      // The first request was cut short, with a 500 on its way: still counted.
+      expect((await send(server, '/held')).status).toBe(429);
+      expect(store.refunds).toBe(0);
+    } finally {
+      release();
+      await server.close();
+    }
+  });
+});
+
+function listenOn(server: Server): Promise<Running> {
+  return new Promise((resolve) => {
+    server.listen(0, '127.0.0.1', () =>
+      resolve({
+        url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+        close: () =>
+          new Promise<void>((done) => {
+            server.closeAllConnections();
+            server.close(() => done());
+          }),
+      }),
+    );
+  });
+}
