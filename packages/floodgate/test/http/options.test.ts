@@ -386,7 +386,12 @@ describe('a request cut short stays counted, even under skipFailedRequests', () 
         await hold(ctx.req, ctx.res);
         ctx.status = 500;
       });
-      return listenOn(createServer(app.callback()));
+      const handle = app.callback();
+      return listenOn(
+        createServer((request, response) => {
+          void handle(request, response);
+        }),
+      );
     },
   };
 
