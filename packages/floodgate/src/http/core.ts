@@ -49,8 +49,9 @@ export interface RateLimitOptions<Req> {
   /** Time source of the limiter built here, of the legacy reset epoch and of queue delays. @default systemClock */
   clock?: Clock;
   /**
-   * The client's key (a user id, an API key). Default: the client address, grouped per `ipv6PrefixLength`.
-   * Keys are data: any string works and cannot reach into another key.
+   * The client's key (a user id, an API key). Default: the client address (see `trustProxy`), grouped per
+   * `ipv6PrefixLength`; requests without one share the key `'unknown'`. Keys are data: any string works
+   * and cannot reach into another key.
    */
   key?: (request: Req) => MaybePromise<string>;
   /** What a request costs (e.g. the records of a JSON batch); 0 only checks. @default 1 */
