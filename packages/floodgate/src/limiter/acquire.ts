@@ -1,10 +1,10 @@
 import { abortError, type Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { validateKey } from '../keys.js';
-import { compilePolicy, KIND_METER } from '../model/compile.js';
+import { compilePolicy } from '../model/compile.js';
 import { validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
-import { meterCharge } from '../model/meter.js';
+import { exceedsCapacity } from '../model/kinds.js';
 import type { Policy } from '../model/policy.js';
 import { type Limiter, normalizePolicies } from './limiter.js';
 
@@ -280,7 +280,7 @@ function leave(byKey: Map<string, Lane>, key: string, lane: Lane, me: Waiter): v
 function rejectImpossible(policies: readonly Policy[], cost: number): void {
   for (const policy of policies) {
     const c = compilePolicy(policy);
-    if (c.kind === KIND_METER ? meterCharge(cost, c.a) > c.b : cost > c.limit) throw impossible(cost, c.name);
+    if (exceedsCapacity(c, cost)) throw impossible(cost, c.name);
   }
 }
 

@@ -1,7 +1,8 @@
 import { invalid } from '../errors.js';
 import { localKey } from '../keys.js';
-import { type CompiledPolicy, KIND_SLIDING_LOG } from '../model/compile.js';
+import type { CompiledPolicy } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
+import { kindOf } from '../model/kinds.js';
 
 /** Options of the local cache of denied keys. */
 export interface BlockedCacheOptions {
@@ -121,13 +122,14 @@ export class BlockedCache {
 
 /**
  * Whether a denial under these policies may be answered locally. A denied committed call changes state
- * in two cases only (`settleDenied`): a `countDenied` sliding log logs the attempt, whatever denied it;
+ * in two cases only (`settleDenied`): a policy that counts denied calls (`countDenied`) counts the
+ * attempt, whatever denied it;
  * a policy with `blockMs` that denies on its limit starts its block. The block is already running after a
  * committed denial, so only a denial that was not committed is unsafe to replay to a `limit`.
  */
 function cacheable(policies: readonly CompiledPolicy[], committed: boolean): boolean {
   for (const c of policies) {
-    if (c.kind === KIND_SLIDING_LOG && c.c === 1) return false;
+    if (kindOf(c).countsDenied(c) !== false) return false;
     if (!committed && c.blockUs > 0) return false;
   }
   return true;

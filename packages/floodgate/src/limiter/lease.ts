@@ -1,9 +1,10 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { compilePolicy, KIND_FIXED_WINDOW } from '../model/compile.js';
+import { compilePolicy } from '../model/compile.js';
 import { MIN_COST, validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
+import { kindOf } from '../model/kinds.js';
 import { leaseRefusal } from '../model/refund.js';
 import { Limiter } from './limiter.js';
 
@@ -75,7 +76,7 @@ export class LeasedLimiter {
     unitsReturned: 0,
   };
   private readonly clock: Clock;
-  private readonly fixedWindows: readonly number[];
+  private readonly resettingWindows: readonly number[];
   private readonly entries = new Map<string, Entry>();
   private readonly returning = new Set<Promise<void>>();
   private timer: ReturnType<typeof setInterval> | undefined;
@@ -134,7 +135,7 @@ export class LeasedLimiter {
     this.ttlMs = ttlMs;
     this.maxKeys = maxKeys;
     this.clock = clock;
-    this.fixedWindows = compiled.flatMap((c, i) => (c.kind === KIND_FIXED_WINDOW ? [i] : []));
+    this.resettingWindows = compiled.flatMap((c, i) => (kindOf(c).leaseEndsAtReset ? [i] : []));
   }
 
   /** Keys holding a lease or a remembered denial now. */
@@ -231,9 +232,9 @@ export class LeasedLimiter {
       if (grant.evaluations === undefined) return decision;
       if (decision.allowed) {
         // Spent until ttlMs after the call was sent (the store counted the lease later than that), and
-        // never past the end of a fixed window the lease was counted in.
+        // never past the end of a window the lease was counted in (a kind whose `leaseEndsAtReset`).
         let lifetimeMs = this.ttlMs;
-        for (const i of this.fixedWindows) {
+        for (const i of this.resettingWindows) {
           lifetimeMs = Math.min(lifetimeMs, (grant.evaluations[i]?.resetAfterUs ?? 0) / 1000);
         }
         entry.lease = { leased: size, left: size - cost, atUs: grant.atUs, expiresAtMs: sentMs + lifetimeMs, decision };

@@ -1,26 +1,6 @@
-import {
-  type CompiledPolicy,
-  KIND_FIXED_WINDOW,
-  KIND_METER,
-  KIND_SLIDING_LOG,
-  KIND_SLIDING_WINDOW,
-  KIND_TOKEN_INTERVAL,
-} from './compile.js';
-import { countFixedWindowHit, evaluateFixedWindow } from './fixed-window.js';
-import { evaluateMeter, meterCharge } from './meter.js';
-import { evaluateSlidingLog, logDeniedAttempt } from './sliding-log.js';
-import { evaluateSlidingWindow } from './sliding-window.js';
-import { evaluateTokenInterval } from './token-bucket.js';
+import type { CompiledPolicy } from './compile.js';
+import { emptyStateLength, exceedsCapacity, kindOf } from './kinds.js';
 import { type Evaluation, emptyEvaluation, type State } from './types.js';
-
-/** Length of a state with no history: the penalty slot plus the algorithm's fields, all zero. */
-const EMPTY_LENGTH: Record<number, number> = {
-  [KIND_METER]: 2,
-  [KIND_TOKEN_INTERVAL]: 3,
-  [KIND_FIXED_WINDOW]: 3,
-  [KIND_SLIDING_WINDOW]: 4,
-  [KIND_SLIDING_LOG]: 1,
-};
 
 const probe = emptyEvaluation();
 
@@ -36,9 +16,11 @@ export function evaluatePolicy(
   maxDelayUs: number,
   out: Evaluation,
 ): void {
-  if (c.kind === KIND_METER ? meterCharge(cost, c.a) > c.b : cost > c.limit) {
+  // The kind's own evaluation (throws for a kind this model does not know: nothing is left half-written).
+  const k = kindOf(c);
+  if (exceedsCapacity(c, cost, k)) {
     // Can never fit: report the key as it stands and change nothing.
-    run(c, s, nowUs, 0, 0, out);
+    k.evaluate(c, s, nowUs, 0, 0, out);
     out.allowed = false;
     out.reason = 'exceeds-capacity';
     out.retryAfterUs = Number.POSITIVE_INFINITY;
@@ -51,9 +33,9 @@ export function evaluatePolicy(
     // The same call passes once the block is over and the policy itself admits it: the later of the
     // two (a block shorter than the policy's own wait must not promise a retry that is then denied,
     // which would start a new block). The key is reported as it stands (a cost-0 evaluation).
-    run(c, s, nowUs, cost, maxDelayUs, out);
+    k.evaluate(c, s, nowUs, cost, maxDelayUs, out);
     const own = out.allowed ? 0 : out.retryAfterUs;
-    run(c, s, nowUs, 0, 0, out);
+    k.evaluate(c, s, nowUs, 0, 0, out);
     const wait = Math.max(blockedUntil - nowUs, own);
     out.allowed = false;
     out.reason = 'blocked';
@@ -64,54 +46,18 @@ export function evaluatePolicy(
     out.next = undefined;
     return;
   }
-  run(c, s, nowUs, cost, maxDelayUs, out);
-}
-
-/** Dispatches to the policy's algorithm (a switch: this is the hot path of every store). */
-function run(
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  maxDelayUs: number,
-  out: Evaluation,
-): void {
-  switch (c.kind) {
-    case KIND_METER:
-      evaluateMeter(c, s, nowUs, cost, maxDelayUs, out);
-      return;
-    case KIND_TOKEN_INTERVAL:
-      evaluateTokenInterval(c, s, nowUs, cost, maxDelayUs, out);
-      return;
-    case KIND_FIXED_WINDOW:
-      evaluateFixedWindow(c, s, nowUs, cost, maxDelayUs, out);
-      return;
-    case KIND_SLIDING_WINDOW:
-      evaluateSlidingWindow(c, s, nowUs, cost, maxDelayUs, out);
-      return;
-    case KIND_SLIDING_LOG:
-      evaluateSlidingLog(c, s, nowUs, cost, maxDelayUs, out);
-      return;
-  }
-}
-
-/**
- * True for a fixed window with `countDenied`: it counts every committed call, whatever denied it and
- * whatever its cost, as Envoy's reference service counts hits. `decide` lets it count even a call whose
- * cost another policy can never admit.
- */
-export function countsEveryCall(c: CompiledPolicy): boolean {
-  return c.kind === KIND_FIXED_WINDOW && c.b === 1;
+  k.evaluate(c, s, nowUs, cost, maxDelayUs, out);
 }
 
 /**
  * Settles one policy's report when the call as a whole was denied. A policy that admitted the call
  * consumed nothing, so it reports the key as it stands. With `commit`, policies that remember denials
- * get their new state in `out.next`: a logged attempt (`countDenied` sliding log), a counted call
- * (`countDenied` fixed window, even for a cost above its limit) and the penalty box (`blockMs`, only for
- * the policy that itself denied on its limit). Every report's `retryAfterUs` is its wait for the same
- * call from the state it is left in: a `countDenied` policy that admitted the call but counted it still
- * reports `allowed` (it did not deny), with the wait that the counted call imposes.
+ * get their new state in `out.next`: a counted call (a kind whose `countsDenied`: a logged attempt of a
+ * `countDenied` sliding log, the count of a `countDenied` fixed window, which counts even a cost above its
+ * limit) and the penalty box (`blockMs`, only for the policy that itself denied on its limit). Every
+ * report's `retryAfterUs` is its wait for the same call from the state it is left in: a policy that
+ * admitted the call but counted it still reports `allowed` (it did not deny), with the wait that the
+ * counted call imposes.
  */
 export function settleDenied(
   c: CompiledPolicy,
@@ -124,13 +70,14 @@ export function settleDenied(
   const allowedHere = out.allowed;
   if (allowedHere) reportAsAllowed(c, s, nowUs, out);
   out.next = undefined;
-  // A cost-0 call is a check: it never starts a penalty or logs an attempt.
+  // A cost-0 call is a check: it never starts a penalty or counts an attempt.
   if (!commit || cost === 0 || out.reason === 'blocked') return;
-  const everyCall = countsEveryCall(c);
-  if (out.reason === 'exceeds-capacity' && !everyCall) return;
+  const k = kindOf(c);
+  const counts = k.countsDenied(c);
+  if (out.reason === 'exceeds-capacity' && counts !== 'every-call') return;
   let next = s;
-  if (everyCall || (c.kind === KIND_SLIDING_LOG && c.c === 1)) {
-    next = everyCall ? countFixedWindowHit(c, s, nowUs, cost) : logDeniedAttempt(c, s, nowUs, cost);
+  if (counts !== false && k.logDenied !== undefined) {
+    next = k.logDenied(c, s, nowUs, cost);
     evaluatePolicy(c, next, nowUs, cost, 0, out);
     if (allowedHere) {
       // The policy did not deny this call, but the attempt it counted may leave no room for the same
@@ -143,12 +90,12 @@ export function settleDenied(
     out.next = next;
   }
   if (c.blockUs > 0 && out.reason === 'limit') {
-    const blocked = next === undefined ? new Array<number>(EMPTY_LENGTH[c.kind] as number).fill(0) : [...next];
+    const blocked = next === undefined ? new Array<number>(emptyStateLength(k)).fill(0) : [...next];
     blocked[0] = nowUs + c.blockUs;
     out.next = blocked;
     out.remaining = 0;
     // The retry must pass both the block and the policy's own wait for this cost (`out.retryAfterUs`,
-    // after a logged attempt when denied attempts count): a retry the policy itself still denies would
+    // after a counted attempt when denied attempts count): a retry the policy itself still denies would
     // start a new block.
     out.retryAfterUs = Math.max(c.blockUs, out.retryAfterUs);
     out.resetAfterUs = Math.max(out.resetAfterUs, out.retryAfterUs);
@@ -174,8 +121,8 @@ export interface DecideOptions {
 /**
  * Decides a call against several policies at once, all-or-nothing: admitted only if every policy admits
  * it; when one denies, nothing is consumed (only the denial memories of `settleDenied` are kept, and
- * none at all when the cost exceeds what some policy can ever admit, but a fixed window's count of every
- * call).
+ * none at all when the cost exceeds what some policy can ever admit, but the count of a policy that
+ * counts every call).
  * Each `evaluations[i].next` is the state to store for policy `i`, or undefined to leave it as it is.
  */
 export function decide(
@@ -199,12 +146,12 @@ export function decide(
   }
   if (!allowed) {
     // A cost that one policy can never admit changes nothing under any policy (DESIGN §4): no policy
-    // starts a penalty or logs the attempt, each only reports the key as it stands; only a fixed window
-    // that counts every call counts it.
+    // starts a penalty or logs the attempt, each only reports the key as it stands; only a policy that
+    // counts every call (a `countDenied` fixed window) counts it.
     const commit = options.commit && !impossible;
     for (let i = 0; i < policies.length; i++) {
       const c = policies[i] as CompiledPolicy;
-      const keep = commit || (options.commit && countsEveryCall(c));
+      const keep = commit || (options.commit && kindOf(c).countsDenied(c) === 'every-call');
       settleDenied(c, states[i], nowUs, cost, keep, evaluations[i] as Evaluation);
     }
   } else if (!options.commit) {

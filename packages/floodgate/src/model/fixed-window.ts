@@ -1,6 +1,72 @@
 import type { CompiledPolicy } from './compile.js';
 import { MAX_COST } from './cost.js';
+import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
+import { count, duration, flag, oneOf, toUs, trimNumber } from './fields.js';
 import { clampRemaining, type Evaluation, nextState3, type State } from './types.js';
+
+/** At most `limit` per window; windows aligned to the clock or to a key's first request. */
+export interface FixedWindowPolicy extends PolicyBase {
+  readonly algorithm: 'fixed-window';
+  readonly limit: number;
+  readonly windowMs: number;
+  readonly align: 'clock' | 'first-request';
+  /**
+   * Every committed call counts, admitted or denied (as Envoy's reference rate limit service counts each
+   * hit), so a client that keeps calling over the limit stays denied until the window ends. @default false
+   */
+  readonly countDenied: boolean;
+}
+
+/** Options of {@link fixedWindow}. */
+export interface FixedWindowOptions {
+  limit: number;
+  windowMs: number;
+  /** @default 'clock' */
+  align?: 'clock' | 'first-request';
+  /** Count denied calls too (see {@link FixedWindowPolicy.countDenied}). @default false */
+  countDenied?: boolean;
+  name?: string;
+  blockMs?: number;
+}
+
+export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowPolicy> = {
+  algorithm: 'fixed-window',
+  factory: 'fixedWindow',
+  fields: { limit: count(), windowMs: duration(), align: oneOf('clock', 'first-request'), countDenied: flag() },
+  derivedName: (p) =>
+    `fixed-window-${trimNumber(p.limit)}-per-${trimNumber(p.windowMs)}ms${p.align === 'clock' ? '' : '-first-request'}${p.countDenied ? '-count-denied' : ''}`,
+  compile: (p) => ({
+    kind: FIXED_WINDOW_KIND.id,
+    limit: p.limit,
+    a: toUs(p.windowMs),
+    b: p.countDenied ? 1 : 0,
+    c: p.align === 'first-request' ? 1 : 0,
+  }),
+};
+
+/** The window a call at `nowUs` counts in and its count so far (scratch, reused). */
+const current = { start: 0, count: 0 };
+
+/**
+ * Clock-aligned windows start at multiples of the window length since the epoch; a first-request window
+ * starts when a key with no live window is first charged.
+ */
+function windowAt(c: CompiledPolicy, s: State | undefined, nowUs: number): void {
+  const window = c.a;
+  let start: number;
+  let count = 0;
+  if (c.c === 0) {
+    start = nowUs - (nowUs % window);
+    if (s !== undefined && s[1] === start) count = s[2] as number;
+  } else if (s !== undefined && (s[2] as number) > 0 && nowUs < (s[1] as number) + window) {
+    start = s[1] as number;
+    count = s[2] as number;
+  } else {
+    start = nowUs;
+  }
+  current.start = start;
+  current.count = count;
+}
 
 /**
  * Fixed window: at most `limit` per window. Clock-aligned windows start at multiples of the window
@@ -17,17 +83,9 @@ export function evaluateFixedWindow(
 ): void {
   const limit = c.limit;
   const window = c.a;
-  let start: number;
-  let count = 0;
-  if (c.c === 0) {
-    start = nowUs - (nowUs % window);
-    if (s !== undefined && s[1] === start) count = s[2] as number;
-  } else if (s !== undefined && (s[2] as number) > 0 && nowUs < (s[1] as number) + window) {
-    start = s[1] as number;
-    count = s[2] as number;
-  } else {
-    start = nowUs;
-  }
+  windowAt(c, s, nowUs);
+  const start = current.start;
+  const count = current.count;
   const after = count + cost;
   out.delayUs = 0;
   if (after <= limit) {
@@ -54,17 +112,53 @@ export function evaluateFixedWindow(
  * limit, only the window's end lets calls through again.
  */
 export function countFixedWindowHit(c: CompiledPolicy, s: State | undefined, nowUs: number, cost: number): State {
-  const window = c.a;
-  let start: number;
-  let count = 0;
-  if (c.c === 0) {
-    start = nowUs - (nowUs % window);
-    if (s !== undefined && s[1] === start) count = s[2] as number;
-  } else if (s !== undefined && (s[2] as number) > 0 && nowUs < (s[1] as number) + window) {
-    start = s[1] as number;
-    count = s[2] as number;
-  } else {
-    start = nowUs;
-  }
-  return [s === undefined ? 0 : (s[0] as number), start, Math.min(count + cost, MAX_COST)];
+  windowAt(c, s, nowUs);
+  return [s === undefined ? 0 : (s[0] as number), current.start, Math.min(current.count + cost, MAX_COST)];
 }
+
+/**
+ * The fixed window. State `[blockedUntil, windowStart, count]`.
+ *
+ * Refund: within the lease's window only (clock-aligned: the window of the grant; first-request: the
+ * live window that contains the grant), the count drops.
+ */
+export const FIXED_WINDOW_KIND: KindDescriptor<3, 'fixed-window'> = {
+  id: 3,
+  name: 'fixed-window',
+  tag: 'f',
+  layout: { fields: ['windowStart', 'count'] },
+  params: { a: 'window, µs', b: '1 = count denied (every call)', c: '1 = first-request aligned' },
+  capacity: 'count',
+  leaseEndsAtReset: true,
+  evaluate: evaluateFixedWindow,
+  refund(c, s, nowUs, leasedAtUs, _leased, unused) {
+    const window = c.a;
+    const start = s[1] as number;
+    const count = s[2] as number;
+    const leaseWindow = c.c === 0 ? leasedAtUs - (leasedAtUs % window) : start;
+    if (start !== leaseWindow || leasedAtUs < start || leasedAtUs >= start + window) return undefined;
+    if (nowUs >= start + window || count <= 0) return undefined;
+    return [s[0] as number, start, Math.max(0, count - unused)];
+  },
+  leaseRefusal: (c) => (c.b === 1 ? 'counting denied attempts (countDenied) needs every call at the store' : undefined),
+  countsDenied: (c) => (c.b === 1 ? 'every-call' : false),
+  logDenied: countFixedWindowHit,
+  read(c, s, nowUs) {
+    windowAt(c, s, nowUs);
+    const { start, count } = current;
+    const open = count > 0 || c.c === 0;
+    return {
+      used: count,
+      blockedUntilUs: s === undefined ? 0 : (s[0] as number),
+      fields: [
+        ...(open
+          ? [
+              { label: 'window start', value: start, unit: 'time' as const },
+              { label: 'window end', value: start + c.a, unit: 'time' as const },
+            ]
+          : []),
+        { label: 'count', value: count, unit: 'number' },
+      ],
+    };
+  },
+};

@@ -1,14 +1,4 @@
-export {
-  type CompiledPolicy,
-  compilePolicy,
-  KIND_FIXED_WINDOW,
-  KIND_METER,
-  KIND_SLIDING_LOG,
-  KIND_SLIDING_WINDOW,
-  KIND_TOKEN_INTERVAL,
-  type Kind,
-  toUs,
-} from './compile.js';
+export { type CompiledPolicy, compilePolicy, toUs } from './compile.js';
 export { MAX_COST, MIN_COST, validateCost } from './cost.js';
 export { type DecideOptions, decide, evaluatePolicy, inspect, settleDenied } from './decide.js';
 export {
@@ -19,8 +9,34 @@ export {
   toPolicyDecision,
   usToMs,
 } from './decision.js';
+export type {
+  AlgorithmDescriptor,
+  CompiledNumbers,
+  FieldReader,
+  KindDescriptor,
+  PolicyBase,
+  StateField,
+  StateLayout,
+  StateReading,
+} from './descriptor.js';
 export {
+  emptyStateLength,
+  exceedsCapacity,
+  KIND_LIST,
+  KIND_METER,
+  KINDS,
+  type Kind,
+  type KindName,
+  kindConstant,
+  kindOf,
+  readState,
+} from './kinds.js';
+export { meterCharge } from './meter.js';
+export {
+  ALGORITHMS,
   type Algorithm,
+  type Algorithms,
+  algorithmOf,
   definePolicy,
   type FixedWindowOptions,
   type FixedWindowPolicy,

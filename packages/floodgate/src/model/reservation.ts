@@ -1,4 +1,5 @@
-import { type CompiledPolicy, KIND_METER } from './compile.js';
+import type { CompiledPolicy } from './compile.js';
+import { KIND_METER } from './kinds.js';
 import { meterCharge } from './meter.js';
 import type { Evaluation, State } from './types.js';
 

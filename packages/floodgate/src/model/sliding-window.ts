@@ -1,5 +1,52 @@
 import type { CompiledPolicy } from './compile.js';
+import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
+import { count, duration, toUs, trimNumber } from './fields.js';
 import { clampRemaining, type Evaluation, nextState4, type State } from './types.js';
+
+/** Sliding-window counter: the current window's count plus the previous one's, weighted by overlap. */
+export interface SlidingWindowPolicy extends PolicyBase {
+  readonly algorithm: 'sliding-window';
+  readonly limit: number;
+  readonly windowMs: number;
+}
+
+/** Options of {@link slidingWindow}. */
+export interface SlidingWindowOptions {
+  limit: number;
+  windowMs: number;
+  name?: string;
+  blockMs?: number;
+}
+
+export const SLIDING_WINDOW: AlgorithmDescriptor<SlidingWindowPolicy> = {
+  algorithm: 'sliding-window',
+  factory: 'slidingWindow',
+  fields: { limit: count(), windowMs: duration() },
+  derivedName: (p) => `sliding-window-${trimNumber(p.limit)}-per-${trimNumber(p.windowMs)}ms`,
+  compile: (p) => ({ kind: SLIDING_WINDOW_KIND.id, limit: p.limit, a: toUs(p.windowMs), b: 0, c: 0 }),
+};
+
+/** The window a call at `nowUs` falls in, its count and the previous window's (scratch, reused). */
+const counts = { start: 0, count: 0, previous: 0 };
+
+/** Reads the current and previous window's counts from a state, at `nowUs`. */
+function countsAt(c: CompiledPolicy, s: State | undefined, nowUs: number): void {
+  const window = c.a;
+  const start = nowUs - (nowUs % window);
+  let count = 0;
+  let previous = 0;
+  if (s !== undefined) {
+    if (s[1] === start) {
+      count = s[2] as number;
+      previous = s[3] as number;
+    } else if (s[1] === start - window) {
+      previous = s[2] as number;
+    }
+  }
+  counts.start = start;
+  counts.count = count;
+  counts.previous = previous;
+}
 
 /**
  * Sliding-window counter: clock-aligned windows, where the previous window's count is weighted by
@@ -16,17 +63,8 @@ export function evaluateSlidingWindow(
 ): void {
   const limit = c.limit;
   const window = c.a;
-  const start = nowUs - (nowUs % window);
-  let count = 0;
-  let previous = 0;
-  if (s !== undefined) {
-    if (s[1] === start) {
-      count = s[2] as number;
-      previous = s[3] as number;
-    } else if (s[1] === start - window) {
-      previous = s[2] as number;
-    }
-  }
+  countsAt(c, s, nowUs);
+  const { start, count, previous } = counts;
   const elapsed = nowUs - start;
   const estimate = estimateAt(previous, count, window, elapsed);
   out.delayUs = 0;
@@ -75,3 +113,49 @@ function retryAfter(
   for (let k = 0; k < 4 && at < window && estimateAt(count, 0, window, at) + cost > limit; k++) at++;
   return window - elapsed + at;
 }
+
+/**
+ * The sliding-window counter. State `[blockedUntil, windowStart, count, previousCount]`.
+ *
+ * Refund: the count of the grant's window drops, whether it is still the current window or has become
+ * the previous one.
+ */
+export const SLIDING_WINDOW_KIND: KindDescriptor<4, 'sliding-window'> = {
+  id: 4,
+  name: 'sliding-window',
+  tag: 's',
+  layout: { fields: ['windowStart', 'count', 'previousCount'] },
+  params: { a: 'window, µs', b: '–', c: '–' },
+  capacity: 'count',
+  leaseEndsAtReset: false,
+  evaluate: evaluateSlidingWindow,
+  refund(c, s, _nowUs, leasedAtUs, _leased, unused) {
+    const window = c.a;
+    const leaseWindow = leasedAtUs - (leasedAtUs % window);
+    if (s[1] === leaseWindow) {
+      return [s[0] as number, leaseWindow, Math.max(0, (s[2] as number) - unused), s[3] as number];
+    }
+    if (s[1] === leaseWindow + window) {
+      return [s[0] as number, s[1] as number, s[2] as number, Math.max(0, (s[3] as number) - unused)];
+    }
+    return undefined;
+  },
+  leaseRefusal: () => undefined,
+  countsDenied: () => false,
+  read(c, s, nowUs) {
+    countsAt(c, s, nowUs);
+    const { start, count, previous } = counts;
+    const weight = (c.a - (nowUs - start)) / c.a;
+    return {
+      used: estimateAt(previous, count, c.a, nowUs - start),
+      blockedUntilUs: s === undefined ? 0 : (s[0] as number),
+      fields: [
+        { label: 'current window start', value: start, unit: 'time' },
+        { label: 'current window end', value: start + c.a, unit: 'time' },
+        { label: 'current count', value: count, unit: 'number' },
+        { label: 'previous count', value: previous, unit: 'number' },
+        { label: 'previous weight', value: weight, unit: 'number' },
+      ],
+    };
+  },
+};

@@ -1,5 +1,80 @@
+import { describeValue, FloodgateError } from '../errors.js';
 import type { CompiledPolicy } from './compile.js';
+import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
+import { count, duration, oneOf, positive, toUs, trimNumber } from './fields.js';
+import { checkMeter, compileMeter } from './meter.js';
 import { clampRemaining, type Evaluation, nextState3, type State } from './types.js';
+
+/** Token bucket that starts full and refills `refillAmount` every `refillIntervalMs`. */
+export interface TokenBucketPolicy extends PolicyBase {
+  readonly algorithm: 'token-bucket';
+  readonly capacity: number;
+  readonly refillAmount: number;
+  readonly refillIntervalMs: number;
+  /** `continuous` refills smoothly; `interval` adds `refillAmount` at each interval boundary. */
+  readonly refill: 'continuous' | 'interval';
+}
+
+/** Options of {@link tokenBucket}. */
+export interface TokenBucketOptions {
+  capacity: number;
+  refillAmount: number;
+  refillIntervalMs: number;
+  /** @default 'continuous' */
+  refill?: 'continuous' | 'interval';
+  name?: string;
+  blockMs?: number;
+}
+
+/**
+ * The longest an interval token bucket may take to refill from empty, µs: 2^52 (about 142 years), so
+ * that a wait added to today's time (about 2^50.7 µs since 1970) stays below 2^53, exact in every store.
+ */
+const MAX_REFILL_US = 2 ** 52;
+
+/**
+ * A continuously refilled token bucket is the same machine as GCRA (the tokens missing from a full bucket
+ * are the time owed, divided by T); an interval refill is a kind of its own.
+ */
+export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketPolicy> = {
+  algorithm: 'token-bucket',
+  factory: 'tokenBucket',
+  fields: {
+    capacity: count(),
+    refillAmount: positive(),
+    refillIntervalMs: duration(),
+    refill: oneOf('continuous', 'interval'),
+  },
+  check(p, path) {
+    if (p.refill === 'continuous') {
+      checkMeter(
+        path,
+        (p.refillIntervalMs * 1000) / p.refillAmount,
+        p.capacity,
+        `${path}.refillIntervalMs / ${path}.refillAmount`,
+      );
+      return;
+    }
+    // An interval token bucket's waits are whole intervals: one that takes longer than MAX_REFILL_US to
+    // refill is refused, since its waits would no longer be numbers every store carries exactly (Redis
+    // replies and PostgreSQL `bigint` overflow: 1e-9 per 2^47 µs would owe 10^23 µs).
+    const refillUs = Math.ceil(p.capacity / p.refillAmount) * Math.round(p.refillIntervalMs * 1000);
+    if (!(refillUs <= MAX_REFILL_US)) {
+      throw new FloodgateError(
+        'ERR_INVALID_POLICY',
+        `${path}.refillAmount ${describeValue(p.refillAmount)} per ${describeValue(p.refillIntervalMs)} ms takes ${describeValue(refillUs / 1000)} ms to refill ${path}.capacity ${describeValue(p.capacity)}; at most ${MAX_REFILL_US / 1000} ms (about 142 years) is supported`,
+        { option: `${path}.refillAmount` },
+      );
+    }
+  },
+  derivedName: (p) =>
+    `token-bucket-${trimNumber(p.capacity)}-refill-${trimNumber(p.refillAmount)}-per-${trimNumber(p.refillIntervalMs)}ms${p.refill === 'interval' ? '-interval' : ''}`,
+  compile(p) {
+    const intervalUs = toUs(p.refillIntervalMs);
+    if (p.refill === 'continuous') return compileMeter(intervalUs / p.refillAmount, p.capacity, false);
+    return { kind: TOKEN_INTERVAL.id, limit: p.capacity, a: p.refillAmount, b: intervalUs, c: 0 };
+  },
+};
 
 /**
  * What is left of `used` once `m` intervals have refilled it, relative to the capacity: float dust
@@ -10,6 +85,33 @@ export const TOKEN_DUST = 1e-12;
 
 /** Nudges of the closed-form interval count, each way: it is off by one at most, outside absurd rates. */
 const MAX_NUDGES = 4;
+
+/** What `refillTo` found: tokens used and the anchor, after the refills due by then (scratch, reused). */
+const refilled = { used: 0, anchor: 0 };
+
+/**
+ * The refills due at `nowUs` on a stored state: `used` drops by `refill` per whole interval since the
+ * anchor, and what is left at or below `dust` is an empty bucket (a full bucket, anchored at `nowUs`).
+ */
+function refillTo(c: CompiledPolicy, s: State | undefined, nowUs: number, dust: number): void {
+  let used = 0;
+  let anchor = nowUs;
+  if (s !== undefined && (s[1] as number) > 0) {
+    used = s[1] as number;
+    anchor = s[2] as number;
+    const intervals = Math.floor((nowUs - anchor) / c.b);
+    if (intervals > 0) {
+      used = used - intervals * c.a;
+      anchor = anchor + intervals * c.b;
+      if (used <= dust) {
+        used = 0;
+        anchor = nowUs;
+      }
+    }
+  }
+  refilled.used = used;
+  refilled.anchor = anchor;
+}
 
 /**
  * Token bucket with interval refill: the bucket starts full and `refillAmount` tokens come back at each
@@ -37,21 +139,9 @@ export function evaluateTokenInterval(
   const refill = c.a;
   const interval = c.b;
   const dust = capacity * TOKEN_DUST;
-  let used = 0;
-  let anchor = nowUs;
-  if (s !== undefined && (s[1] as number) > 0) {
-    used = s[1] as number;
-    anchor = s[2] as number;
-    const intervals = Math.floor((nowUs - anchor) / interval);
-    if (intervals > 0) {
-      used = used - intervals * refill;
-      anchor = anchor + intervals * interval;
-      if (used <= dust) {
-        used = 0;
-        anchor = nowUs;
-      }
-    }
-  }
+  refillTo(c, s, nowUs, dust);
+  const used = refilled.used;
+  const anchor = refilled.anchor;
   const after = used + cost;
   out.delayUs = 0;
   if (after <= capacity) {
@@ -104,3 +194,41 @@ function fitsAfter(used: number, m: number, cost: number, target: number, refill
   if (left <= dust) left = 0;
   return left + cost <= target;
 }
+
+/**
+ * The token bucket with interval refill. State `[blockedUntil, used, anchor]`.
+ *
+ * Refund: while no refill boundary has passed since the grant, `used` drops by the units; after one, the
+ * refill cannot be told apart from the lease, and nothing is given back.
+ */
+export const TOKEN_INTERVAL: KindDescriptor<2, 'token-interval'> = {
+  id: 2,
+  name: 'token-interval',
+  tag: 'i',
+  layout: { fields: ['used', 'anchor'] },
+  params: { a: 'refill amount', b: 'interval, µs', c: '–' },
+  capacity: 'count',
+  leaseEndsAtReset: false,
+  evaluate: evaluateTokenInterval,
+  refund(c, s, nowUs, leasedAtUs, _leased, unused) {
+    const used = s[1] as number;
+    const anchor = s[2] as number;
+    if (used <= 0 || anchor > leasedAtUs) return undefined;
+    if (Math.floor((nowUs - anchor) / c.b) !== Math.floor((leasedAtUs - anchor) / c.b)) return undefined;
+    return [s[0] as number, Math.max(0, used - unused), anchor];
+  },
+  leaseRefusal: () => undefined,
+  countsDenied: () => false,
+  read(c, s, nowUs) {
+    refillTo(c, s, nowUs, c.limit * TOKEN_DUST);
+    const { used, anchor } = refilled;
+    return {
+      used,
+      blockedUntilUs: s === undefined ? 0 : (s[0] as number),
+      fields: [
+        { label: 'tokens used', value: used, unit: 'number' },
+        ...(used > 0 ? [{ label: 'next refill', value: anchor + c.b, unit: 'time' as const }] : []),
+      ],
+    };
+  },
+};

@@ -1,14 +1,9 @@
 /**
  * The state of one key under one policy, as a flat list of numbers so that every store can hold it:
- * index 0 is the end of a penalty block (µs, 0 when none); the rest is the algorithm's own.
- *
- * | algorithm                 | layout                                  |
- * |---------------------------|-----------------------------------------|
- * | meter (GCRA, buckets)     | `[blockedUntil, tat]`                   |
- * | token bucket, interval    | `[blockedUntil, used, anchor]`          |
- * | fixed window              | `[blockedUntil, windowStart, count]`    |
- * | sliding-window counter    | `[blockedUntil, windowStart, count, previousCount]` |
- * | sliding log               | `[blockedUntil, t1, cost1, t2, cost2, …]`, oldest first |
+ * index 0 is the end of a penalty block (µs, 0 when none); the rest is laid out as the policy's kind
+ * says (`layout` in its descriptor, kinds.ts): a fixed list of named fields (the meter's
+ * `[blockedUntil, tat]`), or `(time, amount)` pairs oldest first (the sliding log's
+ * `[blockedUntil, t1, cost1, t2, cost2, …]`).
  *
  * A key with no stored state is untouched: a fresh key.
  */

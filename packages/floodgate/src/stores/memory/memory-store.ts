@@ -1,7 +1,8 @@
 import { FloodgateError, invalid } from '../../errors.js';
 import { localKey } from '../../keys.js';
-import { type CompiledPolicy, KIND_SLIDING_LOG } from '../../model/compile.js';
+import type { CompiledPolicy } from '../../model/compile.js';
 import { decide, evaluatePolicy, inspect, settleDenied } from '../../model/decide.js';
+import { emptyStateLength, kindOf } from '../../model/kinds.js';
 import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
@@ -49,9 +50,6 @@ export interface MemoryStore extends SyncStore {
   /** `refund` without a promise. */
   refundSync(request: RefundRequest): void;
 }
-
-/** Length of the fixed-size states, by kind (the sliding log varies and lives in a LogTable). */
-const STATE_LENGTH: Record<number, number> = { 1: 2, 2: 3, 3: 3, 4: 4 };
 
 /**
  * Entries looked at per eviction. Each one costs a cost-0 evaluation. The chance that an eviction picks a
@@ -187,7 +185,7 @@ class SlabTable {
   }
 }
 
-/** Variable-size states (the sliding log): one array per key, by slot. */
+/** Variable-size states (lists of pairs, such as the sliding log): one array per key, by slot. */
 class LogTable {
   readonly index = new Map<string, number>();
   readonly keys: (string | undefined)[] = [];
@@ -491,7 +489,9 @@ class MemoryStoreImpl implements MemoryStore {
     let table = this.tables.get(id);
     if (table === undefined) {
       const n = this.tableList.length;
-      table = c.kind === KIND_SLIDING_LOG ? new LogTable(n, c) : new SlabTable(n, c, STATE_LENGTH[c.kind] as number);
+      // Fixed-size states go in a slab; lists of pairs (the sliding log) get an array per key.
+      const kind = kindOf(c);
+      table = 'fields' in kind.layout ? new SlabTable(n, c, emptyStateLength(kind)) : new LogTable(n, c);
       this.tables.set(id, table);
       this.tableList.push(table);
     }

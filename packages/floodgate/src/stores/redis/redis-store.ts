@@ -1,7 +1,8 @@
 import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import { encodeKey, storageKey } from '../../keys.js';
-import { type CompiledPolicy, KIND_METER } from '../../model/compile.js';
+import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
+import { KIND_METER } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { toStoreError } from '../store-errors.js';

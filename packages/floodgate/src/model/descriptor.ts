@@ -1,0 +1,148 @@
+import { FloodgateError } from '../errors.js';
+import type { CompiledPolicy } from './compile.js';
+import type { Kind } from './kinds.js';
+import type { Evaluation, State } from './types.js';
+
+/**
+ * What every policy has besides its algorithm's own fields. Policies are plain, serializable data:
+ * config files, Lua and SQL read the same fields. Durations are in milliseconds at the surface and
+ * compiled to integer microseconds.
+ */
+export interface PolicyBase {
+  /** Name used in storage keys, headers and metrics. Lower case `[a-z][a-z0-9_.-]*`; derived when omitted. */
+  readonly name: string;
+  /** Once this policy denies, the key stays denied for this long (penalty box). `0` turns it off. @default 0 */
+  readonly blockMs: number;
+}
+
+/**
+ * Reads one option from the input object: validates it, applies its default, and returns the value to
+ * keep (`undefined` leaves the option out of the policy). `read` holds the options validated before it.
+ * Throws `ERR_INVALID_POLICY` naming `${path}.${field}` and the value.
+ */
+export type FieldReader<T> = (
+  input: Readonly<Record<string, unknown>>,
+  field: string,
+  path: string,
+  read: Readonly<Record<string, unknown>>,
+) => T;
+
+/** The numbers a policy compiles to (see `CompiledPolicy`). */
+export interface CompiledNumbers {
+  readonly kind: Kind;
+  readonly limit: number;
+  readonly a: number;
+  readonly b: number;
+  readonly c: number;
+}
+
+/**
+ * One algorithm, written once: its options and their checks, its derived name and the numbers it
+ * compiles to. `definePolicy`, `compilePolicy`, config files and the web page's forms all follow from it.
+ * `P` is the algorithm's policy type; `fields` must read every one of its own options, in the order they
+ * are validated.
+ */
+export interface AlgorithmDescriptor<P extends PolicyBase & { readonly algorithm: string }> {
+  readonly algorithm: P['algorithm'];
+  /** The factory's name, which is the path errors name for its options: `gcra`, `tokenBucket`. */
+  readonly factory: string;
+  readonly fields: { readonly [F in Exclude<keyof P, keyof PolicyBase | 'algorithm'>]-?: FieldReader<P[F]> };
+  /** Checks across options, once each option is valid. Throws `ERR_INVALID_POLICY`. */
+  check?(policy: P, path: string): void;
+  /** The stable name of a policy given none (without the `-block-…` suffix, which is common to all). */
+  derivedName(policy: P): string;
+  /** The numeric form stores run; `kind` is the id of a {@link KindDescriptor}. */
+  compile(policy: P): CompiledNumbers;
+}
+
+/**
+ * A key's state under a kind, after the penalty slot (index 0): named fields of a fixed-size state, or a
+ * list of `(time, amount)` pairs oldest first, at most `maxPairs(c)` of them.
+ */
+export type StateLayout =
+  | { readonly fields: readonly string[] }
+  | { readonly pairs: readonly [string, string]; maxPairs(c: CompiledPolicy): number };
+
+/** One field of a {@link StateReading}: µs since the epoch (`time`), µs (`duration`), or a plain number. */
+export interface StateField {
+  readonly label: string;
+  readonly value: number;
+  readonly unit: 'time' | 'duration' | 'number';
+}
+
+/** What a key's state holds at one instant, read the way the evaluation reads it (see `readState`). */
+export interface StateReading {
+  /**
+   * Cost counted against the policy right now, before flooring: a meter's owed time in units of cost,
+   * an interval token bucket's tokens used, a window's (weighted) count, a log's logged cost.
+   */
+  readonly used: number;
+  /** End of the penalty block, µs; 0 when none. */
+  readonly blockedUntilUs: number;
+  /** The kind's own fields, named, for people. */
+  readonly fields: readonly StateField[];
+}
+
+/**
+ * One kind: a state machine that stores run, written once. Several algorithms may compile to one kind
+ * (GCRA, the continuous token bucket and the leaky bucket are all the meter). The Lua and PL/pgSQL ports
+ * take the kind's number, tag and layout from here; each store has one port per kind, in a table the
+ * compiler checks (`LUA_PORTS`, `SQL_PORTS`).
+ */
+export interface KindDescriptor<Id extends number = number, Name extends string = string> {
+  /** The number stores receive. Ids run 1, 2, 3… without gaps and never change meaning: a new state layout takes a new id. */
+  readonly id: Id;
+  /** Lower-case words joined by `-` (`token-interval`); the ports' constant is `KIND_TOKEN_INTERVAL`. */
+  readonly name: Name;
+  /** The character that starts the kind's stored Redis value; `''` for the meter only (a bare TAT). */
+  readonly tag: string;
+  readonly layout: StateLayout;
+  /** What the compiled numbers `a`, `b`, `c` mean for this kind (documentation and port comments). */
+  readonly params: { readonly a: string; readonly b: string; readonly c: string };
+  /**
+   * How a cost meets the capacity (`exceedsCapacity`): `'charge'` compares `meterCharge(cost, a)` with
+   * the tolerance `b`; `'count'` compares the cost with `limit`.
+   */
+  readonly capacity: 'charge' | 'count';
+  /** A lease counted under this kind is spent only until the key's state resets (a window that closes). */
+  readonly leaseEndsAtReset: boolean;
+  /** The algorithm itself: see `evaluatePolicy` for the contract. Pure; writes `out`. */
+  evaluate(
+    c: CompiledPolicy,
+    s: State | undefined,
+    nowUs: number,
+    cost: number,
+    maxDelayUs: number,
+    out: Evaluation,
+  ): void;
+  /** The state after `unused` units of a lease are given back (see model/refund.ts); undefined when nothing changes. */
+  refund(
+    c: CompiledPolicy,
+    s: State,
+    nowUs: number,
+    leasedAtUs: number,
+    leased: number,
+    unused: number,
+  ): State | undefined;
+  /** Why a policy of this kind cannot be leased, or undefined when it can (penalty boxes are refused for all kinds). */
+  leaseRefusal(c: CompiledPolicy): string | undefined;
+  /**
+   * Whether a denied call changes this policy's state (`logDenied`), so a denial is not repeated unchanged:
+   * `false`; `'attempts'`, a denied call that could fit is counted (a `countDenied` sliding log); or
+   * `'every-call'`, every committed call is counted, one whose cost this or another policy can never
+   * admit too (a `countDenied` fixed window, as Envoy's reference service counts hits).
+   */
+  countsDenied(c: CompiledPolicy): DeniedCount;
+  /** The state once a denied call of `cost` is counted; called only when `countsDenied(c)` is not false. */
+  logDenied?(c: CompiledPolicy, s: State | undefined, nowUs: number, cost: number): State;
+  /** Reads the state at `nowUs` as the evaluation would, for people (status pages, the web simulator). */
+  read(c: CompiledPolicy, s: State | undefined, nowUs: number): StateReading;
+}
+
+/** See {@link KindDescriptor.countsDenied}. */
+export type DeniedCount = false | 'attempts' | 'every-call';
+
+/** For the `default` of a switch that covers every case: a compile error when one is missing. */
+export function assertNever(value: never, what: string): never {
+  throw new FloodgateError('ERR_INVALID_POLICY', `unknown ${what}: ${String(value)}`);
+}
