@@ -36,6 +36,7 @@ export function classify(error: unknown): Failure {
       case 'ERR_TIMEOUT':
         return { kind: 'timeout', message: error.message, field: undefined, store: true };
       case 'ERR_STORE_UNAVAILABLE':
+      case 'ERR_STORE_VERSION':
       case 'ERR_STORE_PROTOCOL':
       case 'ERR_CLOSED':
         return { kind: 'unavailable', message: error.message, field: undefined, store: true };

@@ -60,7 +60,9 @@ export interface RefundRequest {
 /**
  * Where rate-limit state lives. A store runs the model of `floodgate/model` atomically: one decision is
  * one script, one statement or one synchronous update, all policies of the call decided together.
- * Every store passes the same conformance suite (`floodgate/testing`).
+ * Every store passes the same conformance suite (`floodgate/testing`). `decide` and `reset` are the
+ * contract; `cancel` and `refund` are optional features (every store of this package has them), and
+ * `close` releases resources. See docs/architecture.md, "How to write a store".
  */
 export interface Store {
   /** Short name for logs and metrics: `memory`, `redis`, `postgres`, `sqlite`. */
@@ -71,13 +73,16 @@ export interface Store {
   /** Forgets the state of `key` under the given policies. */
   reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void>;
   /**
-   * Cancels a reservation atomically, giving back what the model's `cancelReservation` gives back;
-   * resolves to true when every policy gave the whole cost back. Stores without it cannot cancel.
+   * Optional. Cancels a reservation atomically, giving back what the model's `cancelReservation` gives
+   * back; resolves to true when every policy gave the whole cost back. Without it, `limiter.cancel`
+   * refuses with `ERR_INVALID_OPTION`, and an aborted `acquire({ reserve: true })` keeps its booking; the
+   * conformance suite then checks that refusal and skips its tables that cancel.
    */
   cancel?(request: CancelRequest): Promise<boolean>;
   /**
-   * Gives back the unused units of a lease atomically under every policy, as the model's `refundPolicy`
-   * says (never more than the lease left unused). Stores without it cannot lease.
+   * Optional. Gives back the unused units of a lease atomically under every policy, as the model's
+   * `refundPolicy` says (never more than the lease left unused). Without it, `leasedLimiter` refuses the
+   * store with `ERR_INVALID_OPTION`; the conformance suite then checks that refusal and skips its lease tables.
    */
   refund?(request: RefundRequest): Promise<void>;
   /** Releases what the store holds (never the user's client). */
@@ -88,9 +93,9 @@ export interface Store {
 export interface SyncStore extends Store {
   decideSync(request: StoreRequest): StoreResult;
   resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void;
-  /** `cancel` without a promise. */
+  /** Optional: `cancel` without a promise (the limiter uses it when present, else `cancel`). */
   cancelSync?(request: CancelRequest): boolean;
-  /** `refund` without a promise. */
+  /** Optional: `refund` without a promise. */
   refundSync?(request: RefundRequest): void;
 }
 

@@ -1,4 +1,6 @@
 import { deepStrictEqual, strictEqual } from 'node:assert/strict';
+import { isFloodgateError } from '../errors.js';
+import { leasedLimiter } from '../limiter/lease.js';
 import { createLimiter } from '../limiter/limiter.js';
 import { compilePolicy } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
@@ -21,10 +23,18 @@ import { refundTables, runRefundTable } from './refunds.js';
 import { type Expectation, type Scenario, scenarios } from './scenarios.js';
 import { runWaitScenario, waitScenarios } from './waiting.js';
 
+/**
+ * What a test function may receive from the runner: Vitest and node:test pass a context whose `skip`
+ * marks the test skipped, with a note.
+ */
+export interface TestContext {
+  skip?(note?: string): void;
+}
+
 /** The test functions of your runner (Vitest, Jest, node:test): the suite brings its own assertions. */
 export interface SuiteApi {
   describe(name: string, fn: () => void): void;
-  it(name: string, fn: () => Promise<void>, timeoutMs?: number): void;
+  it(name: string, fn: (context?: TestContext) => Promise<void>, timeoutMs?: number): void;
 }
 
 /** Options of {@link runConformanceSuite}. */
@@ -70,10 +80,26 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
       await options.release?.(store);
     }
   };
+  /**
+   * A test of an optional operation (`cancel`, `refund`): on a store without it, the limiter's typed
+   * refusal is checked instead, and the test is marked skipped with the reason when the runner can.
+   */
+  const withOperation = (op: 'cancel' | 'refund', fn: (store: Store) => Promise<void>) => (context?: TestContext) =>
+    withStore(async (store) => {
+      if (store[op] !== undefined) return fn(store);
+      await refusesWithout(store, op);
+      context?.skip?.(`the ${store.name} store has no ${op}(), an optional operation: the limiter refuses it`);
+    });
 
   api.describe('algorithm tables', () => {
     for (const scenario of scenarios) {
-      api.it(scenario.name, () => withStore((store) => runScenario(store, scenario)));
+      const cancels = scenario.steps.some((step) => step.op === 'cancel');
+      api.it(
+        scenario.name,
+        cancels
+          ? withOperation('cancel', (store) => runScenario(store, scenario))
+          : () => withStore((store) => runScenario(store, scenario)),
+      );
     }
   });
 
@@ -156,13 +182,17 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
 
   api.describe('waiting: acquire tables', () => {
     for (const scenario of waitScenarios) {
-      api.it(scenario.name, () => withStore((store) => runWaitScenario(store, scenario, uniquePrefix('wait'))));
+      const run = (store: Store) => runWaitScenario(store, scenario, uniquePrefix('wait'));
+      api.it(scenario.name, scenario.cancels === true ? withOperation('cancel', run) : () => withStore(run));
     }
   });
 
   api.describe('leases: unused units given back', () => {
     for (const table of refundTables) {
-      api.it(table.name, () => withStore((store) => runRefundTable(store, table, uniquePrefix('refund'))));
+      api.it(
+        table.name,
+        withOperation('refund', (store) => runRefundTable(store, table, uniquePrefix('refund'))),
+      );
     }
   });
 
@@ -204,6 +234,36 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
       );
     }
   });
+}
+
+/**
+ * On a store without an optional operation, the limiter refuses what needs it with `ERR_INVALID_OPTION`
+ * naming the store: a reservation cannot be cancelled, a limiter cannot lease.
+ */
+async function refusesWithout(store: Store, op: 'cancel' | 'refund'): Promise<void> {
+  const clock = manualClock({ startMs: SCENARIO_START_MS });
+  const limiter = createLimiter({
+    store,
+    clock,
+    prefix: uniquePrefix(op),
+    policies: [gcra({ limit: 1, periodMs: 1000 })],
+  });
+  let refused: unknown;
+  try {
+    if (op === 'cancel') {
+      await limiter.limit('k');
+      await limiter.cancel('k', await limiter.limit('k', { maxDelayMs: 5000 }));
+    } else {
+      leasedLimiter(limiter, { size: 1 });
+    }
+  } catch (error) {
+    refused = error;
+  }
+  deepStrictEqual(
+    isFloodgateError(refused) && [refused.code, refused.option],
+    ['ERR_INVALID_OPTION', 'store'],
+    `the ${store.name} store has no ${op}(): the limiter must refuse what needs it`,
+  );
 }
 
 /** Runs one table against a store and asserts every expectation. */
@@ -391,7 +451,7 @@ export async function compareWithModel(
     const where = () =>
       `seed ${options.seed}, policies ${policies.map((p) => p.name).join(' + ')}, operation ${i}:\n${log.slice(-12).join('\n')}`;
     if (op === 'cancel') {
-      if (booked.length === 0) continue;
+      if (booked.length === 0 || store.cancel === undefined) continue;
       // Mostly the latest booking (which can give back), sometimes an older one (which may not).
       const chosen = random() < 0.6 ? (booked.at(-1) as (typeof booked)[0]) : pick(booked);
       key = chosen.key;

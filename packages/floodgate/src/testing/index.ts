@@ -7,6 +7,7 @@ export {
   SCENARIO_START_MS,
   type SuiteApi,
   seededRandom,
+  type TestContext,
   uniquePrefix,
 } from './conformance.js';
 export {

@@ -123,7 +123,7 @@ export const refundTables: readonly RefundTable[] = [
   },
 ];
 
-/** Runs one refund table against a store (which must implement `refund`) and asserts every step. */
+/** Runs one refund table against a store (one that implements the optional `refund`) and asserts every step. */
 export async function runRefundTable(store: Store, table: RefundTable, prefix: string): Promise<void> {
   const refund = store.refund;
   if (refund === undefined) throw new Error(`the ${store.name} store has no refund(): it cannot lease`);

@@ -34,6 +34,8 @@ export interface WaitScenario {
   name: string;
   policies: Policy[];
   steps: WaitStep[];
+  /** The table gives a booking back (an abort, a queue delay past the deadline): it needs the store's `cancel`. */
+  cancels?: boolean;
 }
 
 /** Start of every waiting table: midnight UTC, 1 January 2030, aligned to every window used. */
@@ -175,6 +177,7 @@ export const waitScenarios: WaitScenario[] = [
   },
   {
     name: 'acquire with reserve: an abort cancels the booking, and its slot goes to the next caller',
+    cancels: true,
     policies: [gcra({ limit: 10, periodMs: 1000, burst: 1 })],
     steps: [
       { at: 0, reserve: true, expect: { admittedAt: 0 } },
@@ -194,6 +197,7 @@ export const waitScenarios: WaitScenario[] = [
   },
   {
     name: 'acquire on a leaky bucket in queue mode waits out its place in the queue, or gives it back',
+    cancels: true,
     policies: [leakyBucket({ capacity: 3, leakPerSecond: 10, mode: 'queue' })],
     steps: [
       ...[0, 100, 200].map((admittedAt) => ({ at: 0, expect: { admittedAt } })),

@@ -527,7 +527,7 @@ describe.skipIf(!available)('postgres store', () => {
       let gate = Promise.resolve();
       const client: PostgresClient = {
         query(text, params, name) {
-          const what = /_cancel"\(/.test(text) ? 'cancel' : /_refund"\(/.test(text) ? 'refund' : 'decide';
+          const what = /_cancel_v\w+"\(/.test(text) ? 'cancel' : /_refund_v\w+"\(/.test(text) ? 'refund' : 'decide';
           control.sent.push(what);
           if (what === 'cancel' && control.throwOnCancel) throw new Error('driver bug');
           if (control.armed) {

@@ -1,13 +1,4 @@
-import {
-  type CompiledPolicy,
-  KIND_FIXED_WINDOW,
-  KIND_METER,
-  KIND_SLIDING_LOG,
-  KIND_SLIDING_WINDOW,
-  KIND_TOKEN_INTERVAL,
-  type Policy,
-  type State,
-} from 'floodgate/model';
+import { type CompiledPolicy, readState as readModelState, type State, type StateField } from 'floodgate/model';
 
 /** What the state chart of a policy plots, and against which ceiling. */
 export interface LevelScale {
@@ -89,109 +80,30 @@ export function levelScale(c: CompiledPolicy): LevelScale {
 }
 
 /**
- * Reads a policy's state at `nowUs`. `s` is the state the store holds (undefined when untouched); the
- * arithmetic is the model's own reading of each layout (window roll-over, refills, TAT ahead of now).
+ * Reads a policy's state at `nowUs` for the page: the model's own reading (`readState` of floodgate/model,
+ * which reads each kind's layout exactly as its evaluation does: windows rolling over, refills and their
+ * dust, the TAT ahead of now), turned into the plotted level and named, formatted fields. `s` is the
+ * state the store holds (undefined when untouched); times are shown relative to `startUs`.
  */
 export function readState(c: CompiledPolicy, s: State | undefined, nowUs: number, startUs: number): Readout {
-  const blockedUntil = s === undefined ? 0 : (s[0] as number);
-  const blockedMs = blockedUntil > nowUs ? (blockedUntil - nowUs) / 1000 : 0;
-  const at = (us: number) => `${fmt((us - startUs) / 1000)} ms`;
+  const reading = readModelState(c, s, nowUs);
+  const blockedMs = reading.blockedUntilUs > nowUs ? (reading.blockedUntilUs - nowUs) / 1000 : 0;
+  const show = (field: StateField): string =>
+    field.unit === 'time'
+      ? `${fmt((field.value - startUs) / 1000)} ms`
+      : field.unit === 'duration'
+        ? `${fmt(field.value / 1000)} ms`
+        : fmt(field.value);
   const fields: [string, string][] = [];
-  if (blockedMs > 0) fields.push(['penalty box ends', at(blockedUntil)]);
-  let level = 0;
-  switch (c.kind) {
-    case KIND_METER: {
-      const tat = s === undefined ? nowUs : (s[1] as number);
-      const owedUs = Math.max(0, tat - nowUs);
-      const units = owedUs / c.a;
-      const policy = c.policy as Policy;
-      if (policy.algorithm === 'gcra') level = owedUs / 1000;
-      else if (policy.algorithm === 'token-bucket') level = c.limit - units;
-      else level = units;
-      fields.push(
-        ['TAT (theoretical arrival time)', s === undefined ? 'untouched' : at(tat)],
-        ['TAT − now', `${fmt(owedUs / 1000)} ms`],
-        ['emission interval T', `${fmt(c.a / 1000)} ms`],
-        ['tolerance τ', `${fmt(c.b / 1000)} ms`],
-      );
-      if (policy.algorithm === 'token-bucket') fields.push(['tokens in the bucket', fmt(c.limit - units)]);
-      else fields.push(['level', fmt(units)]);
-      break;
-    }
-    case KIND_TOKEN_INTERVAL: {
-      let used = 0;
-      let anchor = nowUs;
-      if (s !== undefined && (s[1] as number) > 0) {
-        used = s[1] as number;
-        anchor = s[2] as number;
-        const intervals = Math.floor((nowUs - anchor) / c.b);
-        if (intervals > 0) {
-          used = Math.max(0, used - intervals * c.a);
-          anchor += intervals * c.b;
-        }
-      }
-      level = c.limit - used;
-      fields.push(['tokens in the bucket', fmt(level)], ['tokens used', fmt(used)]);
-      if (used > 0) fields.push(['next refill', at(anchor + c.b)]);
-      break;
-    }
-    case KIND_FIXED_WINDOW: {
-      let start: number;
-      let count = 0;
-      if (c.c === 0) {
-        start = nowUs - (nowUs % c.a);
-        if (s !== undefined && s[1] === start) count = s[2] as number;
-      } else if (s !== undefined && (s[2] as number) > 0 && nowUs < (s[1] as number) + c.a) {
-        start = s[1] as number;
-        count = s[2] as number;
-      } else {
-        start = nowUs;
-      }
-      level = count;
-      fields.push(['window', count > 0 || c.c === 0 ? `${at(start)} → ${at(start + c.a)}` : 'none open']);
-      fields.push(['count', fmt(count)]);
-      break;
-    }
-    case KIND_SLIDING_WINDOW: {
-      const start = nowUs - (nowUs % c.a);
-      let count = 0;
-      let previous = 0;
-      if (s !== undefined) {
-        if (s[1] === start) {
-          count = s[2] as number;
-          previous = s[3] as number;
-        } else if (s[1] === start - c.a) {
-          previous = s[2] as number;
-        }
-      }
-      const weight = (c.a - (nowUs - start)) / c.a;
-      level = previous * weight + count;
-      fields.push(
-        ['current window', `${at(start)} → ${at(start + c.a)}`],
-        ['current count', fmt(count)],
-        ['previous count', fmt(previous)],
-        ['previous weight', fmt(weight)],
-        ['weighted count', fmt(level)],
-      );
-      break;
-    }
-    case KIND_SLIDING_LOG: {
-      const cutoff = nowUs - c.a;
-      let entries = 0;
-      if (s !== undefined) {
-        for (let i = 1; i + 1 < s.length; i += 2) {
-          if ((s[i] as number) > cutoff) {
-            level += s[i + 1] as number;
-            entries++;
-          }
-        }
-      }
-      const last = s !== undefined && s.length > 1 ? (s[s.length - 2] as number) : undefined;
-      fields.push(['events in the window', String(entries)], ['cost logged', fmt(level)]);
-      if (last !== undefined) fields.push(['newest event', at(last)]);
-      break;
-    }
-  }
+  if (blockedMs > 0)
+    fields.push(['penalty box ends', show({ label: '', value: reading.blockedUntilUs, unit: 'time' })]);
+  for (const field of reading.fields) fields.push([field.label, show(field)]);
+  // What the chart plots: GCRA's TAT ahead of now in ms; a token bucket's tokens left; else what is used.
+  const algorithm = c.policy.algorithm;
+  let level = reading.used;
+  if (algorithm === 'gcra') level = (reading.used * c.a) / 1000;
+  else if (algorithm === 'token-bucket') level = c.limit - reading.used;
+  fields.push([levelScale(c).label, fmt(level)]);
   return { level, blockedMs, fields };
 }
 

@@ -4,16 +4,10 @@ import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type Reason } from '../../model/types.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import { dropVersionsStatement, INSTALLED_VERSIONS, migrationStatement } from './migration.js';
+import { cancelStatement, decideStatement, PORT_VERSION, refundStatement } from './port.js';
 import type { PostgresClient } from './postgres-client.js';
-import {
-  cancelStatement,
-  decideStatement,
-  migrationStatement,
-  RESERVED_INFIX,
-  refundStatement,
-  type SqlNames,
-  sqlNames,
-} from './postgres-sql.js';
+import { RESERVED_INFIX, type SqlNames, sqlNames } from './sql.js';
 
 /** Options of {@link postgresStore}. */
 export interface PostgresStoreOptions {
@@ -48,10 +42,21 @@ export interface PostgresStore extends Store {
   readonly schema: string;
   readonly table: string;
   /**
-   * Creates (or updates) the schema, the table, its expiry index and the functions that decide.
+   * The version of the PL/pgSQL port this store runs (`v` and 8 hex digits, a digest of its code): its
+   * functions carry it in their names.
+   */
+  readonly version: string;
+  /**
+   * Creates (or updates) the schema, the table, its expiry index and the functions that decide, of this
+   * store's `version`, beside those of other versions (which keep serving processes that still run them).
    * Idempotent and safe to run from several processes at once; run it at startup or in your migrations.
    */
   migrate(): Promise<void>;
+  /**
+   * Drops the functions of every other version of the port for this table, once no process runs one any
+   * more (after a rolling deploy); resolves to the versions dropped (`''` is the port from before versions).
+   */
+  dropOtherVersions(): Promise<string[]>;
   /** Waits for the statements in flight and refuses new calls; the client stays open (it is yours). */
   close(): Promise<void>;
 }
@@ -144,7 +149,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   if (!Number.isSafeInteger(maxBatch) || maxBatch < 1 || maxBatch > 10_000) {
     throw invalid('ERR_INVALID_OPTION', 'maxBatch', options.maxBatch, 'an integer from 1 to 10000');
   }
-  return new PostgresStoreImpl(client, sqlNames(schema, table), unlogged, concurrency, maxBatch);
+  return new PostgresStoreImpl(client, sqlNames(schema, table, PORT_VERSION), unlogged, concurrency, maxBatch);
 }
 
 class PostgresStoreImpl implements PostgresStore {
@@ -152,6 +157,7 @@ class PostgresStoreImpl implements PostgresStore {
   readonly hasOwnClock = true;
   readonly schema: string;
   readonly table: string;
+  readonly version = PORT_VERSION;
   private readonly lanes: Lane[];
   private readonly statement: string;
   private readonly statementName: string;
@@ -184,6 +190,17 @@ class PostgresStoreImpl implements PostgresStore {
     await this.client.query(migrationStatement(this.names, this.unlogged), []);
   }
 
+  async dropOtherVersions(): Promise<string[]> {
+    const others = (await this.installedVersions()).filter((v) => v !== this.version);
+    if (others.length > 0) await this.client.query(dropVersionsStatement(this.names, others), []);
+    return others;
+  }
+
+  private async installedVersions(): Promise<string[]> {
+    const rows = await this.client.query(INSTALLED_VERSIONS, [this.schema, this.table]);
+    return rows.map((row) => String(row.version));
+  }
+
   decide(request: StoreRequest): Promise<StoreResult> {
     return this.enqueue(
       request.commit ? OP_LIMIT : OP_CHECK,
@@ -196,7 +213,7 @@ class PostgresStoreImpl implements PostgresStore {
 
   /**
    * One statement of its own (cancels are rare): it waits for the calls made before it on that key, and
-   * calls made after it on that key wait for it; other keys go on. See `cancelFunction` in postgres-sql.ts.
+   * calls made after it on that key wait for it; other keys go on. See `cancelFunction` in port.ts.
    */
   async cancel(request: CancelRequest): Promise<boolean> {
     const { reservation } = request;
@@ -221,7 +238,7 @@ class PostgresStoreImpl implements PostgresStore {
 
   /**
    * One statement of its own (a lease gives back at most once), ordered on its key like `cancel`. See
-   * `refundFunction` in postgres-sql.ts.
+   * `refundFunction` in port.ts.
    */
   async refund(request: RefundRequest): Promise<void> {
     const pol: number[] = [];
@@ -326,7 +343,7 @@ class PostgresStoreImpl implements PostgresStore {
     // A client that throws instead of rejecting fails this call only.
     new Promise<unknown>((resolve) => resolve(side.run())).then(
       (rows) => this.sideDone(side, () => side.resolve(rows)),
-      (error: unknown) => this.sideDone(side, () => side.reject(this.explain(error))),
+      (error: unknown) => this.explain(error).then((failure) => this.sideDone(side, () => side.reject(failure))),
     );
   }
 
@@ -376,17 +393,17 @@ class PostgresStoreImpl implements PostgresStore {
         }
         this.next(lane);
       },
-      (error: unknown) => {
-        const failure = this.explain(error);
-        for (const item of batch) item.reject(failure);
-        this.next(lane);
-      },
+      (error: unknown) =>
+        this.explain(error).then((failure) => {
+          for (const item of batch) item.reject(failure);
+          this.next(lane);
+        }),
     );
   }
 
   /**
    * Runs the statement. A transaction PostgreSQL aborted to break a deadlock or a serialization conflict
-   * changed nothing, so it is run again (the locking order makes both rare; see postgres-sql.ts).
+   * changed nothing, so it is run again (the locking order makes both rare; see port.ts).
    */
   private async send(params: string[], attempt: number): Promise<readonly Record<string, unknown>[]> {
     try {
@@ -420,17 +437,37 @@ class PostgresStoreImpl implements PostgresStore {
     }
   }
 
-  /** Turns "the table or function is missing" into advice; other failures pass through (the limiter wraps them). */
-  private explain(error: unknown): unknown {
+  /**
+   * Turns "the table or a function is missing" into advice, never rejecting: `ERR_STORE_VERSION` when
+   * the database holds the functions of other versions of the port only (another release of floodgate
+   * migrated it: `migrate()` installs this one beside them), else `ERR_STORE_UNAVAILABLE` (call
+   * `migrate()` first). Other failures pass through (the limiter wraps them).
+   */
+  private async explain(error: unknown): Promise<unknown> {
     const code = (error as { code?: unknown } | null)?.code;
-    if (code === '42883' || code === '42P01' || code === '3F000') {
+    if (code !== '42883' && code !== '42P01' && code !== '3F000') return error;
+    let others: string[] = [];
+    if (code === '42883') {
+      try {
+        const installed = await this.installedVersions();
+        if (!installed.includes(this.version)) others = installed;
+      } catch {
+        // The catalog could not be read either: the advice below still holds.
+      }
+    }
+    if (others.length > 0) {
+      const found = others.map((v) => (v === '' ? 'the one from before versions' : v)).join(', ');
       return new FloodgateError(
-        'ERR_STORE_UNAVAILABLE',
-        `the postgres store's table ${this.names.qualified} or its functions are missing: call store.migrate() first`,
+        'ERR_STORE_VERSION',
+        `the postgres store runs version ${this.version} of its functions, but ${this.names.qualified} has only version ${found}: run store.migrate() to install ${this.version} beside them`,
         { cause: error },
       );
     }
-    return error;
+    return new FloodgateError(
+      'ERR_STORE_UNAVAILABLE',
+      `the postgres store's table ${this.names.qualified} or its functions are missing: call store.migrate() first`,
+      { cause: error },
+    );
   }
 }
 
@@ -439,7 +476,10 @@ class PostgresStoreImpl implements PostgresStore {
  * PostgreSQL cuts longer names (two stores on one pool would then share one name for two statements).
  */
 function statementName(names: SqlNames, what: 'decide' | 'cancel' | 'refund'): string {
-  const hash = createHash('sha256').update(`${names.schema}.${names.table}`).digest('hex').slice(0, 24);
+  const hash = createHash('sha256')
+    .update(`${names.schema}.${names.table}.${names.version}`)
+    .digest('hex')
+    .slice(0, 24);
   return `floodgate_${hash}_${what}`;
 }
 
@@ -458,7 +498,7 @@ function laneOf(prefix: string, key: string, lanes: number): number {
   return (h >>> 0) % lanes;
 }
 
-/** The four parameters of the decide function (see postgres-sql.ts), as text. */
+/** The four parameters of the decide function (see port.ts), as text. */
 function encodeBatch(batch: readonly Pending[]): string[] {
   const written = new Set<string>();
   const read = new Set<string>();

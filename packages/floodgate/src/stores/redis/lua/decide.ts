@@ -1,33 +1,41 @@
+import { KIND_LIST, kindConstant } from '../../../model/kinds.js';
+import { dispatch, inKindOrder, type LuaPorts } from './port.js';
+
 /**
- * Lua port of `evaluatePolicy`, `settleDenied` and `decide` (model/decide.ts): the penalty box, costs
- * that can never fit, and several policies decided all-or-nothing. A denial consumes nothing; only the
- * denial memories survive (a logged attempt or a counted call under `countDenied`, the penalty box of
- * `blockMs`), and not even those when the cost exceeds what some policy can ever admit, but the count of a
- * fixed window that counts every call.
+ * Lua port of `evaluatePolicy`, `settleDenied` and `decide` (model/decide.ts): the dispatch to each
+ * kind's port (a kind number without one raises), the penalty box, costs that can never fit, and several
+ * policies decided all-or-nothing. A denial consumes nothing; only the denial memories survive (a call
+ * counted under `countDenied`, the penalty box of `blockMs`), and not even those when the cost exceeds
+ * what some policy can ever admit, but the count of a policy that counts every call.
  */
-export const DECIDE_LUA = `
+export function decideLua(ports: LuaPorts): string {
+  const charged = KIND_LIST.filter((k) => k.capacity === 'charge').map((k) => `c.kind == ${kindConstant(k)}`);
+  // A kind that counts denied calls counts the call here (model: `logDenied` in its descriptor).
+  const counting = inKindOrder(ports)
+    .flatMap(({ constant, port }) =>
+      port.logDenied === undefined
+        ? []
+        : [
+            `  if c.kind == ${constant} and ${port.logDenied.when} then`,
+            `    nxt = ${port.logDenied.state}`,
+            '    counted = true',
+            '  end',
+          ],
+    )
+    .join('\n');
+  // Kinds that count every committed call, a cost some policy can never admit too (model: 'every-call').
+  const everyCall = inKindOrder(ports).flatMap(({ constant, port }) =>
+    port.logDenied?.everyCall === true ? [`(c.kind == ${constant} and ${port.logDenied.when})`] : [],
+  );
+  return `
 local function evaluate(c, s, now, cost, max_delay, out)
   local kind = c.kind
-  if kind == KIND_METER then return meter(c, s, now, cost, max_delay, out) end
-  if kind == KIND_TOKEN_INTERVAL then
-    if not token_interval then load_token_interval() end
-    return token_interval(c, s, now, cost, max_delay, out)
-  end
-  if kind == KIND_FIXED_WINDOW then
-    if not fixed_window then load_fixed_window() end
-    return fixed_window(c, s, now, cost, max_delay, out)
-  end
-  if kind == KIND_SLIDING_WINDOW then
-    if not sliding_window then load_sliding_window() end
-    return sliding_window(c, s, now, cost, max_delay, out)
-  end
-  if not sliding_log then load_sliding_log() end
-  return sliding_log(c, s, now, cost, max_delay, out)
+${dispatch(ports, 'kind', (port) => port.evaluate)}
 end
 
 local function evaluate_policy(c, s, now, cost, max_delay, out)
   local impossible
-  if c.kind == KIND_METER then impossible = meter_charge(cost, c.a) > c.b else impossible = cost > c.limit end
+  if ${charged.join(' or ') || 'false'} then impossible = meter_charge(cost, c.a) > c.b else impossible = cost > c.limit end
   if impossible then
     -- Can never fit: report the key as it stands and change nothing.
     evaluate(c, s, now, 0, 0, out)
@@ -67,9 +75,9 @@ local function report_as_allowed(c, s, now, out)
   out.delay = 0
 end
 
--- A fixed window with countDenied counts every committed call (model: countsEveryCall).
+-- A policy that counts every committed call (model: countsDenied(c) == 'every-call').
 local function counts_every_call(c)
-  return c.kind == KIND_FIXED_WINDOW and c.b == 1
+  return ${everyCall.join(' or ') || 'false'}
 end
 
 local function settle_denied(c, s, now, cost, commit, out)
@@ -77,18 +85,14 @@ local function settle_denied(c, s, now, cost, commit, out)
   if allowed_here then report_as_allowed(c, s, now, out) end
   out.nxt = false
   if not commit or cost == 0 or out.reason == BLOCKED then return end
-  local every_call = counts_every_call(c)
-  if out.reason == EXCEEDS and not every_call then return end
+  if out.reason == EXCEEDS and not counts_every_call(c) then return end
   local nxt = s
-  if every_call or (c.kind == KIND_SLIDING_LOG and c.c == 1) then
-    if every_call then
-      nxt = fixed_window_hit(c, s, now, cost)
-    else
-      nxt = log_denied_attempt(c, s, now, cost)
-    end
+  local counted = false
+${counting}
+  if counted then
     evaluate_policy(c, nxt, now, cost, 0, out)
     if allowed_here then
-      -- Did not deny, but the counted attempt may leave no room: its wait for the same cost counts.
+      -- Did not deny, but the logged attempt may leave no room: its wait for the same cost counts.
       local wait = 0
       if not out.allowed then wait = out.retry end
       report_as_allowed(c, nxt, now, out)
@@ -136,3 +140,4 @@ local function decide(policies, states, n, now, cost, commit, max_delay, outs)
   return allowed
 end
 `;
+}

@@ -1,10 +1,12 @@
+import type { LuaPort } from './port.js';
+
 /**
  * Lua port of `evaluateFixedWindow` and `countFixedWindowHit` (model/fixed-window.ts): at most `limit`
  * per window of `a` µs, aligned to the epoch (`c` = 0) or to a key's first charged request (`c` = 1);
  * `b` = 1 counts every call (`countDenied`). State `{blockedUntil, windowStart, count}`. The model's
  * `now % window` is `fmod` (exact), not Lua's `%`.
  */
-export const FIXED_WINDOW_LUA = `
+const SOURCE = `
 local function load_fixed_window()
   fixed_window = function(c, s, now, cost, _, out)
     local limit, window = c.limit, c.a
@@ -59,3 +61,17 @@ local function load_fixed_window()
   end
 end
 `;
+
+export const FIXED_WINDOW_PORT: LuaPort = {
+  source: SOURCE,
+  locals: ['fixed_window', 'fixed_window_hit'],
+  evaluate: 'if not fixed_window then load_fixed_window() end\nreturn fixed_window(c, s, now, cost, max_delay, out)',
+  refund: `
+local window, start, count = c.a, s[2], s[3]
+local lease_window = start
+if c.c == 0 then lease_window = leased_at - fmod(leased_at, window) end
+if start ~= lease_window or leased_at < start or leased_at >= start + window then return nil end
+if now >= start + window or count <= 0 then return nil end
+return { s[1], start, max(0, count - unused) }`,
+  logDenied: { when: 'c.b == 1', state: 'fixed_window_hit(c, s, now, cost)', everyCall: true },
+};

@@ -1,3 +1,5 @@
+import type { LuaPort } from './port.js';
+
 /**
  * Lua port of `evaluateMeter` (model/meter.ts): GCRA, the continuous token bucket and the leaky bucket
  * (meter and queue mode), one TAT per key, everything in whole µs.
@@ -7,7 +9,7 @@
  * the caller chose (Redis TIME or the request's). Fills `out` like the model's `Evaluation`
  * (`retry`, `reset`, `delay` in µs; `nxt` = the state to store, false when nothing changes).
  */
-export const METER_LUA = `
+const SOURCE = `
 local function meter_charge(cost, t)
   local x = cost * t
   return ceil(x - x * 1e-15)
@@ -49,3 +51,16 @@ local function meter(c, s, now, cost, max_delay, out)
   end
 end
 `;
+
+export const METER_PORT: LuaPort = {
+  source: SOURCE,
+  locals: [],
+  evaluate: 'return meter(c, s, now, cost, max_delay, out)',
+  refund: `
+local charged = meter_charge(leased, c.a)
+local ahead = leased_at + charged - now
+local back = charged - meter_charge(leased - unused, c.a)
+if ahead < back then back = ahead end
+if back <= 0 then return nil end
+return { s[1], s[2] - back }`,
+};

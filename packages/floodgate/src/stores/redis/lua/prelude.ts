@@ -1,5 +1,9 @@
+import { emptyStateLength, KIND_LIST, kindConstant } from '../../../model/kinds.js';
+import { dispatch, inKindOrder, type LuaPorts } from './port.js';
+
 /**
- * Lua shared by every algorithm: locals, the reason codes, `clampRemaining` and the state codec.
+ * Lua shared by every algorithm: locals, the reason codes, the kinds' numbers, `clampRemaining` and the
+ * state codec, generated from the kinds' descriptors (model/kinds.ts) and the ports' lazy locals.
  *
  * Numbers: Lua 5.1 numbers are IEEE doubles like JavaScript's, so the same operations in the same order
  * give the same bits. Two traps are avoided on purpose: `tostring` and `..` print only 14 significant
@@ -10,28 +14,31 @@
  * less common algorithms lazily.
  *
  * State codec (the model's `State`, index 0 = end of a penalty block, stored as one string per key):
- * `<tag>[!<blockedUntil> ]<field> <field> …` with the tag '' for the meter, 'i' token bucket interval,
- * 'f' fixed window, 's' sliding-window counter, 'l' sliding log. A meter key that is not blocked is one
+ * `<tag>[!<blockedUntil> ]<field> <field> …` with each kind's tag (its descriptor's `tag`: '' for the meter,
+ * 'i' token bucket interval, 'f' fixed window, …). A meter key that is not blocked is one
  * plain integer (its TAT), which Redis keeps as an integer object: as small as a bare `SET key <n>`.
  * A value that does not parse for the policy's algorithm (the name was reused for another one) reads as
  * an untouched key, and the next write replaces it.
  */
-export const PRELUDE_LUA = `
+export function preludeLua(ports: LuaPorts): string {
+  const pairs = KIND_LIST.filter((k) => 'pairs' in k.layout).map((k) => `kind == ${kindConstant(k)}`);
+  return `
 local floor, ceil, max, fmod = math.floor, math.ceil, math.max, math.fmod
 local tonumber, format, sub, byte, gmatch, concat = tonumber, string.format, string.sub, string.byte, string.gmatch, table.concat
 local INF = math.huge
 local OK, LIMIT, BLOCKED, EXCEEDS = 0, 1, 2, 3
-local KIND_METER, KIND_TOKEN_INTERVAL, KIND_FIXED_WINDOW, KIND_SLIDING_WINDOW, KIND_SLIDING_LOG = 1, 2, 3, 4, 5
+local ${KIND_LIST.map(kindConstant).join(', ')} = ${KIND_LIST.map((k) => k.id).join(', ')}
 -- The state tag of each kind is its character in TAGS (the meter has none).
-local TAGS = '-ifsl'
+local TAGS = '${KIND_LIST.map((k) => k.tag || '-').join('')}'
 -- The algorithms other than the meter are defined on first use: Redis runs this whole chunk on every
 -- call, and each function defined is an allocation, so a call pays only for what it uses.
-local token_interval, fixed_window, fixed_window_hit, sliding_window, sliding_log, log_denied_attempt
+local ${inKindOrder(ports)
+    .flatMap(({ port }) => port.locals)
+    .join(', ')}
 
--- Length of a state with no history (model: EMPTY_LENGTH in decide.ts); the sliding log's varies.
+-- Length of a state with no history (model: emptyStateLength); a list of pairs starts at 1 and varies.
 local function empty_length(kind)
-  if kind == KIND_METER then return 2 elseif kind == KIND_SLIDING_WINDOW then return 4 elseif kind == KIND_SLIDING_LOG then return 1 end
-  return 3
+${dispatch(ports, 'kind', (_, k) => `return ${emptyStateLength(k)}`)}
 end
 
 -- model/types.ts clampRemaining
@@ -77,7 +84,7 @@ local function decode(kind, value)
     n = n + 1
     s[n] = x
   end
-  if kind == KIND_SLIDING_LOG then
+  if ${pairs.join(' or ')} then
     if n % 2 ~= 1 then return nil end
   elseif n ~= empty_length(kind) then
     return nil
@@ -100,3 +107,4 @@ local function encode(kind, s)
   return sub(TAGS, kind, kind) .. value
 end
 `;
+}

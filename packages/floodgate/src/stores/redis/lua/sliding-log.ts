@@ -1,10 +1,12 @@
+import type { LuaPort } from './port.js';
+
 /**
  * Lua port of `evaluateSlidingLog`, `logDeniedAttempt` and their helpers (model/sliding-log.ts): the log
  * of charged events, `(time, cost)` pairs oldest first, at most `ceil(limit) + 1` of them (`coalesce`). State `{blockedUntil, t1, cost1, t2, cost2, …}`:
  * with Lua's 1-based arrays an entry's time sits at an even index and its cost right after it. Sums run
  * newest first, as in the model, so fractional costs round identically.
  */
-export const SLIDING_LOG_LUA = `
+const SOURCE = `
 local function load_sliding_log()
   -- Index of the first live entry's time (entries start at 2).
   local function first_live(s, cutoff)
@@ -127,3 +129,27 @@ local function load_sliding_log()
   end
 end
 `;
+
+export const SLIDING_LOG_PORT: LuaPort = {
+  source: SOURCE,
+  locals: ['sliding_log', 'log_denied_attempt'],
+  evaluate: 'if not sliding_log then load_sliding_log() end\nreturn sliding_log(c, s, now, cost, max_delay, out)',
+  refund: `
+local n = #s
+for i = 2, n, 2 do
+  if s[i] == leased_at then
+    local left = s[i + 1] - unused
+    local nxt = {}
+    for j = 1, n do nxt[j] = s[j] end
+    if left > 0 then
+      nxt[i + 1] = left
+    else
+      table.remove(nxt, i)
+      table.remove(nxt, i)
+    end
+    return nxt
+  end
+end
+return nil`,
+  logDenied: { when: 'c.c == 1', state: 'log_denied_attempt(c, s, now, cost)' },
+};

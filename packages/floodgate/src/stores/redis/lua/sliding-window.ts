@@ -1,10 +1,12 @@
+import type { LuaPort } from './port.js';
+
 /**
  * Lua port of `evaluateSlidingWindow` and its `estimateAt` / `retryAfter` (model/sliding-window.ts):
  * the current clock-aligned window's count plus the previous one's weighted by overlap. State
  * `{blockedUntil, windowStart, count, previousCount}`. The weighted estimate is a double: it is computed
  * in exactly the model's order of operations so both give the same bits.
  */
-export const SLIDING_WINDOW_LUA = `
+const SOURCE = `
 local function load_sliding_window()
   local function estimate_at(previous, count, window, elapsed)
     return (previous * (window - elapsed)) / window + count
@@ -66,3 +68,16 @@ local function load_sliding_window()
   end
 end
 `;
+
+export const SLIDING_WINDOW_PORT: LuaPort = {
+  source: SOURCE,
+  locals: ['sliding_window'],
+  evaluate:
+    'if not sliding_window then load_sliding_window() end\nreturn sliding_window(c, s, now, cost, max_delay, out)',
+  refund: `
+local window = c.a
+local lease_window = leased_at - fmod(leased_at, window)
+if s[2] == lease_window then return { s[1], lease_window, max(0, s[3] - unused), s[4] } end
+if s[2] == lease_window + window then return { s[1], s[2], s[3], max(0, s[4] - unused) } end
+return nil`,
+};

@@ -1,3 +1,5 @@
+import type { LuaPort } from './port.js';
+
 /**
  * Lua port of `evaluateTokenInterval` and `intervalsUntil` (model/token-bucket.ts): a token bucket refilled
  * by `a` tokens at each interval boundary (`b` µs). State `{blockedUntil, used, anchor}`; `used` may be
@@ -5,7 +7,7 @@
  * `capacity * 1e-12` is an empty bucket (TOKEN_DUST), and waits are whole intervals after the stored
  * anchor, found with the evaluation's own test. Same signature and output as the meter's port.
  */
-export const TOKEN_INTERVAL_LUA = `
+const SOURCE = `
 local function load_token_interval()
   -- The evaluation's test after m >= 1 refills of a state holding used.
   local function fits_after(used, m, cost, target, refill, dust)
@@ -76,3 +78,15 @@ local function load_token_interval()
   end
 end
 `;
+
+export const TOKEN_INTERVAL_PORT: LuaPort = {
+  source: SOURCE,
+  locals: ['token_interval'],
+  evaluate:
+    'if not token_interval then load_token_interval() end\nreturn token_interval(c, s, now, cost, max_delay, out)',
+  refund: `
+local used, anchor = s[2], s[3]
+if used <= 0 or anchor > leased_at then return nil end
+if floor((now - anchor) / c.b) ~= floor((leased_at - anchor) / c.b) then return nil end
+return { s[1], max(0, used - unused), anchor }`,
+};
