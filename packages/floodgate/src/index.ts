@@ -15,7 +15,6 @@ export {
   createLimiter,
   type FailurePolicy,
   type KeyOptions,
-  type LeaseGrant,
   Limiter,
   type LimiterEvents,
   type LimiterOptions,

@@ -1,6 +1,7 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid, isFloodgateError } from '../errors.js';
 import type { BreakerOptions } from '../limiter/breaker.js';
+import { giveBack, takeLease } from '../limiter/leasing.js';
 import { createLimiter, type FailurePolicy, Limiter, normalizePolicies } from '../limiter/limiter.js';
 import { validateCost } from '../model/cost.js';
 import type { Decision, Policy } from '../model/index.js';
@@ -481,7 +482,7 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
     const refund = (succeeded: boolean): Promise<void> | undefined => {
       if (!(succeeded ? skipSuccessful : skipFailed)) return undefined;
       const call = policies === undefined ? undefined : { policies };
-      return limiter.refundToStore(key, cost, atUs, cost, call).then(() => undefined);
+      return giveBack(limiter, key, cost, atUs, cost, call).then(() => undefined);
     };
     return (statusCode) => {
       if (settled) return Promise.resolve();
@@ -577,7 +578,7 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
       // A lease of the request's cost: the same decision, with the time the store took it, which is
       // what giving the cost back needs.
       const call = policies === undefined ? undefined : { policies };
-      return limiter.leaseFromStore(key, cost, cost, call).then(({ decision, atUs }) => {
+      return takeLease(limiter, key, cost, cost, call).then(({ decision, atUs }) => {
         const consumed = decision.allowed && decision.reason !== 'degraded' && atUs !== undefined;
         const settle = consumed ? settler(request, key, cost, policies, atUs) : undefined;
         return finish(request, key, cost, decision, policies, settle);

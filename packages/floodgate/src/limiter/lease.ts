@@ -6,6 +6,7 @@ import { MIN_COST, validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import { kindOf } from '../model/kinds.js';
 import { leaseRefusal } from '../model/refund.js';
+import { giveBack, takeLease } from './leasing.js';
 import { Limiter } from './limiter.js';
 
 /** Options of {@link leasedLimiter}. */
@@ -226,16 +227,16 @@ export class LeasedLimiter {
     let size = this.size;
     for (let attempt = 0; attempt < 2; attempt++) {
       this.stats.storeCalls++;
-      const grant = await this.limiter.leaseFromStore(key, size, cost);
+      const grant = await takeLease(this.limiter, key, size, cost);
       const decision = grant.decision;
       // Decided without the store (the failure policy), for this call alone: no lease.
-      if (grant.evaluations === undefined) return decision;
+      if (grant.resetAfterUs === undefined) return decision;
       if (decision.allowed) {
         // Spent until ttlMs after the call was sent (the store counted the lease later than that), and
         // never past the end of a window the lease was counted in (a kind whose `leaseEndsAtReset`).
         let lifetimeMs = this.ttlMs;
         for (const i of this.resettingWindows) {
-          lifetimeMs = Math.min(lifetimeMs, (grant.evaluations[i]?.resetAfterUs ?? 0) / 1000);
+          lifetimeMs = Math.min(lifetimeMs, (grant.resetAfterUs[i] ?? 0) / 1000);
         }
         entry.lease = { leased: size, left: size - cost, atUs: grant.atUs, expiresAtMs: sentMs + lifetimeMs, decision };
         entry.denied = undefined;
@@ -281,7 +282,7 @@ export class LeasedLimiter {
     // Float dust from fractional costs is not worth a store call.
     if (lease === undefined || !(lease.left > 1e-9) || lease.atUs === undefined) return;
     this.stats.storeCalls++;
-    const giving = this.limiter.refundToStore(key, lease.leased, lease.atUs, lease.left).then((done) => {
+    const giving = giveBack(this.limiter, key, lease.leased, lease.atUs, lease.left).then((done) => {
       if (done) {
         this.stats.refunds++;
         this.stats.unitsReturned += lease.left;

@@ -1,20 +1,28 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
-import { validateKey, validatePrefix } from '../keys.js';
+import { validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { validateCost } from '../model/cost.js';
-import { decide } from '../model/decide.js';
-import { type Decision, toDecision } from '../model/decision.js';
-import { definePolicy, type Policy } from '../model/policy.js';
+import type { Decision } from '../model/decision.js';
+import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
-import { type Evaluation, emptyEvaluation } from '../model/types.js';
-import { memoryStore } from '../stores/memory/memory-store.js';
-import { isSyncStore, type Store, type StoreRequest, type StoreResult, type SyncStore } from '../stores/store.js';
-import { classifyStoreError, toStoreError } from '../stores/store-errors.js';
+import { isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
+import { toStoreError } from '../stores/store-errors.js';
 import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
 import { cancelOnStore, decisionOf, requireReservable } from './reservation.js';
+import { isDegraded, isPending, type Outcome, StoreCall } from './store-call.js';
+import {
+  normalizePolicies,
+  statusOptions,
+  validateCallOptions,
+  validateDelay,
+  validateLimiterOptions,
+  wholeClockUs,
+} from './validation.js';
+
+export { normalizePolicies } from './validation.js';
 
 /** Options of {@link createLimiter}. */
 export interface LimiterOptions {
@@ -67,20 +75,8 @@ export interface LimiterEvents {
   breaker: { state: BreakerState };
 }
 
-/** What {@link Limiter.leaseFromStore} got: the decision, and for a store decision the raw evaluations and its time. */
-export interface LeaseGrant {
-  readonly decision: Decision;
-  /** Per policy, µs (absent when the failure policy decided). */
-  readonly evaluations?: readonly Evaluation[];
-  /** The clock reading the store decided at, µs. */
-  readonly atUs?: number;
-}
-
 /** See {@link LimiterOptions.failure}. */
 export type FailurePolicy = 'throw' | 'open' | 'closed' | { fallback: Limiter };
-
-/** How long a `'closed'` failure tells callers to wait. */
-const DEGRADED_RETRY_MS = 1000;
 
 /** Options of a single call. */
 export interface CallOptions {
@@ -113,73 +109,91 @@ export function createLimiter(options: LimiterOptions): Limiter {
 
 const UNSET = Symbol('unset');
 
+/**
+ * What the leased limiter and the HTTP middleware of this package use of a limiter: its store-call path, its
+ * requests and its events. Not part of the public API (not exported from the package).
+ */
+export interface LimiterInternals {
+  readonly calls: StoreCall;
+  readonly compiled: readonly CompiledPolicy[];
+  readonly clock: Clock | undefined;
+  /** Builds a call's store request, validating what it carries (a fresh object, never the reused one). */
+  request(key: string, options: CallOptions | undefined, commit: boolean): StoreRequest;
+  /** Reports a decision to the `decision` listeners, and returns it. */
+  decided(request: StoreRequest, decision: Decision, source: LimiterEvents['decision']['source']): Decision;
+  /** Reports a store error to the `storeError` listeners. */
+  storeError(event: LimiterEvents['storeError']): void;
+  /** The compiled form of a call's own policies (validated, registered under their names). */
+  policiesFor(policies: Policy | readonly Policy[]): readonly CompiledPolicy[];
+}
+
+const INTERNALS = new WeakMap<Limiter, LimiterInternals>();
+
+/** The internals of a limiter (see {@link LimiterInternals}). */
+export function internalsOf(limiter: Limiter): LimiterInternals {
+  return INTERNALS.get(limiter) as LimiterInternals;
+}
+
 export class Limiter {
   readonly store: Store;
   readonly prefix: string;
   readonly policies: readonly Policy[];
+  /** The local cache of denied keys, when enabled. */
+  readonly blockedCache: BlockedCache | undefined;
   private readonly compiled: readonly CompiledPolicy[];
   private readonly clock: Clock | undefined;
   private readonly syncStore: SyncStore | undefined;
   private readonly perCall = new WeakMap<object, readonly CompiledPolicy[]>();
   /** Names seen with their state layout: a name reused for another algorithm would corrupt state. */
   private readonly kinds = new Map<string, number>();
-  private readonly timeoutMs: number | undefined;
-  private readonly failure: FailurePolicy;
   private readonly localClock: Clock;
   private readonly breaker: Breaker | undefined;
-  /** The local cache of denied keys, when enabled. */
-  readonly blockedCache: BlockedCache | undefined;
+  /** The one store-call path: store → breaker → events → the failure policy. */
+  private readonly calls: StoreCall;
   private listeners: { [E in keyof LimiterEvents]?: Set<(event: LimiterEvents[E]) => void> } = {};
 
   constructor(options: LimiterOptions) {
-    if (typeof options !== 'object' || options === null) {
-      throw invalid('ERR_INVALID_OPTION', 'createLimiter options', options, 'an object');
-    }
-    const store = options.store ?? memoryStore();
-    if (typeof store !== 'object' || store === null || typeof store.decide !== 'function') {
-      throw invalid('ERR_INVALID_OPTION', 'store', store, 'a floodgate store');
-    }
-    this.store = store;
-    this.syncStore = isSyncStore(store) ? store : undefined;
-    this.prefix = validatePrefix(options.prefix ?? 'floodgate');
+    const config = validateLimiterOptions(options, (value) => value instanceof Limiter);
+    this.store = config.store;
+    this.syncStore = isSyncStore(config.store) ? config.store : undefined;
+    this.prefix = config.prefix;
     this.reusable.prefix = this.prefix;
-    const clock = options.clock;
-    if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function')) {
-      throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
-    }
-    this.clock = clock ?? (store.hasOwnClock ? undefined : systemClock);
-    if (
-      options.timeoutMs !== undefined &&
-      (typeof options.timeoutMs !== 'number' || !(options.timeoutMs > 0) || !Number.isFinite(options.timeoutMs))
-    ) {
-      throw invalid('ERR_INVALID_OPTION', 'timeoutMs', options.timeoutMs, 'a finite number of milliseconds above 0');
-    }
-    this.timeoutMs = options.timeoutMs;
-    this.failure = validateFailure(options.failure);
-    this.localClock = clock ?? systemClock;
-    const breaker = options.breaker ?? {};
-    if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {
-      throw invalid('ERR_INVALID_OPTION', 'breaker', breaker, 'breaker options or false');
-    }
+    this.clock = config.clock ?? (config.store.hasOwnClock ? undefined : systemClock);
+    this.localClock = config.clock ?? systemClock;
     this.breaker =
-      breaker === false ? undefined : new Breaker(breaker, (state) => this.emit('breaker', { state }), this.timeoutMs);
-    const cache = options.blockedCache ?? false;
-    if (typeof cache !== 'boolean' && (typeof cache !== 'object' || cache === null)) {
-      throw invalid('ERR_INVALID_OPTION', 'blockedCache', cache, 'a boolean or blocked-cache options');
-    }
-    this.blockedCache = cache === false ? undefined : new BlockedCache(cache === true ? {} : cache);
-    this.policies = options.policies === undefined ? [] : normalizePolicies(options.policies, 'policies');
+      config.breaker === false
+        ? undefined
+        : new Breaker(config.breaker, (state) => this.emit('breaker', { state }), config.timeoutMs);
+    this.blockedCache = config.blockedCache === false ? undefined : new BlockedCache(config.blockedCache);
+    this.calls = new StoreCall({
+      store: config.store,
+      timeoutMs: config.timeoutMs,
+      failure: config.failure,
+      breaker: this.breaker,
+      localMs: () => this.localMs(),
+      storeError: (event) => this.emit('storeError', event),
+    });
+    this.policies = config.policies;
     this.compiled = this.register(this.policies);
+    INTERNALS.set(this, {
+      calls: this.calls,
+      compiled: this.compiled,
+      clock: this.clock,
+      request: (key, callOptions, commit) => ({ ...this.request(key, callOptions, commit) }),
+      decided: (request, decision, source) => this.decided(request, decision, source),
+      storeError: (event) => this.emit('storeError', event),
+      policiesFor: (policies) => this.policiesFor(policies),
+    });
   }
 
   /** Decides a call and consumes its cost when admitted. */
   limit(key: string, options?: CallOptions): Promise<Decision> {
-    return this.syncStore === undefined ? this.run(key, options, true) : this.settle(key, options, true);
+    return this.decide(key, options, true);
   }
 
   /** Decides a call as `limit` would, changing nothing. */
   check(key: string, options?: CallOptions): Promise<Decision> {
-    return this.syncStore === undefined ? this.run(key, options, false) : this.settle(key, options, false);
+    return this.decide(key, options, false);
   }
 
   /**
@@ -212,15 +226,13 @@ export class Limiter {
 
   /** Reports every policy's state for the key (a cost-0 check); changes nothing. */
   status(key: string, options?: KeyOptions): Promise<Decision> {
+    let callOptions: CallOptions;
     try {
-      return this.limitOrCheck(key, statusOptions(options), false);
+      callOptions = statusOptions(options);
     } catch (error) {
       return Promise.reject(error);
     }
-  }
-
-  private limitOrCheck(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
-    return this.syncStore === undefined ? this.run(key, options, commit) : this.settle(key, options, commit);
+    return this.decide(key, callOptions, false);
   }
 
   /** Forgets the key under the limiter's (or the given) policies. */
@@ -261,6 +273,28 @@ export class Limiter {
     return this.breaker?.state ?? 'closed';
   }
 
+  /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
+  limitSync(key: string, options?: CallOptions): Decision {
+    return this.decideSync(key, options, true);
+  }
+
+  /** `check` without a promise. */
+  checkSync(key: string, options?: CallOptions): Decision {
+    return this.decideSync(key, options, false);
+  }
+
+  /** `status` without a promise. */
+  statusSync(key: string, options?: KeyOptions): Decision {
+    return this.decideSync(key, statusOptions(options), false);
+  }
+
+  /** `reset` without a promise. */
+  resetSync(key: string, options?: KeyOptions): void {
+    const store = this.requireSync('resetSync');
+    const policies = this.policiesFor(options?.policies ?? UNSET);
+    store.resetSync(this.prefix, validateKey(key), policies);
+  }
+
   private emit<E extends keyof LimiterEvents>(event: E, payload: LimiterEvents[E]): void {
     const set = this.listeners[event];
     if (set === undefined || set.size === 0) return;
@@ -288,106 +322,63 @@ export class Limiter {
   }
 
   /**
-   * Takes a lease (used by `leasedLimiter`, and by the HTTP middleware for calls it may give back): one
-   * committed call of cost `size` on the store, under the limiter's (or the given) policies, timeout,
-   * breaker and events, with the clock reading it was decided at. Without the store, the `failure`
-   * option decides a call of cost `cost` instead (no lease then).
+   * The promise methods: the blocked-key cache, then the store-call path (with the breaker). Over a
+   * synchronous store no promise is awaited: one settled promise is returned.
    */
-  async leaseFromStore(key: string, size: number, cost: number, options?: KeyOptions): Promise<LeaseGrant> {
-    const call: CallOptions =
-      options?.policies === undefined ? { cost: size } : { cost: size, policies: options.policies };
-    // A copy: a synchronous store's request object is reused by the next call.
-    const request = { ...this.request(key, call, true) };
-    const skip = this.breaker?.admit(this.localMs());
-    let result: StoreResult | undefined;
-    let failure = skip;
-    if (skip === undefined) {
-      try {
-        result = await this.callStore(request);
-        this.breaker?.success();
-      } catch (error) {
-        failure = this.storeFailed(key, error, true);
-      }
-    }
-    if (result === undefined) {
-      const call = { ...request, cost };
-      const decision = await this.degrade(call, { cost }, failure as FloodgateError);
-      return { decision: this.decided(call, decision, 'degraded') };
-    }
-    const atUs = result.nowUs ?? request.nowUs;
-    const decision = this.decided(request, decisionOf(request, result), 'store');
-    return atUs === undefined
-      ? { decision, evaluations: result.evaluations }
-      : { decision, evaluations: result.evaluations, atUs };
-  }
-
-  /**
-   * Gives back unused units of a lease (used by `leasedLimiter` and the HTTP middleware), under the
-   * limiter's (or the given) policies. Never rejects: a failure is reported as a `storeError` event, and
-   * the units come back on their own when the lease expires in the store.
-   */
-  async refundToStore(
-    key: string,
-    leased: number,
-    leasedAtUs: number,
-    unused: number,
-    options?: KeyOptions,
-  ): Promise<boolean> {
-    const refund = this.store.refund;
-    if (refund === undefined || this.breaker?.state === 'open') return false;
-    const request = {
-      prefix: this.prefix,
-      key,
-      policies: options?.policies === undefined ? this.compiled : this.policiesFor(options.policies),
-      leased,
-      leasedAtUs,
-      unused,
-      nowUs: this.clock?.nowUs(),
-    };
+  private decide(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
+    let request: StoreRequest;
+    let outcome: Outcome | Promise<Outcome>;
+    // The clock is read only for the cache: the memory store's hot path reads it once, in `request`.
+    const cache = this.blockedCache;
+    const nowMs = cache === undefined ? 0 : this.localMs();
     try {
-      await this.bounded(refund.call(this.store, request));
-      // A denial remembered before the refund may no longer hold.
-      this.blockedCache?.forget(key);
-      return true;
+      request = this.request(key, options, commit);
+      const cached = cache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
+      if (cached !== undefined) return Promise.resolve(this.decided(request, cached, 'cache'));
+      outcome = this.calls.decide(request, options, 'promise');
     } catch (error) {
-      // Never rejects, so every failure (a rejection too) is reported as an event; none reaches the breaker.
-      this.emit('storeError', { key, error: toStoreError(this.store.name, error) });
-      return false;
+      return Promise.reject(error);
     }
+    if (isPending(outcome)) return this.concludeLater(request, outcome, nowMs);
+    return Promise.resolve(this.conclude(request, outcome, nowMs));
   }
 
-  /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
-  limitSync(key: string, options?: CallOptions): Decision {
-    return this.runSync(key, options, true);
+  /** `conclude` once a store call's outcome settles (its closure kept out of the synchronous path). */
+  private concludeLater(request: StoreRequest, outcome: Promise<Outcome>, nowMs: number): Promise<Decision> {
+    return outcome.then((settled) => this.conclude(request, settled, nowMs));
   }
 
-  /** `check` without a promise. */
-  checkSync(key: string, options?: CallOptions): Decision {
-    return this.runSync(key, options, false);
+  /** The sync methods: always the store itself (no cache, no breaker); a `fallback` failure policy throws. */
+  private decideSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
+    this.requireSync(commit ? 'limitSync' : 'checkSync');
+    const request = this.request(key, options, commit);
+    return this.conclude(request, this.calls.decide(request, options, 'sync') as Outcome, 0);
   }
 
-  /** `status` without a promise. */
-  statusSync(key: string, options?: KeyOptions): Decision {
-    return this.runSync(key, statusOptions(options), false);
-  }
-
-  /** `reset` without a promise. */
-  resetSync(key: string, options?: KeyOptions): void {
-    const store = this.requireSync('resetSync');
-    const policies = this.policiesFor(options?.policies ?? UNSET);
-    store.resetSync(this.prefix, validateKey(key), policies);
+  /** The decision of a store call's outcome, remembered by the blocked-key cache and reported to listeners. */
+  private conclude(request: StoreRequest, outcome: Outcome, nowMs: number): Decision {
+    if (isDegraded(outcome)) return this.decided(outcome.request, outcome.decision, 'degraded');
+    const decision = decisionOf(request, outcome);
+    this.blockedCache?.remember(
+      request.key,
+      request.policies,
+      request.cost,
+      request.maxDelayUs,
+      decision,
+      nowMs,
+      request.commit,
+    );
+    return this.decided(request, decision, 'store');
   }
 
   /** Builds the store request of a call, validating everything it carries. */
-  protected request(key: string, options: CallOptions | undefined, commit: boolean): StoreRequest {
+  private request(key: string, options: CallOptions | undefined, commit: boolean): StoreRequest {
     validateKey(key);
     let cost = 1;
     let maxDelayUs = 0;
     let policies = this.compiled;
     if (options !== undefined) {
-      if (typeof options !== 'object' || options === null) {
-        throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
-      }
+      validateCallOptions(options);
       if (options.cost !== undefined) cost = validateCost(options.cost);
       if (options.maxDelayMs !== undefined) maxDelayUs = validateDelay(options.maxDelayMs);
       if (options.policies !== undefined) policies = this.policiesFor(options.policies);
@@ -401,7 +392,6 @@ export class Limiter {
     }
     if (maxDelayUs > 0) requireReservable(policies);
     let nowUs = this.clock?.nowUs();
-    // Every store computes on whole µs; a custom clock's fraction is dropped, a broken clock refused.
     if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
     if (this.syncStore !== undefined) {
       // A synchronous store is done with the request before the call returns: reuse one object.
@@ -426,200 +416,6 @@ export class Limiter {
     nowUs: undefined,
     maxDelayUs: 0,
   };
-
-  private async run(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
-    const request = this.request(key, options, commit);
-    const nowMs = this.localMs();
-    const cached = this.blockedCache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
-    if (cached !== undefined) return this.decided(request, cached, 'cache');
-    const skip = this.breaker?.admit(nowMs);
-    if (skip !== undefined) return this.decided(request, await this.degrade(request, options, skip), 'degraded');
-    let result: StoreResult;
-    try {
-      result = await this.callStore(request);
-    } catch (error) {
-      const failure = this.storeFailed(key, error, true);
-      return this.decided(request, await this.degrade(request, options, failure), 'degraded');
-    }
-    this.breaker?.success();
-    const decision = decisionOf(request, result);
-    this.blockedCache?.remember(
-      key,
-      request.policies,
-      request.cost,
-      request.maxDelayUs,
-      decision,
-      nowMs,
-      request.commit,
-    );
-    return this.decided(request, decision, 'store');
-  }
-
-  /** One store call, bounded by `timeoutMs` when set. */
-  private callStore(request: StoreRequest): Promise<StoreResult> {
-    return this.bounded(this.store.decide(request));
-  }
-
-  /** A store call bounded by `timeoutMs` when set. */
-  private bounded<T>(pending: Promise<T>): Promise<T> {
-    const timeoutMs = this.timeoutMs;
-    if (timeoutMs === undefined) return pending;
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(
-          new FloodgateError('ERR_TIMEOUT', `the ${this.store.name} store did not answer within ${timeoutMs} ms`, {
-            option: 'timeoutMs',
-          }),
-        );
-      }, timeoutMs);
-      pending.then(
-        (result) => {
-          clearTimeout(timer);
-          resolve(result);
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
-    });
-  }
-
-  /**
-   * The one place a failed store call is routed (see `classifyStoreError`): invalid input and a store's
-   * rejection of this one call are thrown to the caller, untouched by the breaker, events and the
-   * `failure` policy; a full store is reported and answered by the `failure` policy but never counts
-   * toward the breaker (it is healthy for the keys it holds); a fault does all three. Returns the error
-   * the `failure` policy answers with. `useBreaker` is false for the sync methods, which skip it.
-   */
-  private storeFailed(key: string, error: unknown, useBreaker: boolean): FloodgateError {
-    const failure = toStoreError(this.store.name, error);
-    const breaker = useBreaker ? this.breaker : undefined;
-    switch (classifyStoreError(failure)) {
-      case 'input':
-        breaker?.release();
-        throw failure;
-      case 'rejected':
-        // The store answered: it is reachable, whatever it thought of this call.
-        breaker?.success();
-        throw failure;
-      case 'full':
-        breaker?.success();
-        this.emit('storeError', { key, error: failure });
-        return failure;
-      case 'fault':
-        breaker?.failure(this.localMs());
-        this.emit('storeError', { key, error: failure });
-        return failure;
-    }
-  }
-
-  /** A decision made without the store, as the `failure` option says. */
-  private async degrade(
-    request: StoreRequest,
-    options: CallOptions | undefined,
-    error: FloodgateError,
-  ): Promise<Decision> {
-    const failure = this.failure;
-    if (typeof failure === 'object') {
-      // A fallback with policies of its own enforces them (say, a share of the global limit per process);
-      // one without enforces the call's.
-      const fallbackOptions: CallOptions =
-        failure.fallback.policies.length > 0
-          ? { ...options, cost: request.cost, policies: failure.fallback.policies }
-          : { ...options, cost: request.cost, policies: request.policies.map((c) => c.policy) };
-      const decision = request.commit
-        ? await failure.fallback.limit(request.key, fallbackOptions)
-        : await failure.fallback.check(request.key, fallbackOptions);
-      return { ...decision, reason: 'degraded' };
-    }
-    return this.degradeLocally(request, error);
-  }
-
-  /** `'open'` and `'closed'` need no I/O: a decision about an untouched key, marked degraded. */
-  private degradeLocally(request: StoreRequest, error: FloodgateError): Decision {
-    const failure = this.failure;
-    if (failure === 'throw' || typeof failure === 'object') throw error;
-    // Judge the call against an untouched key: a cost that can never fit is still refused as such.
-    const evaluations = request.policies.map(() => emptyEvaluation());
-    const nowUs = request.nowUs ?? systemClock.nowUs();
-    const allowed = decide(request.policies, [], nowUs, request.cost, { commit: false }, evaluations);
-    const decision = toDecision(request.policies, evaluations, allowed);
-    if (decision.reason === 'exceeds-capacity') return decision;
-    if (failure === 'open') return { ...decision, allowed: true, reason: 'degraded' };
-    return {
-      ...decision,
-      allowed: false,
-      remaining: 0,
-      retryAfterMs: DEGRADED_RETRY_MS,
-      reason: 'degraded',
-      policies: decision.policies.map((p) => ({
-        ...p,
-        allowed: false,
-        remaining: 0,
-        retryAfterMs: DEGRADED_RETRY_MS,
-        reason: 'degraded',
-      })),
-    };
-  }
-
-  /**
-   * The promise methods over a synchronous store: no async machinery, the same failure handling, the
-   * blocked-key cache and the breaker. (The sync methods skip both: they always ask the store.)
-   */
-  private settle(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
-    let request: StoreRequest;
-    try {
-      request = this.request(key, options, commit);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    const cache = this.blockedCache;
-    const breaker = this.breaker;
-    let nowMs = 0;
-    // The clock is read only when a cache or a tripped breaker needs it: the memory store's hot path.
-    if (cache !== undefined || (breaker !== undefined && breaker.state !== 'closed')) {
-      nowMs = this.localMs();
-      const cached = cache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
-      if (cached !== undefined) return Promise.resolve(this.decided(request, cached, 'cache'));
-      const skip = breaker?.admit(nowMs);
-      if (skip !== undefined) {
-        const copy = { ...request };
-        return this.degrade(copy, options, skip).then((decision) => this.decided(copy, decision, 'degraded'));
-      }
-    }
-    let result: StoreResult;
-    try {
-      result = (this.syncStore as SyncStore).decideSync(request);
-    } catch (error) {
-      const copy = { ...request };
-      let failure: FloodgateError;
-      try {
-        failure = this.storeFailed(key, error, true);
-      } catch (thrown) {
-        return Promise.reject(thrown);
-      }
-      return this.degrade(copy, options, failure).then((decision) => this.decided(copy, decision, 'degraded'));
-    }
-    breaker?.success();
-    const decision = decisionOf(request, result);
-    cache?.remember(key, request.policies, request.cost, request.maxDelayUs, decision, nowMs, commit);
-    return Promise.resolve(this.decided(request, decision, 'store'));
-  }
-
-  private runSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
-    const store = this.requireSync(commit ? 'limitSync' : 'checkSync');
-    const request = this.request(key, options, commit);
-    let result: StoreResult;
-    try {
-      result = store.decideSync(request);
-    } catch (error) {
-      const failure = this.storeFailed(key, error, false);
-      if (typeof this.failure === 'object') throw failure;
-      return this.decided(request, this.degradeLocally(request, failure), 'degraded');
-    }
-    return this.decided(request, decisionOf(request, result), 'store');
-  }
 
   private requireSync(method: string): SyncStore {
     if (this.syncStore === undefined) {
@@ -660,56 +456,4 @@ export class Limiter {
     }
     return Object.freeze(compiled);
   }
-}
-
-function validateFailure(failure: unknown): FailurePolicy {
-  if (failure === undefined) return 'throw';
-  if (failure === 'throw' || failure === 'open' || failure === 'closed') return failure;
-  if (
-    typeof failure === 'object' &&
-    failure !== null &&
-    (failure as { fallback?: unknown }).fallback instanceof Limiter
-  ) {
-    return failure as { fallback: Limiter };
-  }
-  throw invalid('ERR_INVALID_OPTION', 'failure', failure, "'throw', 'open', 'closed' or { fallback: <limiter> }");
-}
-
-function statusOptions(options: KeyOptions | undefined): CallOptions {
-  if (options !== undefined && (typeof options !== 'object' || options === null)) {
-    throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
-  }
-  return options?.policies === undefined ? { cost: 0 } : { cost: 0, policies: options.policies };
-}
-
-/** Validates a policy or a list of policies (objects from the factories, or plain data). */
-export function normalizePolicies(input: Policy | readonly Policy[], path: string): readonly Policy[] {
-  const list = Array.isArray(input) ? (input as readonly unknown[]) : [input];
-  if (list.length > 32) throw invalid('ERR_INVALID_POLICY', path, input, 'at most 32 policies');
-  // Array.from visits the holes of a sparse array (as undefined), so each is refused by its index.
-  const policies = Array.from(list, (p, i) => definePolicy(p, Array.isArray(input) ? `${path}[${i}]` : path));
-  const names = new Set<string>();
-  for (const p of policies) {
-    if (names.has(p.name)) {
-      throw new FloodgateError('ERR_INVALID_POLICY', `${path} has two policies named ${JSON.stringify(p.name)}`, {
-        option: path,
-      });
-    }
-    names.add(p.name);
-  }
-  return Object.freeze(policies);
-}
-
-function wholeClockUs(nowUs: number): number {
-  if (!Number.isFinite(nowUs) || nowUs < 0 || nowUs > Number.MAX_SAFE_INTEGER) {
-    throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of µs since the epoch');
-  }
-  return Math.floor(nowUs);
-}
-
-function validateDelay(ms: unknown): number {
-  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > 2 ** 40) {
-    throw invalid('ERR_INVALID_OPTION', 'maxDelayMs', ms, 'a finite number of milliseconds ≥ 0');
-  }
-  return Math.round(ms * 1000);
 }

@@ -1,0 +1,125 @@
+import type { Clock } from '../clock.js';
+import { FloodgateError, invalid } from '../errors.js';
+import { validatePrefix } from '../keys.js';
+import { definePolicy, type Policy } from '../model/policy.js';
+import { memoryStore } from '../stores/memory/memory-store.js';
+import type { Store } from '../stores/store.js';
+import type { BlockedCacheOptions } from './blocked-cache.js';
+import type { BreakerOptions } from './breaker.js';
+import type { CallOptions, FailurePolicy, KeyOptions, Limiter, LimiterOptions } from './limiter.js';
+
+/**
+ * Everything a limiter and its calls accept from their callers, checked before anything is asked of a
+ * store: each refusal is a `FloodgateError` naming the option and the value.
+ */
+
+/** A limiter's options, validated and with their defaults. */
+export interface LimiterConfig {
+  readonly store: Store;
+  readonly prefix: string;
+  readonly clock: Clock | undefined;
+  readonly timeoutMs: number | undefined;
+  readonly failure: FailurePolicy;
+  readonly breaker: BreakerOptions | false;
+  readonly blockedCache: BlockedCacheOptions | false;
+  readonly policies: readonly Policy[];
+}
+
+/** Validates `createLimiter`'s options; `isLimiter` tells a fallback limiter (this module does not import the class). */
+export function validateLimiterOptions(options: LimiterOptions, isLimiter: (value: unknown) => boolean): LimiterConfig {
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('ERR_INVALID_OPTION', 'createLimiter options', options, 'an object');
+  }
+  const store = options.store ?? memoryStore();
+  if (typeof store !== 'object' || store === null || typeof store.decide !== 'function') {
+    throw invalid('ERR_INVALID_OPTION', 'store', store, 'a floodgate store');
+  }
+  const prefix = validatePrefix(options.prefix ?? 'floodgate');
+  const clock = options.clock;
+  if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function')) {
+    throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
+  }
+  const timeoutMs = options.timeoutMs;
+  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !Number.isFinite(timeoutMs))) {
+    throw invalid('ERR_INVALID_OPTION', 'timeoutMs', timeoutMs, 'a finite number of milliseconds above 0');
+  }
+  const failure = validateFailure(options.failure, isLimiter);
+  const breaker = options.breaker ?? {};
+  if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {
+    throw invalid('ERR_INVALID_OPTION', 'breaker', breaker, 'breaker options or false');
+  }
+  const cache = options.blockedCache ?? false;
+  if (typeof cache !== 'boolean' && (typeof cache !== 'object' || cache === null)) {
+    throw invalid('ERR_INVALID_OPTION', 'blockedCache', cache, 'a boolean or blocked-cache options');
+  }
+  const policies = options.policies === undefined ? [] : normalizePolicies(options.policies, 'policies');
+  return {
+    store,
+    prefix,
+    clock,
+    timeoutMs,
+    failure,
+    breaker,
+    blockedCache: cache === true ? {} : cache,
+    policies,
+  };
+}
+
+function validateFailure(failure: unknown, isLimiter: (value: unknown) => boolean): FailurePolicy {
+  if (failure === undefined) return 'throw';
+  if (failure === 'throw' || failure === 'open' || failure === 'closed') return failure;
+  if (typeof failure === 'object' && failure !== null && isLimiter((failure as { fallback?: unknown }).fallback)) {
+    return failure as { fallback: Limiter };
+  }
+  throw invalid('ERR_INVALID_OPTION', 'failure', failure, "'throw', 'open', 'closed' or { fallback: <limiter> }");
+}
+
+/** Checks that a call's options are an object (or absent); their fields are checked where they are read. */
+export function validateCallOptions(options: CallOptions | undefined): void {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
+  }
+}
+
+/** The options of `status`: a cost-0 check under the limiter's or the given policies. */
+export function statusOptions(options: KeyOptions | undefined): CallOptions {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
+  }
+  return options?.policies === undefined ? { cost: 0 } : { cost: 0, policies: options.policies };
+}
+
+/** Validates a policy or a list of policies (objects from the factories, or plain data). */
+export function normalizePolicies(input: Policy | readonly Policy[], path: string): readonly Policy[] {
+  const list = Array.isArray(input) ? (input as readonly unknown[]) : [input];
+  if (list.length > 32) throw invalid('ERR_INVALID_POLICY', path, input, 'at most 32 policies');
+  // Array.from visits the holes of a sparse array (as undefined), so each is refused by its index.
+  const policies = Array.from(list, (p, i) => definePolicy(p, Array.isArray(input) ? `${path}[${i}]` : path));
+  const names = new Set<string>();
+  for (const p of policies) {
+    if (names.has(p.name)) {
+      throw new FloodgateError('ERR_INVALID_POLICY', `${path} has two policies named ${JSON.stringify(p.name)}`, {
+        option: path,
+      });
+    }
+    names.add(p.name);
+  }
+  return Object.freeze(policies);
+}
+
+/** Every store computes on whole µs: a custom clock's fraction is dropped, a broken clock refused. */
+export function wholeClockUs(nowUs: number): number {
+  if (Number.isInteger(nowUs)) return nowUs;
+  if (!Number.isFinite(nowUs) || nowUs < 0 || nowUs > Number.MAX_SAFE_INTEGER) {
+    throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of µs since the epoch');
+  }
+  return Math.floor(nowUs);
+}
+
+/** `maxDelayMs` in whole µs: a finite number of ms from 0 to 2^40. */
+export function validateDelay(ms: unknown): number {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > 2 ** 40) {
+    throw invalid('ERR_INVALID_OPTION', 'maxDelayMs', ms, 'a finite number of milliseconds ≥ 0');
+  }
+  return Math.round(ms * 1000);
+}
