@@ -20,17 +20,16 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import {
   createLimiter,
-  encodeKey,
   fixedWindow,
   gcra,
   leakyBucket,
   type Policy,
   slidingLog,
   slidingWindow,
-  storageKey,
   tokenBucket,
 } from 'floodgate';
 import { fromIoredis, redisStore } from 'floodgate/redis';
+import { encodeKey, storageKey } from 'floodgate/store';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { type FleetRound, fleetRound } from './redis-fleet.js';

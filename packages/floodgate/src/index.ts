@@ -1,8 +1,7 @@
 export { type Clock, systemClock } from './clock.js';
 export { FloodgateError, type FloodgateErrorCode, isFloodgateError } from './errors.js';
-export { encodeKey, HASH_KEYS_LONGER_THAN, MAX_KEY_LENGTH, storageKey } from './keys.js';
 export type { AcquireOptions } from './limiter/acquire.js';
-export { BlockedCache, type BlockedCacheOptions } from './limiter/blocked-cache.js';
+export type { BlockedCache, BlockedCacheOptions } from './limiter/blocked-cache.js';
 export type { BreakerOptions, BreakerState } from './limiter/breaker.js';
 export {
   LeasedLimiter,
@@ -52,16 +51,6 @@ export {
   type TokenBucketOptions,
   type TokenBucketPolicy,
   tokenBucket,
-  validateCost,
 } from './model/index.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
-export {
-  type CancelRequest,
-  isSyncStore,
-  type RefundRequest,
-  type Store,
-  type StoreRequest,
-  type StoreResult,
-  type SyncStore,
-} from './stores/store.js';
-export { classifyStoreError, type StoreErrorClass } from './stores/store-errors.js';
+export type { Store } from './stores/store.js';

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { encodeKey, HASH_KEYS_LONGER_THAN, storageKey } from '../src/index.js';
+import { encodeKey, HASH_KEYS_LONGER_THAN, storageKey } from '../src/stores/index.js';
 
 describe('key encoding', () => {
   it('is injective: distinct keys never share storage', () => {

@@ -4,14 +4,14 @@ import {
   createLimiter,
   type Decision,
   fixedWindow,
-  isSyncStore,
   type Limiter,
   MAX_COST,
   type Policy,
   type PolicyDecision,
   type Store,
-  validateCost,
 } from 'floodgate';
+import { validateCost } from 'floodgate/model';
+import { isSyncStore } from 'floodgate/store';
 import { ENVOY_UNITS, type ServiceConfig } from './config.js';
 import { envoyPolicy } from './envoy-config.js';
 import {

@@ -1,7 +1,8 @@
 import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createLimiter, encodeKey, gcra } from '../../src/index.js';
+import { createLimiter, gcra } from '../../src/index.js';
+import { encodeKey } from '../../src/stores/index.js';
 import {
   fromIoredis,
   fromNodeRedis,

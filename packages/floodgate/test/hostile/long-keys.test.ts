@@ -1,8 +1,9 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { createLimiter, fixedWindow, leasedLimiter, MAX_KEY_LENGTH, memoryStore } from '../../src/index.js';
+import { createLimiter, fixedWindow, leasedLimiter, memoryStore } from '../../src/index.js';
 import { HASH_KEYS_LONGER_THAN, localKey } from '../../src/keys.js';
+import { MAX_KEY_LENGTH } from '../../src/stores/index.js';
 import { manualClock } from '../../src/testing/index.js';
 
 // A client that chooses its key can send keys of up to MAX_KEY_LENGTH (64 Ki) characters. An in-process

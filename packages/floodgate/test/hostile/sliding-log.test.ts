@@ -12,8 +12,9 @@
 import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLimiter, encodeKey, type Limiter, memoryStore, type Store, slidingLog } from '../../src/index.js';
+import { createLimiter, type Limiter, memoryStore, type Store, slidingLog } from '../../src/index.js';
 import { compilePolicy, decide, emptyEvaluation, maxLogEntries, type State } from '../../src/model/index.js';
+import { encodeKey } from '../../src/stores/index.js';
 import { postgresStore } from '../../src/stores/postgres/index.js';
 import { fromIoredis, redisStore } from '../../src/stores/redis/index.js';
 import { stateKey } from '../../src/stores/sql/common.js';

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Clock } from '../../src/clock.js';
-import { createLimiter, fixedWindow, gcra, memoryStore, type Store, type StoreRequest } from '../../src/index.js';
+import { createLimiter, fixedWindow, gcra, memoryStore, type Store } from '../../src/index.js';
+import type { StoreRequest } from '../../src/stores/index.js';
 import { manualClock } from '../../src/testing/index.js';
 
 /** The memory store, counting the decisions asked of it. */

@@ -6,10 +6,9 @@ import {
   type LimiterEvents,
   memoryStore,
   type Store,
-  type StoreRequest,
-  type SyncStore,
   slidingLog,
 } from '../../src/index.js';
+import type { StoreRequest, SyncStore } from '../../src/stores/index.js';
 import { manualClock, modelStore, seededRandom } from '../../src/testing/index.js';
 
 /**

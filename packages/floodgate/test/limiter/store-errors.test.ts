@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
 import {
-  classifyStoreError,
   createLimiter,
   FloodgateError,
   type FloodgateError as FloodgateErrorType,
@@ -8,10 +7,8 @@ import {
   isFloodgateError,
   type Limiter,
   memoryStore,
-  type StoreRequest,
-  type StoreResult,
-  type SyncStore,
 } from '../../src/index.js';
+import { classifyStoreError, type StoreRequest, type StoreResult, type SyncStore } from '../../src/stores/index.js';
 import { manualClock } from '../../src/testing/index.js';
 
 /**

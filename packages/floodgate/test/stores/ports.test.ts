@@ -1,13 +1,14 @@
 import Database from 'better-sqlite3';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { encodeKey, type FloodgateError, fixedWindow, isFloodgateError, storageKey } from '../../src/index.js';
+import { type FloodgateError, fixedWindow, isFloodgateError } from '../../src/index.js';
 import { type CompiledPolicy, compilePolicy } from '../../src/model/compile.js';
 import { decide, evaluatePolicy, inspect } from '../../src/model/decide.js';
 import type { KindDescriptor } from '../../src/model/descriptor.js';
 import { KIND_LIST, KINDS, type KindName, kindConstant } from '../../src/model/kinds.js';
 import { refundPolicy } from '../../src/model/refund.js';
 import { emptyEvaluation } from '../../src/model/types.js';
+import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { memoryStore } from '../../src/stores/memory/memory-store.js';
 import { SQL_PORTS, type SqlPort } from '../../src/stores/postgres/kind-ports.js';
 import { PORT_VERSION, portFunctions } from '../../src/stores/postgres/port.js';

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLimiter, encodeKey, gcra, isFloodgateError } from '../../src/index.js';
+import { createLimiter, gcra, isFloodgateError } from '../../src/index.js';
 import { compilePolicy } from '../../src/model/compile.js';
+import { encodeKey } from '../../src/stores/index.js';
 import { migrationStatement } from '../../src/stores/postgres/migration.js';
 import { decideStatement, PORT_VERSION, portFunctionNames } from '../../src/stores/postgres/port.js';
 import { postgresStore } from '../../src/stores/postgres/postgres-store.js';

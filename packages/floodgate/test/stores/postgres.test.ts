@@ -5,7 +5,6 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createLimiter,
-  encodeKey,
   fixedWindow,
   gcra,
   isFloodgateError,
@@ -14,6 +13,7 @@ import {
   tokenBucket,
 } from '../../src/index.js';
 import { compilePolicy } from '../../src/model/compile.js';
+import { encodeKey } from '../../src/stores/index.js';
 import { fromPg, type PostgresClient, type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js';
 import { stateKey } from '../../src/stores/sql/common.js';
 import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';

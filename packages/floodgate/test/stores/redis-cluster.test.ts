@@ -1,6 +1,7 @@
 import { strictEqual } from 'node:assert/strict';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createLimiter, encodeKey, fixedWindow, gcra, slidingLog, storageKey } from '../../src/index.js';
+import { createLimiter, fixedWindow, gcra, slidingLog } from '../../src/index.js';
+import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { DECIDE_SCRIPT_SHA, hashSlot, METER_SCRIPT_SHA } from '../../src/stores/redis/index.js';
 import { runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
 import { connectCluster, DRIVERS, type Driver, holdStore } from './redis/clients.js';

@@ -1,8 +1,9 @@
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
-import { encodeKey, gcra, leakyBucket, type Policy, storageKey, tokenBucket } from '../../src/index.js';
+import { gcra, leakyBucket, type Policy, tokenBucket } from '../../src/index.js';
 import { compilePolicy } from '../../src/model/compile.js';
+import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
 import { METER_BATCH_SHA } from '../../src/stores/redis/script.js';
 import type { StoreRequest } from '../../src/stores/store.js';

@@ -2,17 +2,9 @@ import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { createClient as createClient4 } from 'redis4';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  createLimiter,
-  encodeKey,
-  fixedWindow,
-  gcra,
-  isFloodgateError,
-  slidingLog,
-  storageKey,
-  tokenBucket,
-} from '../../src/index.js';
+import { createLimiter, fixedWindow, gcra, isFloodgateError, slidingLog, tokenBucket } from '../../src/index.js';
 import { compilePolicy } from '../../src/model/compile.js';
+import { encodeKey, storageKey } from '../../src/stores/index.js';
 import {
   fromIoredis,
   fromNodeRedis,

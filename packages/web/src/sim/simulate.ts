@@ -7,12 +7,10 @@ import {
   memoryStore,
   type Policy,
   type PolicyInput,
-  type StoreRequest,
-  type StoreResult,
-  type SyncStore,
 } from 'floodgate';
 import { createHttpRateLimiter, type HeaderFormat, type RateLimitOutcome } from 'floodgate/http';
 import { type CompiledPolicy, compilePolicy, type State } from 'floodgate/model';
+import type { StoreRequest, StoreResult, SyncStore } from 'floodgate/store';
 import { type ManualClock, manualClock } from 'floodgate/testing';
 import { type LevelScale, levelScale, type Readout, readState } from './state.js';
 import { arrivals, type Traffic } from './traffic.js';
