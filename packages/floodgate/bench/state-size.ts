@@ -37,6 +37,15 @@ const POLICIES: [string, Policy][] = [
   ['leaky bucket, queue', leakyBucket({ capacity: 10, leakPerSecond: 1 / 6, mode: 'queue', ...block, name: 'p' })],
   ['fixed window', fixedWindow({ limit: 10, windowMs: MINUTE, ...block, name: 'p' })],
   ['sliding window', slidingWindow({ limit: 10, windowMs: MINUTE, ...block, name: 'p' })],
+  [
+    'bucketed window, 10 buckets',
+    slidingWindow({ limit: 10, windowMs: MINUTE, precisionMs: MINUTE / 10, ...block, name: 'p' }),
+  ],
+  // One call a ms reaches the limit after 1000 calls: a count in every one of the 1000 buckets.
+  [
+    'bucketed window, 1000 buckets (limit 130, 1 s)',
+    slidingWindow({ limit: 130, windowMs: 1000, precisionMs: 1, ...block, name: 'p' }),
+  ],
   ['sliding log, limit 10', slidingLog({ limit: 10, windowMs: MINUTE, countDenied: true, ...block, name: 'p' })],
   ['sliding log, limit 1000', slidingLog({ limit: 1000, windowMs: MINUTE, countDenied: true, ...block, name: 'p' })],
 ];

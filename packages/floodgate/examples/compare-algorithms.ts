@@ -19,7 +19,7 @@ import {
   slidingWindow,
   tokenBucket,
 } from 'floodgate';
-import { compilePolicy } from 'floodgate/model';
+import { ALGORITHMS, compilePolicy } from 'floodgate/model';
 import { type ManualClock, manualClock, modelStore, seededRandom } from 'floodgate/testing';
 
 const SECOND = 1000;
@@ -57,6 +57,7 @@ function family(limit: number, windowMs: number): Entry[] {
     { label: 'fixed window, clock', policy: fixedWindow({ limit, windowMs }) },
     { label: 'fixed window, first request', policy: fixedWindow({ limit, windowMs, align: 'first-request' }) },
     { label: 'sliding window', policy: slidingWindow({ limit, windowMs }) },
+    { label: 'sliding window, 10 buckets', policy: slidingWindow({ limit, windowMs, precisionMs: windowMs / 10 }) },
     { label: 'sliding log', policy: slidingLog({ limit, windowMs }) },
     { label: 'sliding log, minGap 1 s', policy: slidingLog({ limit, windowMs, minGapMs: SECOND }) },
     { label: 'sliding log, countDenied', policy: slidingLog({ limit, windowMs, countDenied: true }) },
@@ -109,14 +110,7 @@ function source(policy: Policy): string {
   if (policy.algorithm === 'gcra') defaults.burst = policy.limit;
   if (policy.algorithm === 'sliding-log') Object.assign(defaults, { minGapMs: 0, countDenied: false });
   if (policy.algorithm === 'fixed-window') defaults.countDenied = false;
-  const factory = {
-    gcra: 'gcra',
-    'token-bucket': 'tokenBucket',
-    'leaky-bucket': 'leakyBucket',
-    'fixed-window': 'fixedWindow',
-    'sliding-window': 'slidingWindow',
-    'sliding-log': 'slidingLog',
-  }[policy.algorithm];
+  const factory = ALGORITHMS[policy.algorithm].factory;
   const { blockMs, ...rest } = policy;
   const fields = Object.entries({ ...rest, blockMs })
     .filter(([field, value]) => field !== 'algorithm' && field !== 'name' && defaults[field] !== value)

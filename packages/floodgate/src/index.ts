@@ -37,6 +37,7 @@ export {
   leakyBucket,
   MAX_COST,
   MAX_SLIDING_LOG_LIMIT,
+  MAX_WINDOW_BUCKETS,
   MIN_COST,
   type Policy,
   type PolicyDecision,

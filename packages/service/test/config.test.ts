@@ -64,6 +64,45 @@ domains:
     });
   });
 
+  it('reads a bucketed sliding window (precisionMs, in ms like windowMs) and names a bad precision at its line', () => {
+    const config = parseConfig(`
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        policies:
+          - { algorithm: sliding-window, name: per-minute, limit: 600, windowMs: 60000, precisionMs: 1000 }
+`);
+    expect(config.domains[0]?.descriptors[0]?.policies[0]).toEqual({
+      algorithm: 'sliding-window',
+      name: 'per-minute',
+      blockMs: 0,
+      limit: 600,
+      windowMs: 60_000,
+      precisionMs: 1000,
+    });
+    expect(
+      issues(`
+domains:
+  - domain: api
+    descriptors:
+      - key: user
+        policies:
+          - algorithm: sliding-window
+            limit: 600
+            windowMs: 60000
+            precisionMs: 7000
+`),
+    ).toEqual([
+      {
+        path: 'domains[0].descriptors[0].policies[0].precisionMs',
+        line: 10,
+        column: 26,
+        message: 'must divide domains[0].descriptors[0].policies[0].windowMs 60000 into whole buckets, got 7000',
+      },
+    ]);
+  });
+
   it('keeps the source text of a descriptor value or key YAML would read as a number or boolean', () => {
     const written = ['007', '1.10', '1e3', '0x1F', '0o17', '.5', '+12', 'true', 'False', '.inf', '-.Inf', '.NaN'];
     const config = parseConfig(`

@@ -17,6 +17,7 @@ const POLICIES: readonly PolicyInput[] = [
   { algorithm: 'fixed-window', limit: 7, windowMs: 2000 },
   { algorithm: 'fixed-window', limit: 7, windowMs: 2000, align: 'first-request', blockMs: 700 },
   { algorithm: 'sliding-window', limit: 9, windowMs: 1500 },
+  { algorithm: 'sliding-window', limit: 9, windowMs: 1500, precisionMs: 250 },
   { algorithm: 'sliding-log', limit: 6, windowMs: 1000, minGapMs: 40 },
   { algorithm: 'sliding-log', limit: 6, windowMs: 1000, countDenied: true },
 ];
@@ -143,6 +144,17 @@ describe('the simulator gives the model’s decisions', () => {
     ]);
     expect(tokens.calls[3]?.level).toBe(0);
     expect(tokens.scale.countsDown).toBe(true);
+  });
+
+  it('plots a bucketed window’s count, as the model reads its buckets', () => {
+    const policy: PolicyInput = { algorithm: 'sliding-window', limit: 4, windowMs: 1000, precisionMs: 250 };
+    const sim = simulate({ policy }, { pattern: { kind: 'steady', ratePerSecond: 8 }, durationMs: 2000 });
+    expect(sim.scale.label).toBe("count in the window's buckets of 250 ms");
+    // Eight a second against four per second in buckets of 250 ms: the first four pass, then one per
+    // bucket as the oldest leaves, so the count never passes the limit.
+    expect(sim.calls.slice(0, 6).map((c) => c.allowed)).toEqual([true, true, true, true, false, false]);
+    expect(Math.max(...sim.calls.map((c) => c.level))).toBe(4);
+    expect(sim.admitted).toBe(8);
   });
 
   it('shows the penalty box over time', () => {

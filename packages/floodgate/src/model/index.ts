@@ -51,6 +51,7 @@ export {
   MAX_DURATION_US,
   MAX_LIMIT,
   MAX_SLIDING_LOG_LIMIT,
+  MAX_WINDOW_BUCKETS,
   type Policy,
   type PolicyInput,
   type SlidingLogOptions,

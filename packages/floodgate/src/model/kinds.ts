@@ -1,4 +1,5 @@
 import { FloodgateError } from '../errors.js';
+import { BUCKETED_WINDOW } from './bucketed-window.js';
 import type { CompiledPolicy } from './compile.js';
 import type { KindDescriptor, StateReading } from './descriptor.js';
 import { FIXED_WINDOW_KIND } from './fixed-window.js';
@@ -14,7 +15,14 @@ import type { State } from './types.js';
  * its Redis tag follow from its descriptor, and each store's table of ports (`LUA_PORTS`, `SQL_PORTS`)
  * must have an entry for it, or the build fails.
  */
-export const KIND_LIST = [METER, TOKEN_INTERVAL, FIXED_WINDOW_KIND, SLIDING_WINDOW_KIND, SLIDING_LOG_KIND] as const;
+export const KIND_LIST = [
+  METER,
+  TOKEN_INTERVAL,
+  FIXED_WINDOW_KIND,
+  SLIDING_WINDOW_KIND,
+  SLIDING_LOG_KIND,
+  BUCKETED_WINDOW,
+] as const;
 
 /** A kind's number, as stores receive it. */
 export type Kind = (typeof KIND_LIST)[number]['id'];

@@ -144,7 +144,10 @@ export function leakyBucket(options: LeakyBucketOptions): LeakyBucketPolicy {
 export function fixedWindow(options: FixedWindowOptions): FixedWindowPolicy {
   return define('fixed-window', options);
 }
-/** A sliding-window counter. @example slidingWindow({ limit: 100, windowMs: 60_000 }) */
+/**
+ * A sliding window: the weighted two-window counter, or with `precisionMs` the bucketed window.
+ * @example slidingWindow({ limit: 100, windowMs: 60_000, precisionMs: 1000 })
+ */
 export function slidingWindow(options: SlidingWindowOptions): SlidingWindowPolicy {
   return define('sliding-window', options);
 }
@@ -159,6 +162,7 @@ export function slidingLog(options: SlidingLogOptions): SlidingLogPolicy {
 
 export { MAX_DURATION_US, MAX_LIMIT } from './fields.js';
 export { MAX_SLIDING_LOG_LIMIT } from './sliding-log.js';
+export { MAX_WINDOW_BUCKETS } from './sliding-window.js';
 export type {
   FixedWindowOptions,
   FixedWindowPolicy,

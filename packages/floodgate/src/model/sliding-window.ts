@@ -1,29 +1,72 @@
+import { describeValue, FloodgateError } from '../errors.js';
+import { BUCKETED_WINDOW } from './bucketed-window.js';
 import type { CompiledPolicy } from './compile.js';
 import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
-import { count, duration, toUs, trimNumber } from './fields.js';
+import { count, duration, optionalDuration, toUs, trimNumber } from './fields.js';
 import { clampRemaining, type Evaluation, nextState4, type State } from './types.js';
 
-/** Sliding-window counter: the current window's count plus the previous one's, weighted by overlap. */
+/**
+ * Sliding window. Without `precisionMs`, a counter: the current window's count plus the previous one's,
+ * weighted by overlap. With it, bucketed ("rollup"): counts per clock-aligned bucket of `precisionMs`,
+ * summed over the `windowMs / precisionMs` buckets that end with the current one.
+ */
 export interface SlidingWindowPolicy extends PolicyBase {
   readonly algorithm: 'sliding-window';
   readonly limit: number;
   readonly windowMs: number;
+  /**
+   * Width of the buckets counts are kept in, ms: `windowMs` must be a whole multiple of it, at most
+   * {@link MAX_WINDOW_BUCKETS} times. Absent: the weighted two-window counter.
+   */
+  readonly precisionMs?: number;
 }
 
 /** Options of {@link slidingWindow}. */
 export interface SlidingWindowOptions {
   limit: number;
   windowMs: number;
+  /** Bucketed window: counts per bucket of this many ms, summed over the window (see {@link SlidingWindowPolicy.precisionMs}). */
+  precisionMs?: number;
   name?: string;
   blockMs?: number;
 }
 
+/**
+ * Most buckets of a bucketed window (`windowMs / precisionMs`). A key keeps a count per bucket that holds
+ * something, and one decision sums them: like the sliding log's largest limit, this bounds a key's state
+ * (about 20 kB in Redis) and a decision's work (docs/algorithms.md, "Bounds per key").
+ */
+export const MAX_WINDOW_BUCKETS = 1000;
+
 export const SLIDING_WINDOW: AlgorithmDescriptor<SlidingWindowPolicy> = {
   algorithm: 'sliding-window',
   factory: 'slidingWindow',
-  fields: { limit: count(), windowMs: duration() },
-  derivedName: (p) => `sliding-window-${trimNumber(p.limit)}-per-${trimNumber(p.windowMs)}ms`,
-  compile: (p) => ({ kind: SLIDING_WINDOW_KIND.id, limit: p.limit, a: toUs(p.windowMs), b: 0, c: 0 }),
+  fields: { limit: count(), windowMs: duration(), precisionMs: optionalDuration() },
+  check(p, path) {
+    if (p.precisionMs === undefined) return;
+    const windowUs = toUs(p.windowMs);
+    const precisionUs = toUs(p.precisionMs);
+    if (windowUs % precisionUs !== 0) {
+      throw new FloodgateError(
+        'ERR_INVALID_POLICY',
+        `${path}.precisionMs must divide ${path}.windowMs ${describeValue(p.windowMs)} into whole buckets, got ${describeValue(p.precisionMs)}`,
+        { option: `${path}.precisionMs` },
+      );
+    }
+    if (windowUs / precisionUs > MAX_WINDOW_BUCKETS) {
+      throw new FloodgateError(
+        'ERR_INVALID_POLICY',
+        `${path}.precisionMs ${describeValue(p.precisionMs)} makes ${windowUs / precisionUs} buckets of ${path}.windowMs ${describeValue(p.windowMs)}; at most ${MAX_WINDOW_BUCKETS} are allowed (a key keeps a count per bucket)`,
+        { option: `${path}.precisionMs` },
+      );
+    }
+  },
+  derivedName: (p) =>
+    `sliding-window-${trimNumber(p.limit)}-per-${trimNumber(p.windowMs)}ms${p.precisionMs === undefined ? '' : `-precision-${trimNumber(p.precisionMs)}ms`}`,
+  compile: (p) =>
+    p.precisionMs === undefined
+      ? { kind: SLIDING_WINDOW_KIND.id, limit: p.limit, a: toUs(p.windowMs), b: 0, c: 0 }
+      : { kind: BUCKETED_WINDOW.id, limit: p.limit, a: toUs(p.windowMs), b: toUs(p.precisionMs), c: 0 },
 };
 
 /** The window a call at `nowUs` falls in, its count and the previous window's (scratch, reused). */

@@ -213,16 +213,22 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
   });
 
   api.describe('randomized comparison with the reference model', () => {
-    // The policy sets of fixed windows that count every call, each on every store (a seed alone picks
-    // one set of all).
-    countDeniedSets().forEach((policies, i) => {
-      const seed = 9001 + i;
+    // The policy sets of the newest options, each on every store (a seed alone picks one set of all).
+    const everyStore = [
+      ...countDeniedSets().map((policies, i) => ({
+        what: 'fixed windows counting every call',
+        seed: 9001 + i,
+        policies,
+      })),
+      ...bucketedSets().map((policies, i) => ({ what: 'bucketed windows', seed: 9101 + i, policies })),
+    ];
+    for (const { what, seed, policies } of everyStore) {
       api.it(
-        `seed ${seed}, fixed windows counting every call: ${policies.map((p) => p.name).join(' + ')}`,
+        `seed ${seed}, ${what}: ${policies.map((p) => p.name).join(' + ')}`,
         () => withStore((store) => compareWithModel(store, { seed, operations: 300, policies })),
         120_000,
       );
-    });
+    }
     const runs = options.randomRuns ?? 12;
     const firstSeed = options.seed ?? 1;
     for (let run = 0; run < runs; run++) {
@@ -351,6 +357,7 @@ export function randomPolicySets(): Policy[][] {
     [fixedWindow({ limit: 4.5, windowMs: 450, align: 'first-request', blockMs: 900 })],
     [slidingWindow({ limit: 6, windowMs: 600 })],
     [slidingWindow({ limit: 3, windowMs: 250, blockMs: 100 })],
+    ...bucketedSets(),
     [slidingLog({ limit: 4, windowMs: 500 })],
     [slidingLog({ limit: 3, windowMs: 400, minGapMs: 60 })],
     [slidingLog({ limit: 3, windowMs: 400, countDenied: true })],
@@ -386,6 +393,23 @@ export function randomPolicySets(): Policy[][] {
     [
       slidingLog({ limit: 4.5, windowMs: 1194, countDenied: true, name: 'log' }),
       fixedWindow({ limit: 1, windowMs: 1, name: 'fw' }),
+    ],
+  ];
+}
+
+/**
+ * Bucketed windows: several buckets, fractional limits under a penalty box, one bucket per window (the
+ * clock-aligned fixed window), and beside other policies (costs 2 and 3 exceed `g`'s burst of 1.5).
+ */
+function bucketedSets(): Policy[][] {
+  return [
+    [slidingWindow({ limit: 5, windowMs: 600, precisionMs: 100 })],
+    [slidingWindow({ limit: 2.5, windowMs: 450, precisionMs: 150, blockMs: 200 })],
+    [slidingWindow({ limit: 3, windowMs: 300, precisionMs: 300 })],
+    [
+      slidingWindow({ limit: 4, windowMs: 800, precisionMs: 50, name: 'buckets' }),
+      gcra({ limit: 1.5, periodMs: 300, name: 'g' }),
+      fixedWindow({ limit: 3, windowMs: 500, countDenied: true, name: 'fw' }),
     ],
   ];
 }

@@ -225,6 +225,23 @@ export const extremeCostTables: ExtremeCostTable[] = [
     stepUs: 1,
   },
   {
+    name: 'bucketed window',
+    policies: [slidingWindow({ limit: 2, windowMs: 1000, precisionMs: 250 })],
+    costs: all,
+    repeat: 3,
+    stepUs: 200_000,
+  },
+  {
+    // The longest window of whole ms under MAX_DURATION_US, in 1000 buckets of 140 737 488 355 µs.
+    name: 'bucketed window, the largest limit, the longest window in its most buckets',
+    policies: [
+      slidingWindow({ limit: MAX_LIMIT, windowMs: 140_737_488_355, precisionMs: 140_737_488.355, blockMs: MAX_MS }),
+    ],
+    costs: all,
+    repeat: 2,
+    stepUs: 17,
+  },
+  {
     name: 'sliding log',
     policies: [slidingLog({ limit: 2, windowMs: 1000 })],
     costs: all,

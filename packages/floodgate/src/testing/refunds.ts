@@ -101,6 +101,20 @@ export const refundTables: readonly RefundTable[] = [
     ],
   },
   {
+    // Buckets of 100 ms over a second: the lease's bucket loses the units until it leaves the window.
+    name: 'bucketed window: the lease’s bucket loses the units while it is in the window',
+    policies: [slidingWindow({ limit: 10, windowMs: 1000, precisionMs: 100 })],
+    steps: [
+      { at: 0, lease: 6, expect: { remaining: 4 } },
+      { at: 50, call: 2, expect: { remaining: 2 } },
+      { at: 150, refund: { of: 1, unused: 2 }, expect: { remaining: 4, resetAfterMs: 850 } },
+      { at: 250, refund: { of: 1, unused: 4 }, expect: { remaining: 8, resetAfterMs: 750 } },
+      { at: 1000, lease: 5, expect: { remaining: 5 } },
+      { at: 1100, refund: { of: 1, unused: 2 }, expect: { remaining: 5 } },
+      { at: 1200, refund: { of: 5, unused: 5 }, expect: { remaining: 10, resetAfterMs: 0 } },
+    ],
+  },
+  {
     name: 'sliding log: the lease’s event loses the units, and goes when none are left',
     policies: [slidingLog({ limit: 10, windowMs: 1000 })],
     steps: [

@@ -131,6 +131,15 @@ export const waitScenarios: WaitScenario[] = [
     steps: [0, 0, 0, 0, 1250, 1500, 1750, 2000].map((admittedAt) => ({ at: 0, expect: { admittedAt } })),
   },
   {
+    name: 'acquire on a bucketed window waits for the oldest bucket to leave the window',
+    policies: [slidingWindow({ limit: 2, windowMs: 1000, precisionMs: 250 })],
+    steps: [
+      { at: 0, expect: { admittedAt: 0 } },
+      { at: 0, expect: { admittedAt: 0 } },
+      ...[1000, 1000, 2000].map((admittedAt) => ({ at: 300, expect: { admittedAt } })),
+    ],
+  },
+  {
     name: 'acquire on a sliding log waits for the oldest event to leave the window',
     policies: [slidingLog({ limit: 2, windowMs: 1000, minGapMs: 100 })],
     steps: [

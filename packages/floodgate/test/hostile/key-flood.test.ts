@@ -26,6 +26,7 @@ const HOUR = 3_600_000;
 const VICTIM_POLICIES: [string, Policy][] = [
   ['fixed window', fixedWindow({ limit: 5, windowMs: MINUTE })],
   ['sliding window', slidingWindow({ limit: 5, windowMs: MINUTE })],
+  ['bucketed window', slidingWindow({ limit: 5, windowMs: MINUTE, precisionMs: 1000 })],
   ['sliding log', slidingLog({ limit: 5, windowMs: MINUTE })],
   ['GCRA', gcra({ limit: 5, periodMs: MINUTE })],
   ['token bucket, continuous', tokenBucket({ capacity: 5, refillAmount: 5, refillIntervalMs: MINUTE })],

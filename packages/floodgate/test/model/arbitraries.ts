@@ -47,6 +47,14 @@ export function policyArbitrary({ size, refill, blockMs }: PolicyParts): fc.Arbi
     fc
       .record({
         limit: size,
+        precisionMs: fc.integer({ min: 1, max: 400 }),
+        buckets: fc.integer({ min: 1, max: 8 }),
+        blockMs,
+      })
+      .map(({ buckets, ...o }) => slidingWindow({ ...o, windowMs: o.precisionMs * buckets })),
+    fc
+      .record({
+        limit: size,
         windowMs: fc.integer({ min: 1, max: 2000 }),
         minGapMs: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 })),
         countDenied: fc.boolean(),

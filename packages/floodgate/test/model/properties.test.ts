@@ -105,6 +105,21 @@ function assertWithinPolicy(policy: Policy, admitted: Admitted[]): void {
     }
     case 'sliding-window': {
       const windowUs = policy.windowMs * 1000;
+      if (policy.precisionMs !== undefined) {
+        // Bucketed: the buckets of any window, aligned to the precision, never hold more than the limit.
+        const precisionUs = policy.precisionMs * 1000;
+        const buckets = new Map<number, number>();
+        for (const a of admitted) {
+          const id = Math.floor(a.atUs / precisionUs);
+          buckets.set(id, (buckets.get(id) ?? 0) + a.cost);
+        }
+        const n = windowUs / precisionUs;
+        for (const last of buckets.keys()) {
+          let total = 0;
+          for (let id = last - n + 1; id <= last; id++) total += buckets.get(id) ?? 0;
+          expect(total).toBeLessThanOrEqual(policy.limit + EPSILON);
+        }
+      }
       const totals = new Map<number, number>();
       for (const a of admitted) {
         const id = Math.floor(a.atUs / windowUs);

@@ -61,6 +61,15 @@ export function levelScale(c: CompiledPolicy): LevelScale {
         countsDown: false,
       };
     case 'sliding-window':
+      if (policy.precisionMs !== undefined) {
+        return {
+          label: `count in the window's buckets of ${fmt(policy.precisionMs)} ms`,
+          axis: 'count',
+          ceiling: c.limit,
+          ceilingLabel: 'limit',
+          countsDown: false,
+        };
+      }
       return {
         label: 'weighted count: previous window × its overlap + current window',
         axis: 'weighted count',

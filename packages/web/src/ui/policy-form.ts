@@ -28,6 +28,13 @@ export const ALGORITHM_FIELDS: Record<Algorithm, readonly Field[]> = {
   'sliding-window': [
     { name: 'limit', label: 'limit', kind: 'number' },
     { name: 'windowMs', label: 'windowMs', kind: 'number' },
+    {
+      name: 'precisionMs',
+      label: 'precisionMs',
+      kind: 'number',
+      placeholder: 'none (weighted counter)',
+      title: 'bucketed window: counts per bucket of this many ms, summed over the window',
+    },
   ],
   'sliding-log': [
     { name: 'limit', label: 'limit', kind: 'number' },
@@ -57,7 +64,7 @@ export const DEFAULT_VALUES: Record<Algorithm, Values> = {
   'token-bucket': { capacity: '10', refillAmount: '10', refillIntervalMs: '1000', refill: 'continuous' },
   'leaky-bucket': { capacity: '10', leakPerSecond: '10', mode: 'meter' },
   'fixed-window': { limit: '10', windowMs: '1000', align: 'clock' },
-  'sliding-window': { limit: '10', windowMs: '1000' },
+  'sliding-window': { limit: '10', windowMs: '1000', precisionMs: '' },
   'sliding-log': { limit: '10', windowMs: '1000', minGapMs: '', countDenied: false },
 };
 

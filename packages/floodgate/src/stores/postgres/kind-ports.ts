@@ -419,4 +419,75 @@ export const SQL_PORTS: { readonly [N in KindName]: SqlPort } = {
       count: (n) => `nx := ${n.fn('log_denied')}(lim, a, s, now, cost);`,
     },
   },
+
+  // bucketed-window.ts (a = window, b = precision: the buckets' width).
+  'bucketed-window': {
+    functions: () => [],
+    run: () => `DECLARE
+        len int := coalesce(array_length(s, 1), 0);
+        cur float8 := ${alignDown('now', 'b')};
+        cutoff float8;
+        f int := 1;
+        i int; total float8 := 0; untouched float8 := 0; nx float8[]; k int; newer float8; wait float8;
+      BEGIN
+        cutoff := cur - a;
+        WHILE f < len AND s[f + 1] <= cutoff LOOP f := f + 2; END LOOP;
+        -- Summed newest first, as the wait walks.
+        i := len - 1;
+        WHILE i > f LOOP
+          total := total + s[i + 1];
+          i := i - 2;
+        END LOOP;
+        IF len > f THEN untouched := s[len - 1] + a - now; END IF;
+        IF total + cost <= lim THEN
+          ${setRemaining('lim - (total + cost)')}
+          IF cost = 0 THEN RETURN ${evaluation(1, 0, 'rem', '0', 'untouched', '0')}; END IF;
+          -- The buckets still in the window, with the cost added to the current one.
+          nx := ARRAY[0]::float8[] || coalesce(s[f + 1:len], '{}'::float8[]);
+          k := array_length(nx, 1);
+          IF k > 1 AND nx[k - 1] = cur THEN
+            nx[k] := nx[k] + cost;
+          ELSE
+            nx[k + 1] := cur;
+            nx[k + 2] := cost;
+          END IF;
+          RETURN ${evaluation(1, 0, 'rem', '0', 'cur + a - now', '0', 'nx')};
+        END IF;
+        ${setRemaining('lim - total')}
+        -- From the newest bucket back: the first that no longer fits beside the newer ones must leave.
+        wait := s[len - 1] + a - now;
+        newer := 0;
+        i := len - 2;
+        WHILE i >= f LOOP
+          newer := newer + s[i + 2];
+          IF newer + cost > lim THEN
+            wait := s[i + 1] + a - now;
+            EXIT;
+          END IF;
+          i := i - 2;
+        END LOOP;
+        RETURN ${evaluation(0, 1, 'rem', 'wait', 'untouched', '0')};
+      END;`,
+    // The bucket of the grant loses the units, and goes when nothing is left of it.
+    refund: () => `DECLARE
+        len int := coalesce(array_length(st, 1), 0);
+        bucket float8 := ${alignDown('p_leased_at', 'b')};
+        i int := 2;
+        left_over float8;
+      BEGIN
+        WHILE i < len LOOP
+          IF st[i] = bucket THEN
+            left_over := st[i + 1] - p_unused;
+            IF left_over > 0 THEN
+              nx := st;
+              nx[i + 1] := left_over;
+            ELSE
+              nx := st[1:i - 1] || coalesce(st[i + 2:len], '{}'::float8[]);
+            END IF;
+            EXIT;
+          END IF;
+          i := i + 2;
+        END LOOP;
+      END;`,
+  },
 };

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { BUCKETED_WINDOW_PORT } from './lua/bucketed-window.js';
 import { decideLua } from './lua/decide.js';
 import { FIXED_WINDOW_PORT } from './lua/fixed-window.js';
 import { MAIN_LUA } from './lua/main.js';
@@ -20,6 +21,7 @@ export const LUA_PORTS: LuaPorts = {
   'fixed-window': FIXED_WINDOW_PORT,
   'sliding-window': SLIDING_WINDOW_PORT,
   'sliding-log': SLIDING_LOG_PORT,
+  'bucketed-window': BUCKETED_WINDOW_PORT,
 };
 
 /** The whole decision script, for a table of ports: every kind, the all-or-nothing decision, and the batch entry. */
