@@ -1,4 +1,3 @@
-import { FloodgateError } from '../errors.js';
 import type { CompiledPolicy } from './compile.js';
 import type { Kind } from './kinds.js';
 import type { Evaluation, State } from './types.js';
@@ -141,8 +140,3 @@ export interface KindDescriptor<Id extends number = number, Name extends string 
 
 /** See {@link KindDescriptor.countsDenied}. */
 export type DeniedCount = false | 'attempts' | 'every-call';
-
-/** For the `default` of a switch that covers every case: a compile error when one is missing. */
-export function assertNever(value: never, what: string): never {
-  throw new FloodgateError('ERR_INVALID_POLICY', `unknown ${what}: ${String(value)}`);
-}
