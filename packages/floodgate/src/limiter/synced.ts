@@ -40,7 +40,7 @@ export interface SyncedStats {
   refreshes: number;
   /** Units admitted locally that the store could not take when pushed: the fleet had over-admitted. Paid back later. */
   unitsOwed: number;
-  /** Syncs of a key that failed (the store threw); the units stay pending and are pushed again. */
+  /** Syncs of a key that failed (the store threw, or the failure policy answered); the units stay pending and are pushed again. */
   syncErrors: number;
 }
 
@@ -227,16 +227,27 @@ export class SyncedLimiter {
     return this.syncing;
   }
 
-  /** Pushes every pending count now and waits for every push to finish. */
+  /**
+   * Pushes every pending count now and waits for every push to finish. When the store fails a push, what
+   * is pending stays so (counted in `syncErrors`, pushed again by later syncs) and the flush ends.
+   */
   async flush(): Promise<void> {
     for (;;) {
+      const errors = this.stats.syncErrors;
       const work: Promise<void>[] = [...this.leaving];
       for (const [key, entry] of this.entries) {
         if (entry.busy !== undefined) work.push(entry.busy);
-        else if (entry.unsynced >= MIN_COST) work.push(this.locked(entry, () => this.push(key, entry).catch(() => {})));
+        else if (entry.unsynced >= MIN_COST) {
+          work.push(
+            this.locked(entry, () => this.push(key, entry)).catch(() => {
+              this.stats.syncErrors++;
+            }),
+          );
+        }
       }
       if (work.length === 0) return;
       await Promise.all(work);
+      if (this.stats.syncErrors !== errors) return;
       if (![...this.entries.values()].some((e) => e.unsynced >= MIN_COST && !e.owed) && this.leaving.size === 0) return;
     }
   }
@@ -351,14 +362,21 @@ export class SyncedLimiter {
     const sentMs = this.nowMs();
     this.stats.pushes++;
     let decision = await this.limiter.limit(key, { cost: units });
+    if (decision.reason === 'degraded') {
+      // The failure policy answered, admitting or not: the store counted nothing, the units stay pending.
+      this.stats.syncErrors++;
+      entry.denied = undefined;
+      this.observe(entry, decision, mark, sentMs);
+      return;
+    }
     if (decision.allowed) {
       entry.unsynced -= units;
       entry.owed = false;
-    } else if (decision.reason !== 'degraded') {
+    } else {
       const fit = Math.min(units, decision.remaining);
       if (fit >= MIN_COST) {
         const part = await this.limiter.limit(key, { cost: fit });
-        if (part.allowed) {
+        if (part.allowed && part.reason !== 'degraded') {
           entry.unsynced -= fit;
           decision = part;
         }
