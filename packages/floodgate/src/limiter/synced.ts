@@ -18,7 +18,7 @@ export interface SyncedOptions {
    * @default what the tightest policy refills in `syncMs` (its limit at most)
    */
   localBudget?: number;
-  /** Most keys counted locally at once; the least recently synced key is pushed and dropped first. @default 10_000 */
+  /** Most keys counted locally at once; the key counted locally longest is pushed and dropped first. @default 10_000 */
   maxKeys?: number;
   /** The clock sync times are measured on. @default systemClock */
   clock?: Clock;
