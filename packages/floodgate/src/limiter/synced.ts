@@ -18,7 +18,10 @@ export interface SyncedOptions {
    * @default what the tightest policy refills in `syncMs` (its limit at most)
    */
   localBudget?: number;
-  /** Most keys counted locally at once; the key counted locally longest is pushed and dropped first. @default 10_000 */
+  /**
+   * Most keys counted locally at once. When that many are held, the oldest key with nothing pending makes
+   * room; when the oldest few all have units pending, a new key is decided by the store. @default 10_000
+   */
   maxKeys?: number;
   /** The clock sync times are measured on. @default systemClock */
   clock?: Clock;
@@ -68,6 +71,9 @@ interface Entry {
   deniedCost: number;
 }
 
+/** Oldest entries looked at for one to drop when `maxKeys` are held. */
+const DROP_SCAN = 16;
+
 /** Units per ms that a policy grants over time (its sustained rate). */
 function ratePerMs(policy: Policy): number {
   switch (policy.algorithm) {
@@ -108,8 +114,6 @@ export class SyncedLimiter {
   };
   private readonly clock: Clock;
   private readonly entries = new Map<string, Entry>();
-  /** Pushes of keys dropped from `entries` (over `maxKeys`), still running. */
-  private readonly leaving = new Set<Promise<void>>();
   private readonly autoSync: boolean;
   private timer: ReturnType<typeof setInterval> | undefined;
   private syncing: Promise<void> | undefined;
@@ -192,7 +196,14 @@ export class SyncedLimiter {
     }
     for (;;) {
       const entry = this.entries.get(key);
-      if (entry === undefined) return this.exact(key, this.add(key), cost);
+      if (entry === undefined) {
+        const added = this.add(key);
+        if (added === undefined) {
+          this.stats.storeDecisions++;
+          return this.limiter.limit(key, { cost });
+        }
+        return this.exact(key, added, cost);
+      }
       entry.used = true;
       if (!entry.owed && entry.room >= cost && entry.unsynced + cost <= this.localBudget) {
         entry.room -= cost;
@@ -234,7 +245,7 @@ export class SyncedLimiter {
   async flush(): Promise<void> {
     for (;;) {
       const errors = this.stats.syncErrors;
-      const work: Promise<void>[] = [...this.leaving];
+      const work: Promise<void>[] = [];
       for (const [key, entry] of this.entries) {
         if (entry.busy !== undefined) work.push(entry.busy);
         else if (entry.unsynced >= MIN_COST) {
@@ -248,7 +259,7 @@ export class SyncedLimiter {
       if (work.length === 0) return;
       await Promise.all(work);
       if (this.stats.syncErrors !== errors) return;
-      if (![...this.entries.values()].some((e) => e.unsynced >= MIN_COST && !e.owed) && this.leaving.size === 0) return;
+      if (![...this.entries.values()].some((e) => e.unsynced >= MIN_COST && !e.owed)) return;
     }
   }
 
@@ -266,21 +277,23 @@ export class SyncedLimiter {
     return this.clock.nowUs() / 1000;
   }
 
-  private add(key: string): Entry {
+  /**
+   * A new entry for `key`, or undefined when `maxKeys` are held and none of the oldest few can be dropped
+   * (each has units the store has not counted yet): the call then goes to the store without a local count,
+   * so a flood of new keys neither drops what is pending nor costs more than a few steps per call.
+   */
+  private add(key: string): Entry | undefined {
     if (this.entries.size >= this.maxKeys) {
+      let looked = 0;
+      let dropped = false;
       for (const [oldKey, old] of this.entries) {
-        if (old.busy !== undefined) continue;
+        if (++looked > DROP_SCAN) break;
+        if (old.busy !== undefined || old.unsynced >= MIN_COST) continue;
         this.entries.delete(oldKey);
-        if (old.unsynced >= MIN_COST) {
-          const leaving: Promise<void> = this.push(oldKey, old)
-            .catch(() => {
-              this.stats.syncErrors++;
-            })
-            .finally(() => this.leaving.delete(leaving));
-          this.leaving.add(leaving);
-        }
+        dropped = true;
         break;
       }
+      if (!dropped) return undefined;
     }
     const entry: Entry = {
       snapshot: undefined as unknown as Decision,

@@ -216,7 +216,7 @@ describe('synced limiter', () => {
     expect((await limiter.status('x'.repeat(500))).remaining).toBe(4);
   });
 
-  it('holds at most maxKeys, and a key dropped for room is pushed first', async () => {
+  it('holds at most maxKeys, never drops a key with units pending, and counts every unit', async () => {
     const clock = manualClock({ startMs: START_MS });
     const store = memoryStore();
     const policies = [fixedWindow({ limit: 10, windowMs: HOUR })];
@@ -231,8 +231,15 @@ describe('synced limiter', () => {
       for (let i = 0; i < 4; i++) expect((await synced.limit(`k${k}`)).allowed).toBe(true);
       expect(synced.keys).toBeLessThanOrEqual(3);
     }
+    // The first three keys hold 3 pending units each: the other seven went to the store, every call.
+    expect(synced.stats).toMatchObject({ localDecisions: 9, storeDecisions: 3 + 7 * 4 });
+    for (let k = 0; k < 3; k++) expect((await limiter.status(`k${k}`)).remaining).toBe(9);
+    // Once pushed, a key with nothing pending makes room for a new one.
+    await synced.sync();
+    expect((await synced.limit('k10')).allowed).toBe(true);
+    expect(synced.keys).toBe(3);
     await synced.close();
-    for (let k = 0; k < 10; k++) expect((await limiter.status(`k${k}`)).remaining).toBe(6);
+    for (let k = 0; k < 11; k++) expect((await limiter.status(`k${k}`)).remaining).toBe(k === 10 ? 9 : 6);
   });
 
   it('drops keys unused for a whole cycle; a dropped key is decided by the store again', async () => {
