@@ -442,8 +442,16 @@ function isEntryPoint(): boolean {
   }
 }
 
-if (isEntryPoint()) {
-  main(process.argv.slice(2)).then(
+/**
+ * Runs the command line of this process and exits with its code: what the `floodgate` executable does.
+ *
+ * @example
+ * ```ts
+ * run(process.argv.slice(2));
+ * ```
+ */
+export function run(argv: readonly string[]): void {
+  main(argv).then(
     // Exit explicitly: a store client or a timer left by a library must not keep a stopped service alive.
     (code) => process.exit(code),
     (error: unknown) => {
@@ -454,3 +462,5 @@ if (isEntryPoint()) {
     },
   );
 }
+
+if (isEntryPoint()) run(process.argv.slice(2));
