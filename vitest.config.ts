@@ -28,7 +28,7 @@ function librarySources(): Plugin {
 export default defineConfig({
   plugins: [librarySources()],
   test: {
-    include: ['packages/*/test/**/*.test.ts'],
+    include: ['packages/*/test/**/*.test.ts', 'test/**/*.test.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',

@@ -24,8 +24,11 @@ function respond(decision: Decision): { status: number; headers: Record<string, 
     'RateLimit-Remaining': String(decision.remaining),
     'RateLimit-Reset': String(Math.ceil(decision.resetAfterMs / 1000)),
   };
-  // Retry-After is in whole seconds: round up, or the client comes back too early.
-  if (!decision.allowed) headers['Retry-After'] = String(Math.ceil(decision.retryAfterMs / 1000));
+  // Retry-After is in whole seconds: round up, or the client comes back too early. A cost that can never
+  // fit is denied with retryAfterMs Infinity ('exceeds-capacity'): waiting cannot help, so no Retry-After.
+  if (!decision.allowed && Number.isFinite(decision.retryAfterMs)) {
+    headers['Retry-After'] = String(Math.ceil(decision.retryAfterMs / 1000));
+  }
   return { status: decision.allowed ? 200 : 429, headers };
 }
 
