@@ -28,9 +28,24 @@ function librarySources(): Plugin {
 export default defineConfig({
   plugins: [librarySources()],
   test: {
-    include: ['packages/*/test/**/*.test.ts', 'test/**/*.test.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    projects: [
+      {
+        // Packing rebuilds the packages' dist folders, which the other tests import: it runs first, alone.
+        extends: true,
+        test: { name: 'packages', include: ['test/packages.test.ts'], sequence: { groupOrder: 0 } },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'tests',
+          include: ['packages/*/test/**/*.test.ts', 'test/**/*.test.ts'],
+          exclude: ['test/packages.test.ts'],
+          sequence: { groupOrder: 1 },
+        },
+      },
+    ],
   },
 });

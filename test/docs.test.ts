@@ -37,7 +37,7 @@ describe('the TypeScript examples of the docs', () => {
   });
 
   it('compile with strict settings against the built packages', () => {
-    const errors = typeCheck(all, workDir());
+    const { errors } = typeCheck(all, workDir());
     expect(formatErrors(errors)).toBe('');
   }, 120_000);
 
@@ -82,14 +82,14 @@ describe('the check itself', () => {
       [9, undefined],
       [18, 'a sketch.'],
     ]);
-    const errors = typeCheck(snippets, workDir());
+    const { errors } = typeCheck(snippets, workDir());
     expect(errors).toHaveLength(1);
     expect(errors[0]).toMatchObject({ page: 'docs/page.md', line: 12, column: 7 });
     expect(errors[0]?.message).toMatch(/^TS2322: Type 'Limiter' is not assignable to type 'number'/);
   }, 60_000);
 
   it('finds an undeclared name', () => {
-    const errors = typeCheck(snippetsOf('README.md', '```ts\nawait limiter.limit(clientId);\n```\n'), workDir());
+    const { errors } = typeCheck(snippetsOf('README.md', '```ts\nawait limiter.limit(clientId);\n```\n'), workDir());
     expect(errors.map((e) => [e.line, e.message.slice(0, 6)])).toEqual([
       [2, 'TS2304'],
       [2, 'TS2304'],

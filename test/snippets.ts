@@ -25,6 +25,8 @@ export interface Snippet {
   readonly page: string;
   /** The 1-based line of the block's first line of code. */
   readonly line: number;
+  /** The title of the section the block is in (its heading's text). */
+  readonly heading: string;
   readonly code: string;
   /** The page's context block, when this block is not it. */
   readonly context: string | undefined;
@@ -53,8 +55,11 @@ export function pages(): string[] {
 /** The TypeScript blocks (```ts or ```typescript) of one page's text. */
 export function snippetsOf(page: string, text: string): Snippet[] {
   const lines = text.split('\n');
-  const blocks: { line: number; code: string; skip: string | undefined }[] = [];
+  const blocks: { line: number; heading: string; code: string; skip: string | undefined }[] = [];
+  let heading = '';
   for (let i = 0; i < lines.length; i++) {
+    const title = /^#+ (.*)$/.exec(lines[i] as string);
+    if (title !== null) heading = (title[1] as string).trim();
     const fence = /^(\s*)(```+|~~~+)\s*(\w*)/.exec(lines[i] as string);
     if (fence === null) continue;
     const [, indent = '', marks = '```', lang = ''] = fence;
@@ -68,7 +73,7 @@ export function snippetsOf(page: string, text: string): Snippet[] {
         .slice(i + 1, end)
         .map((l) => (l.startsWith(indent) ? l.slice(indent.length) : l))
         .join('\n');
-      blocks.push({ line: i + 2, code, skip });
+      blocks.push({ line: i + 2, heading, code, skip });
     }
     i = end;
   }
@@ -86,18 +91,28 @@ export interface SnippetError {
   readonly message: string;
 }
 
+/** What {@link typeCheck} found and wrote. */
+export interface Checked {
+  readonly errors: SnippetError[];
+  /** With `emit`, the JavaScript of each snippet (in the order given; undefined for a skipped one). */
+  readonly emitted: (string | undefined)[];
+}
+
 /**
  * Type-checks snippets with the repository's strict settings, each as a module of its own (its page's
- * context before it), in `dir` where `node_modules` resolves the packages to check against. Returns the
- * errors, placed in their pages.
+ * context before it), in `dir` where `node_modules` resolves the packages to check against; with `emit`,
+ * writes their JavaScript too. Returns the errors, placed in their pages.
  */
-export function typeCheck(snippets: readonly Snippet[], dir: string): SnippetError[] {
+export function typeCheck(snippets: readonly Snippet[], dir: string, emit = false): Checked {
+  const emitted: (string | undefined)[] = [];
   const src = join(dir, 'snippets');
   mkdirSync(src, { recursive: true });
   const files = new Map<string, { snippet: Snippet; offset: number }>();
   snippets.forEach((snippet, i) => {
+    emitted.push(undefined);
     if (snippet.skip !== undefined) return;
     const name = `s${i}-${snippet.page.replace(/[^A-Za-z0-9]+/g, '-')}-${snippet.line}.ts`;
+    if (emit) emitted[i] = join(dir, 'out', name.replace(/\.ts$/, '.js'));
     const head = snippet.context === undefined ? '' : `${snippet.context}\n`;
     writeFileSync(join(src, name), `${head}${snippet.code}\nexport {};\n`);
     files.set(name, { snippet, offset: head === '' ? 0 : head.split('\n').length - 1 });
@@ -109,7 +124,15 @@ export function typeCheck(snippets: readonly Snippet[], dir: string): SnippetErr
   writeFileSync(
     join(dir, 'tsconfig.json'),
     JSON.stringify({
-      compilerOptions: { ...base.compilerOptions, noEmit: true, declaration: false, declarationMap: false },
+      compilerOptions: {
+        ...base.compilerOptions,
+        noEmit: !emit,
+        outDir: 'out',
+        rootDir: 'snippets',
+        declaration: false,
+        declarationMap: false,
+        sourceMap: false,
+      },
       include: ['snippets'],
     }),
   );
@@ -143,7 +166,7 @@ export function typeCheck(snippets: readonly Snippet[], dir: string): SnippetErr
     errors.push(last);
   }
   if (output !== '' && errors.length === 0) throw new Error(`tsc failed without errors to place:\n${output}`);
-  return errors;
+  return { errors, emitted };
 }
 
 /** Links `dir/node_modules` to the repository's, so snippets there resolve the workspace's packages. */

@@ -1,0 +1,377 @@
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { formatErrors, pages, ROOT, type Snippet, snippetsOf, typeCheck } from './snippets.js';
+
+// The packages as users get them: `npm pack` of each published package (its `prepack` builds it), the
+// tarballs installed into a scratch project and globally, checked by publint and arethetypeswrong, and the
+// READMEs' examples compiled and run against what was installed. Runs before the other test files
+// (vitest.config.ts), since packing rebuilds the packages' dist folders.
+
+/** The published packages: workspace name and folder. */
+const PUBLISHED = [
+  { name: 'floodgate', dir: 'packages/floodgate' },
+  { name: 'floodgate-service', dir: 'packages/service' },
+] as const;
+
+/**
+ * Peers a reader installs next to the library for the examples, linked from the repository's install (the
+ * same versions, with better-sqlite3's native build, which would otherwise be compiled again).
+ */
+const PEERS = [
+  'ioredis',
+  'pg',
+  'better-sqlite3',
+  'express',
+  'fastify',
+  'hono',
+  '@hono/node-server',
+  'koa',
+  '@types/node',
+  '@types/express',
+  '@types/koa',
+  '@types/pg',
+  '@types/better-sqlite3',
+];
+
+const work = mkdtempSync(join(tmpdir(), 'floodgate-packages-'));
+const scratch = join(work, 'app');
+const globalPrefix = join(work, 'global');
+const tarballs: Record<string, { file: string; files: string[] }> = {};
+const children: ChildProcess[] = [];
+
+/** The environment of a command run as a user would run it: none of the enclosing npm run's settings. */
+function userEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_/i.test(name)));
+  return { ...env, npm_config_update_notifier: 'false', npm_config_fund: 'false', npm_config_audit: 'false', ...extra };
+}
+
+function npm(args: string[], cwd: string): string {
+  try {
+    return execFileSync('npm', args, { cwd, env: userEnv(), encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+  } catch (error) {
+    const { stdout, stderr } = error as { stdout?: string; stderr?: string };
+    throw new Error(`npm ${args.join(' ')} failed:\n${stdout ?? ''}\n${stderr ?? ''}`);
+  }
+}
+
+/** Runs a tool of the repository's install (publint, attw) and returns its exit code and output. */
+function tool(bin: string, args: string[]): { code: number; output: string } {
+  try {
+    const output = execFileSync(join(ROOT, 'node_modules', '.bin', bin), args, { encoding: 'utf8', env: userEnv() });
+    return { code: 0, output };
+  } catch (error) {
+    const { status, stdout, stderr } = error as { status?: number; stdout?: string; stderr?: string };
+    return { code: status ?? 1, output: `${stdout ?? ''}${stderr ?? ''}` };
+  }
+}
+
+beforeAll(() => {
+  const packed = join(work, 'tarballs');
+  mkdirSync(packed);
+  const out = npm(['pack', '--json', '--pack-destination', packed, ...PUBLISHED.flatMap((p) => ['-w', p.dir])], ROOT);
+  // The build scripts that prepack runs print first; npm's JSON report comes last.
+  const report = JSON.parse(out.slice(out.search(/^\[$/m))) as {
+    name: string;
+    filename: string;
+    files: { path: string }[];
+  }[];
+  for (const entry of report) {
+    tarballs[entry.name] = { file: join(packed, entry.filename), files: entry.files.map((f) => f.path) };
+  }
+  mkdirSync(scratch);
+  writeFileSync(join(scratch, 'package.json'), '{ "name": "scratch", "private": true, "type": "module" }\n');
+  // The service README's config, where its example reads it.
+  const serviceReadme = readFileSync(join(ROOT, 'packages', 'service', 'README.md'), 'utf8');
+  writeFileSync(join(scratch, 'floodgate.yaml'), /```yaml\n([\s\S]*?)```/.exec(serviceReadme)?.[1] ?? 'missing');
+  // --ignore-scripts: the one dependency with an install script, better-sqlite3, is the linked peer.
+  npm(
+    [
+      'install',
+      '--prefer-offline',
+      '--ignore-scripts',
+      ...PUBLISHED.map((p) => (tarballs[p.name] as { file: string }).file),
+      ...PEERS.map((peer) => join(ROOT, 'node_modules', peer)),
+    ],
+    scratch,
+  );
+}, 300_000);
+
+afterEach(() => {
+  for (const child of children.splice(0)) if (child.exitCode === null) child.kill('SIGKILL');
+});
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+describe('the packed packages', () => {
+  it('are built by prepack and ship a README, a LICENSE, their sources and no tests', () => {
+    for (const { name } of PUBLISHED) {
+      const files = (tarballs[name] as { files: string[] }).files;
+      expect(files, name).toEqual(
+        expect.arrayContaining(['README.md', 'LICENSE', 'package.json', 'dist/index.js', 'src/index.ts']),
+      );
+      expect(
+        files.filter((f) => /(^|\/)test\/|\.test\.|tsbuildinfo/.test(f)),
+        name,
+      ).toEqual([]);
+    }
+    expect((tarballs['floodgate-service'] as { files: string[] }).files).toEqual(
+      expect.arrayContaining(['bin/floodgate.js', 'dist/cli.js', 'dist/web/index.html', 'examples/floodgate.yaml']),
+    );
+  });
+
+  it('have source maps and declaration maps whose sources are in the package', () => {
+    let maps = 0;
+    const missing: string[] = [];
+    for (const { name } of PUBLISHED) {
+      const root = join(scratch, 'node_modules', name);
+      const walk = (dir: string): void => {
+        for (const entry of readdirSync(dir, { withFileTypes: true })) {
+          const path = join(dir, entry.name);
+          if (entry.isDirectory()) walk(path);
+          else if (entry.name.endsWith('.map')) {
+            maps++;
+            const map = JSON.parse(readFileSync(path, 'utf8')) as { sources: string[]; sourceRoot?: string };
+            for (const source of map.sources) {
+              const file = resolve(dirname(path), map.sourceRoot ?? '', source);
+              if (!existsSync(file)) missing.push(`${path}: ${source}`);
+            }
+          }
+        }
+      };
+      walk(join(root, 'dist'));
+    }
+    expect(maps).toBeGreaterThan(150);
+    expect(missing).toEqual([]);
+  });
+
+  it('pass publint', () => {
+    for (const { name } of PUBLISHED) {
+      const { code, output } = tool('publint', ['--strict', (tarballs[name] as { file: string }).file]);
+      expect({ name, code, output }).toMatchObject({ code: 0, output: expect.stringContaining('All good') });
+    }
+  });
+
+  it('pass arethetypeswrong as ES modules (the packages are ESM only)', () => {
+    for (const { name } of PUBLISHED) {
+      const { code, output } = tool('attw', [
+        '--profile',
+        'esm-only',
+        '--format',
+        'json',
+        (tarballs[name] as { file: string }).file,
+      ]);
+      expect({ name, code }, output).toEqual({ name, code: 0 });
+      // The esm-only profile leaves out two resolutions, and only those may have problems: TypeScript's
+      // legacy `node10` resolution (it ignores `exports`, so no subpath resolves) and `require` under
+      // TypeScript's node16 rules (Node.js 20.19 and later do load these modules with require: see above).
+      const problems = Object.values(
+        (JSON.parse(output) as { problems: Record<string, { resolutionKind?: string }[]> }).problems,
+      ).flat();
+      expect(
+        problems.filter((p) => p.resolutionKind !== 'node10' && p.resolutionKind !== 'node16-cjs'),
+        name,
+      ).toEqual([]);
+    }
+  });
+
+  it('load every entry point from an ES module and from CommonJS', () => {
+    const manifest = JSON.parse(readFileSync(join(scratch, 'node_modules', 'floodgate', 'package.json'), 'utf8')) as {
+      exports: Record<string, unknown>;
+    };
+    const specifiers = Object.keys(manifest.exports)
+      .filter((entry) => entry !== './package.json')
+      .map((entry) => `floodgate${entry.slice(1)}`);
+    expect(specifiers).toHaveLength(13);
+    writeFileSync(
+      join(scratch, 'load.mjs'),
+      `for (const s of ${JSON.stringify(specifiers)}) { const m = await import(s); if (Object.keys(m).length === 0) throw new Error(s); }\nconsole.log('esm ok');\n`,
+    );
+    writeFileSync(
+      join(scratch, 'load.cjs'),
+      `for (const s of ${JSON.stringify(specifiers)}) { const m = require(s); if (Object.keys(m).length === 0) throw new Error(s); }\nconst { createLimiter, gcra } = require('floodgate');\nconst d = createLimiter({ policies: gcra({ limit: 1, periodMs: 1000 }) }).limitSync('k');\nif (!d.allowed) throw new Error('denied');\nconsole.log('cjs ok');\n`,
+    );
+    const run = (file: string) =>
+      execFileSync(process.execPath, ['--no-warnings', file], { cwd: scratch, encoding: 'utf8', env: userEnv() });
+    expect(run('load.mjs')).toBe('esm ok\n');
+    expect(run('load.cjs')).toBe('cjs ok\n');
+  });
+});
+
+/** The READMEs that the packages' users read: the repository's and each published package's. */
+const readmes: Snippet[] = pages()
+  .filter((page) => page.endsWith('README.md'))
+  .flatMap((page) => snippetsOf(page, readFileSync(join(ROOT, page), 'utf8')));
+
+/** What each README example that starts a server must answer, by the section it is in. */
+const SERVED: Record<string, (port: number) => Promise<void>> = {
+  'Quick start': async (port) => {
+    const response = await fetch(`http://127.0.0.1:${port}/`);
+    expect(response.status).toBe(200);
+    expect(await response.text()).toBe('ok');
+  },
+  '`floodgate/node`': async (port) => {
+    const response = await fetch(`http://127.0.0.1:${port}/`);
+    expect(response.status).toBe(200);
+    expect(response.headers.get('ratelimit-policy')).toMatch(/;q=100;w=60$/);
+  },
+  '`floodgate/express`': async (port) => {
+    const response = await fetch(`http://127.0.0.1:${port}/import`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ records: [1, 2, 3] }),
+    });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ imported: 3 });
+    // The global policy, then the records policy, both charged: 3 records of 10,000.
+    expect(response.headers.get('ratelimit')).toMatch(/"records";r=9997;/);
+  },
+  '`floodgate/fastify`': async (port) => {
+    const health = await fetch(`http://127.0.0.1:${port}/health`);
+    expect(health.status).toBe(200);
+    expect(health.headers.get('ratelimit')).toBeNull();
+    const response = await fetch(`http://127.0.0.1:${port}/import`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ records: [1, 2] }),
+    });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ imported: 2 });
+    expect(response.headers.get('ratelimit')).toMatch(/"records";r=9998;/);
+  },
+  '`floodgate/hono`': async (port) => {
+    const response = await fetch(`http://127.0.0.1:${port}/api/hello`);
+    expect(response.status).toBe(200);
+    expect(await response.text()).toBe('hello');
+    expect(response.headers.get('ratelimit-policy')).toMatch(/;q=100;w=60$/);
+  },
+  'From code': async (port) => {
+    const response = await fetch(`http://127.0.0.1:${port}/v1/decide`, {
+      method: 'POST',
+      body: JSON.stringify({
+        domain: 'api',
+        descriptors: [{ entries: [{ key: 'remote_address', value: '192.0.2.1' }] }],
+      }),
+    });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ allowed: true, descriptors: [{ limit: 20, remaining: 19 }] });
+  },
+  '`floodgate/koa`': async (port) => {
+    const response = await fetch(`http://127.0.0.1:${port}/`);
+    expect(response.status).toBe(200);
+    expect(response.headers.get('ratelimit-policy')).toMatch(/;q=100;w=60$/);
+  },
+};
+
+/** Runs a compiled example; resolves to the ports its servers listen on (none: it ran to its end). */
+function runExample(file: string): Promise<number[]> {
+  const child = spawn(process.execPath, [join(ROOT, 'test', 'run-example.mjs'), file], {
+    cwd: scratch,
+    env: userEnv({ DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/test' }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  let stdout = '';
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  return new Promise((resolve, reject) => {
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+      const line = /^\{"ports":.*\}$/m.exec(stdout);
+      if (line !== null) resolve((JSON.parse(line[0]) as { ports: number[] }).ports);
+    });
+    child.on('exit', (code) => {
+      if (code !== 0) reject(new Error(`${file} exited with ${code}:\n${stderr}`));
+    });
+  });
+}
+
+describe("the READMEs' examples, against the installed packages", () => {
+  let emitted: (string | undefined)[] = [];
+
+  beforeAll(() => {
+    const checked = typeCheck(readmes, join(work, 'app', 'examples'), true);
+    emitted = checked.emitted;
+    expect(formatErrors(checked.errors)).toBe('');
+  }, 120_000);
+
+  it('are all run, the ones that serve answered over HTTP', async () => {
+    expect(readmes.length).toBeGreaterThanOrEqual(15);
+    const served = new Set<string>();
+    for (const [i, snippet] of readmes.entries()) {
+      const file = emitted[i];
+      if (file === undefined) continue;
+      const ports = await runExample(file);
+      const where = `${snippet.page}:${snippet.line} (${snippet.heading})`;
+      if (ports.length === 0) continue;
+      const check = SERVED[snippet.heading];
+      if (check === undefined) throw new Error(`${where} starts a server: say what it must answer in SERVED`);
+      await check(ports[0] as number);
+      served.add(snippet.heading);
+      for (const child of children.splice(0)) child.kill('SIGKILL');
+    }
+    expect([...served].sort()).toEqual(Object.keys(SERVED).sort());
+  }, 120_000);
+});
+
+describe('the floodgate command', () => {
+  it('runs with npx in a project that installed the service', () => {
+    const help = execFileSync('npx', ['--no-install', 'floodgate', '--help'], {
+      cwd: scratch,
+      encoding: 'utf8',
+      env: userEnv(),
+    });
+    expect(help).toMatch(/^floodgate 0\.1\.0: rate limiting as a service/);
+  });
+
+  it("after npm install -g, serves the README's example config and answers its curl", async () => {
+    npm(
+      [
+        'install',
+        '-g',
+        '--prefix',
+        globalPrefix,
+        '--prefer-offline',
+        '--ignore-scripts',
+        ...PUBLISHED.map((p) => (tarballs[p.name] as { file: string }).file),
+      ],
+      work,
+    );
+    const bin = join(globalPrefix, 'bin', 'floodgate');
+    expect(execFileSync(bin, ['--version'], { encoding: 'utf8', env: userEnv() })).toBe('0.1.0\n');
+
+    const config = join(globalPrefix, 'lib', 'node_modules', 'floodgate-service', 'examples', 'floodgate.yaml');
+    const child = spawn(bin, ['serve', '--config', config, '--port', '0', '--no-grpc'], {
+      cwd: work,
+      env: userEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    children.push(child);
+    const port = await new Promise<number>((resolve, reject) => {
+      let out = '';
+      child.stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString();
+        for (const line of out.split('\n')) {
+          if (!line.startsWith('{')) continue;
+          const log = JSON.parse(line) as { msg?: string; http?: string };
+          if (log.msg === 'floodgate is serving') resolve(Number(String(log.http).split(':').pop()));
+        }
+      });
+      child.on('exit', (code) => reject(new Error(`floodgate serve exited with ${code}: ${out}`)));
+    });
+
+    // The README's own request: `curl -s localhost:8080/v1/decide -d '…'`.
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+    const body = /curl -s localhost:8080\/v1\/decide -d '([^']+)'/.exec(readme)?.[1];
+    expect(body).toBeDefined();
+    const response = await fetch(`http://127.0.0.1:${port}/v1/decide`, { method: 'POST', body: body as string });
+    expect(response.status).toBe(200);
+    expect(await response.json()).toMatchObject({ code: 'OK', allowed: true, descriptors: [{ allowed: true }] });
+    const page = await fetch(`http://127.0.0.1:${port}/`);
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('<title>');
+  });
+});
