@@ -353,7 +353,10 @@ export class Engine {
     let code: 'OK' | 'OVER_LIMIT' = 'OK';
     if (decision !== undefined && !decision.allowed) code = p.shadow ? 'OK' : 'OVER_LIMIT';
     if (decision !== undefined) {
-      if (mode === 'limit') count(decision, p.tallies as readonly Tally[], p.shadow);
+      if (mode === 'limit') {
+        count(decision, p.tallies as readonly Tally[], p.shadow);
+        countOnce(decision, this.stats.decisions, p.shadow);
+      }
       if (decision.reason === 'degraded') this.stats.degraded++;
     }
     const envoy = p.envoy;
@@ -594,6 +597,13 @@ function count(decision: Decision, tallies: readonly Tally[], shadow: boolean): 
     if (shadow) tally.shadowDenied++;
     else tally.denied++;
   }
+}
+
+/** Counts a decision once, however many policies decided it. */
+function countOnce(decision: Decision, tally: Tally, shadow: boolean): void {
+  if (decision.allowed) tally.allowed++;
+  else if (shadow) tally.shadowDenied++;
+  else tally.denied++;
 }
 
 /** The library's one cost domain (0, or MIN_COST to MAX_COST), reported against the request's field. */

@@ -106,7 +106,7 @@ function build(): unknown {
           responses: {
             '200': {
               description:
-                'Allowed, denied and shadow-denied decisions per second by policy; store health (reachable, circuit breaker, errors, degraded decisions) and decision latency percentiles; the most denied keys of the last 30 to 60 s (a bounded sketch).',
+                'Allowed, denied and shadow-denied decisions per second, each decision once (`decisions`) and by policy; store health (reachable, circuit breaker, errors, degraded decisions) and decision latency percentiles; the most denied keys of the last 30 to 60 s (a bounded sketch).',
             },
           },
         },

@@ -34,8 +34,8 @@ export interface LiveStats {
   readonly deniedKeysTotal: number;
 }
 
-/** One second's rates, as served by the live stats endpoint. */
-export interface PolicyRate extends TallyLabels {
+/** Rates over the window asked for, and totals, as served by the live stats endpoint. */
+export interface DecisionRate {
   allowedPerSecond: number;
   deniedPerSecond: number;
   shadowDeniedPerSecond: number;
@@ -43,6 +43,9 @@ export interface PolicyRate extends TallyLabels {
   deniedTotal: number;
   shadowDeniedTotal: number;
 }
+
+/** The rates of one policy: a decision counts under every policy it admitted or that denied it. */
+export interface PolicyRate extends TallyLabels, DecisionRate {}
 
 /**
  * Decision counts by (domain, rule, policy), kept across config reloads so counters stay monotonic, plus
@@ -52,6 +55,11 @@ export class DecisionStats {
   private readonly tallies = new Map<string, { labels: TallyLabels; tally: Tally }>();
   /** Descriptors of a known domain that matched no rule with policies. */
   readonly unmatched = new Map<string, Tally>();
+  /**
+   * Every decision once, whatever its number of policies (a decision under three policies counts three
+   * times in the policies' tallies, so their sum is not a count of decisions).
+   */
+  readonly decisions = new Tally();
   /** Requests naming a domain the config does not define. */
   unknownDomain = 0;
   /** gRPC calls over the limit answered OK overall by the global shadow mode. */
@@ -67,6 +75,7 @@ export class DecisionStats {
   private history: {
     atMs: number;
     totals: Map<string, [number, number, number]>;
+    decisions: [number, number, number];
     storeErrors: number;
     degraded: number;
   }[] = [];
@@ -108,7 +117,14 @@ export class DecisionStats {
         totals.set(id, [tally.allowed, tally.denied, tally.shadowDenied]);
       }
     }
-    this.history.push({ atMs: nowMs, totals, storeErrors: this.storeErrors, degraded: this.degraded });
+    const { allowed, denied, shadowDenied } = this.decisions;
+    this.history.push({
+      atMs: nowMs,
+      totals,
+      decisions: [allowed, denied, shadowDenied],
+      storeErrors: this.storeErrors,
+      degraded: this.degraded,
+    });
     if (this.history.length > 61) this.history = this.history.slice(-61);
     this.latency.rotate();
     // The denied-keys list covers the last 30 to 60 seconds.
@@ -136,28 +152,34 @@ export class DecisionStats {
     };
   }
 
-  /** Rates over the last `windowSeconds` of samples (by default the last second), per policy. */
-  rates(windowSeconds = 1): { windowSeconds: number; policies: PolicyRate[] } {
+  /**
+   * Rates over the last `windowSeconds` of samples (by default the last second): of every decision, each
+   * counted once, and per policy.
+   */
+  rates(windowSeconds = 1): { windowSeconds: number; decisions: DecisionRate; policies: PolicyRate[] } {
     const last = this.history[this.history.length - 1];
     const first = this.history[Math.max(0, this.history.length - 1 - windowSeconds)];
     const spanS = last !== undefined && first !== undefined ? (last.atMs - first.atMs) / 1000 : 0;
+    const rate = (tally: Tally, now: readonly number[], before: readonly number[]): DecisionRate => {
+      const perSecond = (i: 0 | 1 | 2) => (spanS > 0 ? round(((now[i] ?? 0) - (before[i] ?? 0)) / spanS) : 0);
+      return {
+        allowedPerSecond: perSecond(0),
+        deniedPerSecond: perSecond(1),
+        shadowDeniedPerSecond: perSecond(2),
+        allowedTotal: tally.allowed,
+        deniedTotal: tally.denied,
+        shadowDeniedTotal: tally.shadowDenied,
+      };
+    };
     const policies: PolicyRate[] = [];
     for (const [id, { labels, tally }] of this.tallies) {
       const now =
         last === undefined ? [tally.allowed, tally.denied, tally.shadowDenied] : (last.totals.get(id) ?? NOTHING);
-      const before = first?.totals.get(id) ?? NOTHING;
-      const rate = (i: 0 | 1 | 2) => (spanS > 0 ? round((now[i] - before[i]) / spanS) : 0);
-      policies.push({
-        ...labels,
-        allowedPerSecond: rate(0),
-        deniedPerSecond: rate(1),
-        shadowDeniedPerSecond: rate(2),
-        allowedTotal: tally.allowed,
-        deniedTotal: tally.denied,
-        shadowDeniedTotal: tally.shadowDenied,
-      });
+      policies.push({ ...labels, ...rate(tally, now, first?.totals.get(id) ?? NOTHING) });
     }
-    return { windowSeconds: spanS, policies };
+    const d = this.decisions;
+    const decisions = rate(d, last?.decisions ?? [d.allowed, d.denied, d.shadowDenied], first?.decisions ?? NOTHING);
+    return { windowSeconds: spanS, decisions, policies };
   }
 }
 

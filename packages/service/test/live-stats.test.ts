@@ -111,6 +111,57 @@ describe('GET /v1/stats: store health, latency and the most denied keys', () => 
   });
 });
 
+describe('GET /v1/stats: every decision once', () => {
+  let service: Service | undefined;
+  afterAll(() => service?.close());
+
+  it('counts a decision under three policies once, beside each policy counting it', async () => {
+    service = await startService({
+      config: `
+domains:
+  - domain: api
+    descriptors:
+      - key: remote_address
+        policies:
+          - { algorithm: fixed-window, name: hourly, limit: 10, windowMs: 3600000 }
+          - { algorithm: gcra, name: per-second, limit: 1000, periodMs: 1000 }
+          - { algorithm: sliding-window, name: per-minute, limit: 1000, windowMs: 60000 }
+      - key: shadowed
+        shadow: true
+        policies:
+          - { algorithm: fixed-window, name: shadow-hourly, limit: 1, windowMs: 3600000 }
+          - { algorithm: gcra, name: shadow-per-second, limit: 1000, periodMs: 1000 }
+`,
+      store: 'memory',
+      httpPort: 0,
+      grpcPort: false,
+      logger: 'silent',
+    });
+    const running = service;
+    const ask = (key: string) =>
+      post(running, '/v1/decide', { domain: 'api', descriptors: [{ entries: [{ key, value: '192.0.2.7' }] }] });
+    // A third admitted: 10 of 30 under the hourly window; the two wide policies admit all 30.
+    for (let i = 0; i < 30; i++) await ask('remote_address');
+    for (let i = 0; i < 3; i++) await ask('shadowed');
+    // Rates over the whole run (the service sampled zeros at its start; this sample follows the traffic).
+    service.stats.sample(Date.now());
+    const stats = JSON.parse((await get(service, '/v1/stats?window=60')).text);
+    expect(stats.decisions).toMatchObject({ allowedTotal: 11, deniedTotal: 20, shadowDeniedTotal: 2 });
+    const { allowedPerSecond, deniedPerSecond, shadowDeniedPerSecond } = stats.decisions;
+    expect(deniedPerSecond).toBeGreaterThan(0);
+    expect(allowedPerSecond / deniedPerSecond).toBeCloseTo(11 / 20, 1);
+    expect(shadowDeniedPerSecond / deniedPerSecond).toBeCloseTo(2 / 20, 1);
+    // The policies' own tallies: an admitted decision counts under each of its policies.
+    const totals = Object.fromEntries(
+      stats.policies.map((p: { policy: string; allowedTotal: number; deniedTotal: number }) => [
+        p.policy,
+        [p.allowedTotal, p.deniedTotal],
+      ]),
+    );
+    expect(totals).toMatchObject({ hourly: [10, 20], 'per-second': [10, 0], 'per-minute': [10, 0] });
+  });
+});
+
 describe('GET /v1/stats while the store is down', () => {
   let service: Service | undefined;
   afterAll(() => service?.close());

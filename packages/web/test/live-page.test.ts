@@ -125,6 +125,82 @@ describe.skipIf(!enabled)('the live view of a running service, in Chromium', () 
   });
 });
 
+describe.skipIf(!enabled)('the live view counts each decision once, in Chromium', () => {
+  let session: PageSession;
+
+  beforeAll(async () => {
+    // One rule, three policies: the hourly window admits a third of the traffic below, the others all of it.
+    session = await openPage(`
+prefix: live-once
+domains:
+  - domain: api
+    descriptors:
+      - key: remote_address
+        policies:
+          - { algorithm: fixed-window, name: hourly, limit: 10, windowMs: 3600000 }
+          - { algorithm: gcra, name: per-second, limit: 1000, periodMs: 1000 }
+          - { algorithm: sliding-window, name: per-minute, limit: 1000, windowMs: 60000 }
+`);
+  });
+
+  afterAll(() => session?.close());
+
+  it("plots a third admitted as a third on the 'all decisions' line, and fills every legend", async () => {
+    const { page, service } = session;
+    await page.goto(`${session.url}#live`);
+    await page.waitForSelector('#live[data-polls]');
+    expect(await page.$eval('select[name=live-policy] option[value=""]', (o) => o.textContent)).toBe('all decisions');
+    const sent: Tally = { allowed: 0, denied: 0 };
+    for (let i = 0; i < 30; i++) {
+      const response = await fetch(`http://127.0.0.1:${service.httpPort}/v1/decide`, {
+        method: 'POST',
+        body: JSON.stringify({
+          domain: 'api',
+          descriptors: [{ entries: [{ key: 'remote_address', value: '192.0.2.8' }] }],
+        }),
+      });
+      const body = (await response.json()) as { allowed: boolean };
+      if (body.allowed) sent.allowed++;
+      else sent.denied++;
+    }
+    expect(sent).toEqual({ allowed: 10, denied: 20 });
+    // The totals under the chart: each decision once (summing the policies would say 30 admitted).
+    await page.waitForFunction(
+      () => {
+        const totals = document.querySelector('[data-rates-totals]') as HTMLElement | null;
+        return totals?.dataset.allowedTotal === '10' && totals.dataset.deniedTotal === '20';
+      },
+      undefined,
+      { timeout: 10_000 },
+    );
+    // The line: at most 10 admitted in any second (the three policies' sum would reach 15 or 30).
+    const plotted = (await page.$eval(
+      '[data-chart=rates]',
+      (el) => (el as HTMLElement & { plotted: unknown }).plotted,
+    )) as number[][];
+    const allowed = plotted[1] as number[];
+    expect(Math.max(...allowed)).toBeGreaterThan(0);
+    expect(Math.max(...allowed)).toBeLessThan(15);
+    // One policy's line is that policy's own count.
+    const policies = await page.$$eval('select[name=live-policy] option', (options) =>
+      options.map((o) => (o as HTMLOptionElement).value),
+    );
+    expect(policies).toContain('api / remote_address / per-second');
+    await page.selectOption('select[name=live-policy]', 'api / remote_address / per-second');
+    expect(await page.$eval('[data-rates-totals]', (el) => (el as HTMLElement).dataset.allowedTotal)).toBe('10');
+    expect(await page.$eval('[data-rates-totals]', (el) => (el as HTMLElement).dataset.deniedTotal)).toBe('0');
+
+    // Off the cursor every legend shows the latest second, never `--`.
+    await page.mouse.move(0, 0);
+    const values = await page.$$eval('#live .u-legend .u-value', (cells) => cells.map((c) => c.textContent));
+    expect(values.length).toBeGreaterThanOrEqual(8);
+    expect(values.filter((v) => v === '--' || v === '')).toEqual([]);
+    expect(values[0]).toMatch(/\(latest\)$/);
+    await page.screenshot({ path: artifact('live-decisions.png'), fullPage: true });
+    expect(session.errors).toEqual([]);
+  });
+});
+
 describe('floodgate serve (the built command) serves the page at /', () => {
   const CLI = fileURLToPath(new URL('../../service/dist/cli.js', import.meta.url));
   const PAGE = fileURLToPath(new URL('../../service/dist/web/index.html', import.meta.url));

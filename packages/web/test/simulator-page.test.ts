@@ -120,6 +120,61 @@ describe.skipIf(!enabled)('the simulator page in Chromium', () => {
     await page.screenshot({ path: artifact('simulator.png'), fullPage: true });
   });
 
+  it('draws every request of the run, to the end of its last bin', async () => {
+    for (const side of ['a', 'b'] as const) {
+      const selector = `[data-side=${side}] [data-chart=counts]`;
+      const counts = await plotted<Plotted>(page, side, 'counts');
+      const drawn = await page.$eval(selector, (el) => (el as HTMLElement & { drawn: unknown }).drawn);
+      const { xMin, xMax } = drawn as { xMin: number; xMax: number };
+      // The stampede at 20 s lands in the last bin: its requests are on the chart.
+      const last = counts.admitted.length - 1;
+      expect((counts.admitted[last] as number) + (counts.denied[last] as number)).toBeGreaterThan(0);
+      expect(xMin).toBeLessThanOrEqual(0);
+      expect(xMax).toBeGreaterThanOrEqual((counts.startS[last] as number) + counts.binS);
+      expect(xMax).toBeGreaterThanOrEqual(stampede.durationMs / 1000);
+    }
+  });
+
+  it('shows values in every legend before any hover: the run’s totals, the state at the chosen instant', async () => {
+    const legend = (side: 'a' | 'b', chart: 'counts' | 'level') =>
+      page.$$eval(`[data-side=${side}] [data-chart=${chart}] .u-legend .u-series`, (rows) =>
+        rows.map((r) => [
+          (r.querySelector('.u-label') as HTMLElement).textContent,
+          (r.querySelector('.u-value') as HTMLElement).textContent,
+        ]),
+      );
+    await page.mouse.move(0, 0);
+    for (const side of ['a', 'b'] as const) {
+      const counts = await plotted<Plotted>(page, side, 'counts');
+      const sum = (list: number[]) => list.reduce((a, b) => a + b, 0);
+      expect(await legend(side, 'counts')).toEqual([
+        ['t (s)', 'whole run'],
+        ['denied', String(sum(counts.denied))],
+        ['admitted', String(sum(counts.admitted))],
+      ]);
+      const level = await legend(side, 'level');
+      expect(level).toHaveLength(4);
+      for (const [label, value] of level)
+        expect({ label, value }).not.toMatchObject({ value: expect.stringMatching(/^--|^$/) });
+    }
+    // Over a bar: that bin's counts; off the chart again: the totals.
+    const over = await page.$('[data-side=a] [data-chart=counts] .u-over');
+    const box = await over?.boundingBox();
+    if (box === null || box === undefined) throw new Error('the chart has no plotting area');
+    await page.mouse.move(box.x + box.width * 0.26, box.y + box.height / 2);
+    const hovered = await legend('a', 'counts');
+    expect(hovered[0]?.[1]).toMatch(/^\d+(\.\d+)? s$/);
+    const counts = await plotted<Plotted>(page, 'a', 'counts');
+    const bin = counts.startS.indexOf(Number(String(hovered[0]?.[1]).slice(0, -2)));
+    expect(bin).toBeGreaterThanOrEqual(0);
+    expect(hovered.slice(1)).toEqual([
+      ['denied', String(counts.denied[bin])],
+      ['admitted', String(counts.admitted[bin])],
+    ]);
+    await page.mouse.move(0, 0);
+    expect((await legend('a', 'counts'))[0]).toEqual(['t (s)', 'whole run']);
+  });
+
   it('redraws with the model’s values when a parameter changes', async () => {
     let version = await page.$eval('#simulator', (el) => (el as HTMLElement).dataset.version as string);
     await page.fill('[data-side=a] input[name=limit]', '4');

@@ -18,8 +18,28 @@ export function secondsTicks(_u: uPlot, values: number[]): string[] {
   return values.map((v) => `${Math.round(v * 1000) / 1000} s`);
 }
 
-/** The data a chart plots, kept on its element (`element.plotted`) so tests read back what is drawn. */
-export type PlottedElement = HTMLElement & { plotted?: unknown };
+/**
+ * The data a chart plots, kept on its element (`element.plotted`), and the span of its x axis as last drawn
+ * (`element.drawn`), so tests read back what is drawn.
+ */
+export type PlottedElement = HTMLElement & { plotted?: unknown; drawn?: { xMin: number; xMax: number } };
+
+/**
+ * A legend value for both states of the cursor: over the chart (`idx` a data index) and off it, where
+ * uPlot would print `--`; `idle` says what stands there instead (a total, the latest value, the value at
+ * the chosen instant).
+ */
+export function legendValue(
+  hovered: (u: uPlot, idx: number) => string,
+  idle: (u: uPlot) => string,
+): (u: uPlot, raw: number, seriesIdx: number, idx: number | null) => string {
+  return (u, _raw, _seriesIdx, idx) => (idx === null ? idle(u) : hovered(u, idx));
+}
+
+/** A number for a legend: at most three decimals, `–` for no value. */
+export function legendNumber(value: number | null | undefined): string {
+  return value === null || value === undefined || Number.isNaN(value) ? '–' : String(Math.round(value * 1000) / 1000);
+}
 
 /** What every chart of the page shares: a size that follows its box, the instant marker, x zoom sync. */
 export interface Frame {
@@ -100,7 +120,7 @@ function drawBlocked(u: uPlot, xs: readonly number[], blocked: readonly number[]
 
 export function frameOf(
   group: string,
-  element: HTMLElement,
+  element: PlottedElement,
   options: Omit<uPlot.Options, 'width' | 'height'>,
   height: number,
   extraDraw: (u: uPlot) => void,
@@ -116,8 +136,16 @@ export function frameOf(
       cursor: { drag: { x: true, y: false }, sync: { key: group } },
       hooks: {
         setScale: [(u, key) => syncZoom(u, key)],
+        // New data: the legend's values off the cursor (totals, latest values) follow it.
+        setData: [(u) => u.setLegend({})],
         drawClear: [(u) => extraDraw(u)],
-        draw: [(u) => drawInstant(frame, u)],
+        draw: [
+          (u) => {
+            drawInstant(frame, u);
+            const { min, max } = u.scales.x as { min: number; max: number };
+            element.drawn = { xMin: min, xMax: max };
+          },
+        ],
       },
     },
     undefined,
@@ -147,6 +175,7 @@ export function frameOf(
 export class CountsChart {
   private readonly frame: Frame;
   private boundariesS: readonly number[] = [];
+  private totals = { admitted: 0, denied: 0 };
 
   constructor(
     private readonly element: PlottedElement,
@@ -164,7 +193,13 @@ export class CountsChart {
         ],
         legend: { live: true },
         series: [
-          { label: 't (s)' },
+          {
+            label: 't (s)',
+            value: legendValue(
+              (u, i) => `${legendNumber(u.data[0][i])} s`,
+              () => 'whole run',
+            ),
+          },
           {
             label: 'denied',
             fill: COLORS.denied,
@@ -173,7 +208,10 @@ export class CountsChart {
             ...(bars === undefined ? {} : { paths: bars }),
             points: { show: false },
             // Drawn as the total so that the admitted bars on top leave the denied part showing.
-            value: (u, _v, _si, i) => (i === null ? '–' : String(this.deniedAt(u, i))),
+            value: legendValue(
+              (u, i) => String(this.deniedAt(u, i)),
+              () => String(this.totals.denied),
+            ),
           },
           {
             label: 'admitted',
@@ -182,6 +220,10 @@ export class CountsChart {
             width: 0,
             ...(bars === undefined ? {} : { paths: bars }),
             points: { show: false },
+            value: legendValue(
+              (u, i) => String(u.data[2]?.[i] ?? 0),
+              () => String(this.totals.admitted),
+            ),
           },
         ],
       },
@@ -192,14 +234,23 @@ export class CountsChart {
   }
 
   private deniedAt(u: uPlot, i: number): number {
-    return ((u.data[1]?.[i] ?? 0) as number) - ((u.data[2]?.[i] ?? 0) as number);
+    return (u.data[1]?.[i] ?? 0) - (u.data[2]?.[i] ?? 0);
   }
 
   update(counts: BinnedCounts, boundariesS: readonly number[]): void {
     this.boundariesS = boundariesS;
-    const total = counts.admitted.map((a, i) => a + (counts.denied[i] as number));
+    const total: (number | null)[] = counts.admitted.map((a, i) => a + (counts.denied[i] as number));
+    const sum = (list: number[]) => list.reduce((a, b) => a + b, 0);
+    this.totals = { admitted: sum(counts.admitted), denied: sum(counts.denied) };
     this.element.plotted = counts;
-    this.frame.plot.setData([counts.startS, total, counts.admitted]);
+    // A bar is drawn from its bin's start; the x axis reaches the end of the last bin (one more x, with no
+    // bar), or the last bin's requests would fall outside the plot.
+    const endS = counts.startS.length * counts.binS;
+    this.frame.plot.setData([
+      [...counts.startS, endS],
+      [...total, null],
+      [...counts.admitted, null],
+    ]);
   }
 
   set instant(s: number | undefined) {
@@ -226,6 +277,8 @@ export interface LevelData {
 export class LevelChart {
   private readonly frame: Frame;
   private data: LevelData | undefined;
+  /** The chosen instant, kept here too: uPlot asks for legend values while the frame is being built. */
+  private instantS: number | undefined;
 
   constructor(
     private readonly element: PlottedElement,
@@ -244,15 +297,45 @@ export class LevelChart {
           { label: 'state', size: 52 },
         ],
         series: [
-          { label: 't (s)' },
-          { label: 'level', stroke: COLORS.level, width: 2, points: { show: false } },
-          { label: 'ceiling', stroke: COLORS.ceiling, width: 1, dash: [6, 4], points: { show: false } },
+          {
+            label: 't (s)',
+            value: legendValue(
+              (u, i) => `${legendNumber(u.data[0][i])} s`,
+              (u) => `${legendNumber(u.data[0][this.idleIndex(u)])} s`,
+            ),
+          },
+          {
+            label: 'level',
+            stroke: COLORS.level,
+            width: 2,
+            points: { show: false },
+            value: legendValue(
+              (u, i) => legendNumber(u.data[1]?.[i]),
+              (u) => legendNumber(u.data[1]?.[this.idleIndex(u)]),
+            ),
+          },
+          {
+            label: 'ceiling',
+            stroke: COLORS.ceiling,
+            width: 1,
+            dash: [6, 4],
+            points: { show: false },
+            value: legendValue(
+              (u, i) => legendNumber(u.data[2]?.[i]),
+              () => legendNumber(this.data?.ceiling),
+            ),
+          },
           {
             label: 'denied',
             stroke: COLORS.denied,
             width: 0,
             paths: () => null,
             points: { show: true, size: 6, fill: COLORS.denied, stroke: COLORS.denied },
+            // A red dot marks a denied call; off the cursor, how many the run has.
+            value: legendValue(
+              (u, i) => legendNumber(u.data[3]?.[i]),
+              () => `${this.data?.denied.filter((d) => d !== null).length ?? 0} in all`,
+            ),
           },
         ],
       },
@@ -264,6 +347,16 @@ export class LevelChart {
       },
       onPick,
     );
+  }
+
+  /** The point the legend shows off the cursor: the last at or before the chosen instant, else the last. */
+  private idleIndex(u: uPlot): number {
+    const xs = u.data[0];
+    const instant = this.instantS;
+    if (instant === undefined) return xs.length - 1;
+    let i = xs.length - 1;
+    while (i > 0 && (xs[i] as number) > instant) i--;
+    return i;
   }
 
   update(data: LevelData): void {
@@ -283,7 +376,9 @@ export class LevelChart {
   }
 
   set instant(s: number | undefined) {
+    this.instantS = s;
     this.frame.instantS = s;
     this.frame.plot.redraw(false);
+    this.frame.plot.setLegend({});
   }
 }

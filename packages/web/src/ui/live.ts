@@ -1,12 +1,14 @@
 import type uPlot from 'uplot';
-import type { PolicyRate, LiveStats as ServiceLiveStats } from '../../../service/src/stats.js';
-import { COLORS, type Frame, frameOf, type PlottedElement } from './charts.js';
+import type { DecisionRate, PolicyRate, LiveStats as ServiceLiveStats } from '../../../service/src/stats.js';
+import { COLORS, type Frame, frameOf, legendNumber, legendValue, type PlottedElement } from './charts.js';
 import { h } from './dom.js';
 
 /** What `GET /v1/stats` answers (the service's own types, so a change of the API breaks this build). */
 export interface LiveStats {
   store: string;
   windowSeconds: number;
+  /** Every decision once, whatever its number of policies. */
+  decisions: DecisionRate;
   policies: PolicyRate[];
   health: { up: boolean; breaker: string } & Omit<ServiceLiveStats, 'deniedKeys' | 'deniedKeysTotal'>;
   deniedKeys: ServiceLiveStats['deniedKeys'];
@@ -55,7 +57,23 @@ class RateChart {
           { size: 30, values: clockTicks, incrs: SECOND_STEPS },
           { label: yLabel, size: 60, grid: { stroke: 'rgba(0, 0, 0, 0.07)', width: 1 } },
         ],
-        series: [{ label: 'time' }, ...series],
+        // Off the cursor, the legend shows the latest second.
+        series: [
+          {
+            label: 'time',
+            value: legendValue(
+              (u, i) => clockTicks(u, [u.data[0][i] as number])[0] as string,
+              (u) => (u.data[0].length === 0 ? '–' : `${clockTicks(u, [u.data[0].at(-1) as number])[0]} (latest)`),
+            ),
+          },
+          ...series.map((s, n) => ({
+            ...s,
+            value: legendValue(
+              (u, i) => legendNumber(u.data[n + 1]?.[i]),
+              (u) => legendNumber(u.data[n + 1]?.at(-1)),
+            ),
+          })),
+        ],
       },
       220,
       () => {},
@@ -71,8 +89,11 @@ class RateChart {
 /** Mounts the live view of the running service into `root`; it polls only between `start` and `stop`. */
 export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
   const status = h('p', { class: 'live-status', 'data-live-status': '' }, 'Connecting to the service…');
-  const policySelect = h('select', { name: 'live-policy' }, h('option', { value: '' }, 'all policies'));
+  // "All decisions" counts each decision once: summing the policies would count a decision under three
+  // policies three times when admitted (every policy admitted it) and once when denied.
+  const policySelect = h('select', { name: 'live-policy' }, h('option', { value: '' }, 'all decisions'));
   const ratesElement = h('div', { class: 'chart', 'data-chart': 'rates' });
+  const ratesTotals = h('p', { class: 'hint', 'data-rates-totals': '' });
   const latencyElement = h('div', { class: 'chart', 'data-chart': 'latency' });
   const policiesTable = h('table', { class: 'live-table', 'data-table': 'policies' });
   const keysTable = h('table', { class: 'live-table', 'data-table': 'denied-keys' });
@@ -89,6 +110,7 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
         { class: 'panel wide' },
         h('header', { class: 'panel-head' }, h('h2', {}, 'Decisions per second'), policySelect),
         ratesElement,
+        ratesTotals,
       ),
       h('article', { class: 'panel' }, h('h2', {}, 'Policies'), policiesTable),
       h('article', { class: 'panel wide' }, h('h2', {}, 'Store and latency'), health, latencyElement),
@@ -124,8 +146,18 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
   const redraw = () => {
     const chosen = policySelect.value;
     const xs = history.map((e) => e.atS);
+    const rateOf = (e: LiveStats): DecisionRate | undefined =>
+      chosen === '' ? e.decisions : e.policies.find((p) => policyLabel(p) === chosen);
     const pick = (e: LiveStats, field: 'allowedPerSecond' | 'deniedPerSecond' | 'shadowDeniedPerSecond') =>
-      e.policies.filter((p) => chosen === '' || policyLabel(p) === chosen).reduce((sum, p) => sum + p[field], 0);
+      rateOf(e)?.[field] ?? 0;
+    const latest = history.at(-1);
+    const totals = latest === undefined ? undefined : rateOf(latest.stats);
+    if (totals !== undefined) {
+      ratesTotals.dataset.allowedTotal = String(totals.allowedTotal);
+      ratesTotals.dataset.deniedTotal = String(totals.deniedTotal);
+      ratesTotals.dataset.shadowDeniedTotal = String(totals.shadowDeniedTotal);
+      ratesTotals.textContent = `${chosen === '' ? 'Every decision once' : chosen}, since the service started: ${totals.allowedTotal} allowed, ${totals.deniedTotal} denied${totals.shadowDeniedTotal > 0 ? `, ${totals.shadowDeniedTotal} denied in shadow mode` : ''}.`;
+    }
     rates.update([
       xs,
       history.map((e) => pick(e.stats, 'allowedPerSecond')),
