@@ -2,7 +2,7 @@
 import { existsSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
+import { type ParseArgsConfig, parseArgs } from 'node:util';
 import type { HeaderFormat } from 'floodgate/http';
 import { ConfigError } from './config.js';
 import { loadConfigPath } from './config-files.js';
@@ -154,10 +154,8 @@ export async function main(argv: readonly string[], io: CliIo = processIo): Prom
 }
 
 function checkConfig(args: readonly string[], io: CliIo): number {
-  const { positionals, values } = parseArgs({
-    args: [...args],
-    allowPositionals: true,
-    options: { 'merge-domain-config': { type: 'boolean' } },
+  const { positionals, values } = parseCommandArgs('check-config', args, {
+    'merge-domain-config': { type: 'boolean' },
   });
   if (positionals.length !== 1) throw new UsageError('check-config takes one file or directory');
   const file = positionals[0] as string;
@@ -195,6 +193,77 @@ function runtimeDirectory(env: Record<string, string | undefined>): string | und
   return join(root, env.RUNTIME_SUBDIRECTORY ?? '', env.RUNTIME_APPDIRECTORY ?? 'config');
 }
 
+type ParseArgsOptionsConfig = NonNullable<ParseArgsConfig['options']>;
+
+/** The options of `floodgate serve`. */
+const SERVE_OPTIONS = {
+  config: { type: 'string', short: 'c' },
+  store: { type: 'string', short: 's' },
+  host: { type: 'string' },
+  port: { type: 'string', short: 'p' },
+  'grpc-port': { type: 'string' },
+  'no-http': { type: 'boolean' },
+  'no-grpc': { type: 'boolean' },
+  'no-watch': { type: 'boolean' },
+  'drain-timeout-ms': { type: 'string' },
+  'static-dir': { type: 'string' },
+  'log-level': { type: 'string' },
+  'store-timeout-ms': { type: 'string' },
+  'grpc-read-timeout-ms': { type: 'string' },
+  'grpc-max-connections': { type: 'string' },
+  'grpc-max-buffered-bytes': { type: 'string' },
+  'grpc-frame-timeout-ms': { type: 'string' },
+  'grpc-no-stream-timeout-ms': { type: 'string' },
+  'grpc-idle-timeout-ms': { type: 'string' },
+  failure: { type: 'string' },
+  headers: { type: 'string' },
+  'grpc-tls-cert': { type: 'string' },
+  'grpc-tls-key': { type: 'string' },
+  'grpc-tls-client-ca': { type: 'string' },
+  'grpc-tls-client-san': { type: 'string' },
+  'http-tls-cert': { type: 'string' },
+  'http-tls-key': { type: 'string' },
+  'http-tls-client-ca': { type: 'string' },
+  'http-tls-client-san': { type: 'string' },
+  'merge-domain-config': { type: 'boolean' },
+  'stop-cache-key-increment-when-overlimit': { type: 'boolean' },
+  'shadow-mode': { type: 'boolean' },
+} as const satisfies ParseArgsOptionsConfig;
+
+/**
+ * Parses a command's arguments. An unknown option is refused in our words, naming it and the command
+ * (Node's own message quotes it unbalanced), with the nearest option when one is a typo away.
+ */
+function parseCommandArgs<const T extends ParseArgsOptionsConfig>(
+  command: string,
+  args: readonly string[],
+  options: T,
+) {
+  const { tokens } = parseArgs({ args: [...args], options, strict: false, allowPositionals: true, tokens: true });
+  for (const token of tokens) {
+    if (token.kind !== 'option' || Object.hasOwn(options, token.name)) continue;
+    const near = Object.keys(options).find((name) => editDistance(name, token.name) <= 2);
+    throw new UsageError(
+      `${command} has no option ${token.rawName}${near === undefined ? '' : ` (did you mean --${near}?)`}`,
+    );
+  }
+  return parseArgs({ args: [...args], options, allowPositionals: true });
+}
+
+/** Levenshtein distance, for suggesting an option after a typo. */
+function editDistance(a: string, b: string): number {
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const substitution = (row[j - 1] as number) + (a[i - 1] === b[j - 1] ? 0 : 1);
+      next[j] = Math.min((row[j] as number) + 1, (next[j - 1] as number) + 1, substitution);
+    }
+    row = next;
+  }
+  return row[b.length] as number;
+}
+
 function port(value: string | undefined, name: string): number | undefined {
   if (value === undefined) return undefined;
   const n = Number(value);
@@ -205,43 +274,7 @@ function port(value: string | undefined, name: string): number | undefined {
 }
 
 async function serve(args: readonly string[], io: CliIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: [...args],
-    allowPositionals: true,
-    options: {
-      config: { type: 'string', short: 'c' },
-      store: { type: 'string', short: 's' },
-      host: { type: 'string' },
-      port: { type: 'string', short: 'p' },
-      'grpc-port': { type: 'string' },
-      'no-http': { type: 'boolean' },
-      'no-grpc': { type: 'boolean' },
-      'no-watch': { type: 'boolean' },
-      'drain-timeout-ms': { type: 'string' },
-      'static-dir': { type: 'string' },
-      'log-level': { type: 'string' },
-      'store-timeout-ms': { type: 'string' },
-      'grpc-read-timeout-ms': { type: 'string' },
-      'grpc-max-connections': { type: 'string' },
-      'grpc-max-buffered-bytes': { type: 'string' },
-      'grpc-frame-timeout-ms': { type: 'string' },
-      'grpc-no-stream-timeout-ms': { type: 'string' },
-      'grpc-idle-timeout-ms': { type: 'string' },
-      failure: { type: 'string' },
-      headers: { type: 'string' },
-      'grpc-tls-cert': { type: 'string' },
-      'grpc-tls-key': { type: 'string' },
-      'grpc-tls-client-ca': { type: 'string' },
-      'grpc-tls-client-san': { type: 'string' },
-      'http-tls-cert': { type: 'string' },
-      'http-tls-key': { type: 'string' },
-      'http-tls-client-ca': { type: 'string' },
-      'http-tls-client-san': { type: 'string' },
-      'merge-domain-config': { type: 'boolean' },
-      'stop-cache-key-increment-when-overlimit': { type: 'boolean' },
-      'shadow-mode': { type: 'boolean' },
-    },
-  });
+  const { values, positionals } = parseCommandArgs('serve', args, SERVE_OPTIONS);
   if (positionals.length > 0) throw new UsageError(`serve takes no arguments, got ${JSON.stringify(positionals[0])}`);
   const env = io.env;
   const levels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];

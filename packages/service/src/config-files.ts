@@ -12,6 +12,7 @@ import {
   readConfigFile,
   readYaml,
   type ServiceConfig,
+  unreadable,
   type YamlDocument,
 } from './config.js';
 import { checkEnvoyConfig, countRules, type EnvoyFileConfig } from './envoy-config.js';
@@ -59,8 +60,7 @@ export function loadConfigPath(path: string, options: ConfigLoadOptions = {}): L
   try {
     directory = statSync(path).isDirectory();
   } catch (error) {
-    const reason = error instanceof Error ? error.message : String(error);
-    throw new ConfigError([{ path: '', line: 0, column: 0, message: `cannot read the file: ${reason}` }], path);
+    throw unreadable(error, path);
   }
   if (!directory) {
     const text = readConfigFile(path);

@@ -96,9 +96,12 @@ export class ConfigError extends Error {
 
   constructor(issues: readonly ConfigIssue[], file?: string) {
     const where = file ?? 'config';
-    const lines = issues.map(
-      (i) => `  ${i.file ?? where}:${i.line}:${i.column} ${i.path ? `${i.path}: ` : ''}${i.message}`,
-    );
+    // A problem with no place in the text (the file cannot be read) is the file's alone: no `:0:0`.
+    const at = (i: ConfigIssue) => {
+      const file = i.file ?? where;
+      return i.line > 0 ? `${file}:${i.line}:${i.column}` : `${file}:`;
+    };
+    const lines = issues.map((i) => `  ${at(i)} ${i.path ? `${i.path}: ` : ''}${i.message}`);
     const count = `${issues.length} problem${issues.length === 1 ? '' : 's'}${issues.length >= MAX_ISSUES ? ', checking stopped there' : ''}`;
     super(`invalid config (${count}):\n${lines.join('\n')}`);
     this.issues = issues;
@@ -161,6 +164,31 @@ export function pathOf(segments: readonly Segment[]): string {
   return out;
 }
 
+/**
+ * The error of a config file or directory that cannot be read. The file is named once, before the reason:
+ * Node's own message repeats it (`ENOENT: …, open 'x'`).
+ */
+export function unreadable(error: unknown, file: string): ConfigError {
+  const code = (error as { code?: unknown }).code;
+  const reason =
+    typeof code === 'string' && code in READ_ERRORS
+      ? `${READ_ERRORS[code as keyof typeof READ_ERRORS]} (${code})`
+      : error instanceof Error
+        ? error.message
+        : String(error);
+  return new ConfigError([{ path: '', line: 0, column: 0, message: `cannot read the file: ${reason}` }], file);
+}
+
+/** What a config file that cannot be read says, by the system's error code. */
+const READ_ERRORS = {
+  ENOENT: 'no such file',
+  EACCES: 'permission denied',
+  EPERM: 'permission denied',
+  EISDIR: 'it is a directory',
+  ENOTDIR: 'a part of the path is not a directory',
+  ELOOP: 'too many symbolic links',
+} as const;
+
 /** Reads a config file; throws {@link ConfigError} naming the file, path and line of every problem. */
 export function loadConfigFile(file: string): ServiceConfig {
   return parseConfig(readConfigFile(file), file);
@@ -189,8 +217,7 @@ export function readConfigFile(file: string): string {
     return buffer.toString('utf8', 0, length);
   } catch (error) {
     if (error instanceof ConfigError) throw error;
-    const reason = error instanceof Error ? error.message : String(error);
-    throw new ConfigError([{ path: '', line: 0, column: 0, message: `cannot read the file: ${reason}` }], file);
+    throw unreadable(error, file);
   } finally {
     if (fd !== undefined) closeSync(fd);
   }
@@ -557,6 +584,8 @@ class Checker extends YamlChecker {
   /** Descriptor rules seen so far, aliased ones as often as they are used. */
   private rules = 0;
   private readonly named = new Map<string, Policy>();
+  /** Named policies defined with a problem (reported there): a reference to one adds no second problem. */
+  private readonly invalidNamed = new Set<string>();
   /** Algorithm of every policy name used: one name is one stored state, so it keeps one algorithm. */
   private readonly algorithms = new Map<string, { algorithm: string; path: string }>();
 
@@ -608,11 +637,13 @@ class Checker extends YamlChecker {
             [...path, 'name'],
             `the name of a named policy is its key (${JSON.stringify(name)}); leave \`name\` out`,
           );
+          this.invalidNamed.add(name);
           continue;
         }
       }
       const policy = this.policy(typeof body === 'object' && body !== null ? { ...body, name } : body, path);
       if (policy !== undefined) this.named.set(name, policy);
+      else this.invalidNamed.add(name);
     }
   }
 
@@ -728,8 +759,8 @@ class Checker extends YamlChecker {
   private policyRef(data: unknown, path: Segment[]): Policy | undefined {
     if (typeof data === 'string') {
       const policy = this.named.get(data);
-      if (policy === undefined) {
-        const known = [...this.named.keys()];
+      if (policy === undefined && !this.invalidNamed.has(data)) {
+        const known = [...this.named.keys(), ...this.invalidNamed];
         this.issue(
           path,
           `no named policy ${JSON.stringify(data)} (${known.length === 0 ? 'define it under top-level `policies`' : `named policies: ${known.join(', ')}`})`,

@@ -22,7 +22,7 @@ export interface Failure {
  * counted as a store failure; a full store (memory store refusing new keys, under `--failure throw`) is
  * unavailability for that key but the store is healthy, so not a store failure either.
  */
-export function classify(error: unknown): Failure {
+export function classify(error: unknown, storeName: string): Failure {
   if (error instanceof RequestError) {
     return { kind: error.kind, message: error.message, field: error.field, store: false };
   }
@@ -35,11 +35,26 @@ export function classify(error: unknown): Failure {
         return { kind: 'invalid', message: error.message, field: error.option, store: false };
       case 'ERR_TIMEOUT':
         return { kind: 'timeout', message: error.message, field: undefined, store: true };
+      // The caller hears which store and what it means, never the driver's own words (its log line has them).
       case 'ERR_STORE_UNAVAILABLE':
+        return {
+          kind: 'unavailable',
+          message: `the ${storeName} store is unavailable (it does not answer, or fails): decisions resume when it answers`,
+          field: undefined,
+          store: true,
+        };
+      // A store of another version says what to do about it: its own message.
       case 'ERR_STORE_VERSION':
-      case 'ERR_STORE_PROTOCOL':
-      case 'ERR_CLOSED':
         return { kind: 'unavailable', message: error.message, field: undefined, store: true };
+      case 'ERR_STORE_PROTOCOL':
+        return {
+          kind: 'unavailable',
+          message: `the ${storeName} store answered what the service cannot read`,
+          field: undefined,
+          store: true,
+        };
+      case 'ERR_CLOSED':
+        return { kind: 'unavailable', message: `the ${storeName} store is closed`, field: undefined, store: true };
       case 'ERR_STORE_FULL':
         return { kind: 'unavailable', message: error.message, field: undefined, store: false };
       case 'ERR_STORE_REJECTED':

@@ -195,7 +195,7 @@ function handleDecision(ctx: ServiceContext, req: IncomingMessage, res: ServerRe
 }
 
 function fail(ctx: ServiceContext, res: ServerResponse, error: unknown): void {
-  const failure = classify(error);
+  const failure = classify(error, ctx.storeName);
   if (failure.store) ctx.storeFailed(error);
   else if (failure.kind === 'internal') ctx.logger.error({ err: error }, 'internal error answering an HTTP call');
   const status = HTTP_STATUS[failure.kind];

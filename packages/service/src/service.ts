@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { type FSWatcher, statSync, watch } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
-import { type Clock, gcra, type Store } from 'floodgate';
+import { type Clock, gcra, isFloodgateError, type Store } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
 import { type Logger, pino } from 'pino';
 import { ConfigError, type ServiceConfig } from './config.js';
@@ -166,7 +166,12 @@ export class Service implements ServiceContext {
     this.logger =
       typeof logger === 'object'
         ? logger
-        : pino({ name: 'floodgate', level: logger ?? 'info' }, pino.destination({ dest: 1, sync: true }));
+        : pino(
+            // An error's cause is logged as its own object: the default serializer appends the cause's
+            // message to the error's, which for a store error already ends with it (printed twice).
+            { name: 'floodgate', level: logger ?? 'info', serializers: { err: pino.stdSerializers.errWithCause } },
+            pino.destination({ dest: 1, sync: true }),
+          );
     this.headers = new RateLimitHeaders(options.headers ?? 'ietf');
     this.shadowMode = options.shadowMode ?? false;
   }
@@ -451,7 +456,15 @@ export class Service implements ServiceContext {
     // One line per second at most: a dead store under load must not flood the logs.
     const now = Date.now();
     if (now - this.lastStoreErrorLogMs >= 1000) {
-      this.logger.error({ err: error, suppressed: this.suppressedStoreErrors }, 'store failure');
+      this.logger.error(
+        {
+          store: this.opened?.description ?? this.storeName,
+          code: isFloodgateError(error) ? error.code : undefined,
+          err: error,
+          suppressed: this.suppressedStoreErrors,
+        },
+        `the ${this.storeName} store failed`,
+      );
       this.lastStoreErrorLogMs = now;
       this.suppressedStoreErrors = 0;
     } else {

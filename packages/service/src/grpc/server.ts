@@ -393,7 +393,7 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
       status = GrpcStatus.INVALID_ARGUMENT;
       message = `malformed RateLimitRequest: ${error.message}`;
     } else {
-      const failure = classify(error);
+      const failure = classify(error, ctx.storeName);
       if (failure.store) ctx.storeFailed(error);
       else if (failure.kind === 'internal')
         ctx.logger.error({ err: error }, 'internal error answering ShouldRateLimit');

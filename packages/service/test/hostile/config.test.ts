@@ -139,8 +139,7 @@ domains:
       ['domains[0].__proto__', 10],
       ['domains[0].descriptors[0].constructor', 13],
       ['domains[0].descriptors[0].rate_limit.__proto__', 14],
-      // The named policy was refused, so the rule that uses it names it too.
-      ['domains[0].descriptors[1].policies[0]', 16],
+      // The named policy's problem is reported where it is defined, once: not again at the rule using it.
     ]);
     expect(found[0]?.message).toBe(
       'unknown field `__proto__` (expected one of: version, prefix, shadow, policies, domains)',
