@@ -318,6 +318,15 @@ describe("the READMEs' examples, against the installed packages", () => {
 });
 
 describe('the floodgate command', () => {
+  it('runs with npx in this repository (npm links it before anything is built)', () => {
+    const version = execFileSync('npx', ['--no-install', 'floodgate', '--version'], {
+      cwd: ROOT,
+      encoding: 'utf8',
+      env: userEnv(),
+    });
+    expect(version).toBe('0.1.0\n');
+  });
+
   it('runs with npx in a project that installed the service', () => {
     const help = execFileSync('npx', ['--no-install', 'floodgate', '--help'], {
       cwd: scratch,
