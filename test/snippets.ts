@@ -126,6 +126,10 @@ export function typeCheck(snippets: readonly Snippet[], dir: string, emit = fals
     JSON.stringify({
       compilerOptions: {
         ...base.compilerOptions,
+        // As a NestJS project compiles (its decorators are the legacy kind); code without decorators is
+        // checked the same either way.
+        experimentalDecorators: true,
+        emitDecoratorMetadata: true,
         noEmit: !emit,
         outDir: 'out',
         rootDir: 'snippets',
