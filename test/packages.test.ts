@@ -1,4 +1,4 @@
-import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -103,6 +103,14 @@ afterEach(() => {
   for (const child of children.splice(0)) if (child.exitCode === null) child.kill('SIGKILL');
 });
 afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+describe('the repository', () => {
+  it('installs with npm ci without a warning: no dependency wants a newer Node.js, every install script decided', () => {
+    const result = spawnSync('npm', ['ci', '--dry-run'], { cwd: ROOT, env: userEnv(), encoding: 'utf8' });
+    expect(result.status).toBe(0);
+    expect(result.stderr).not.toMatch(/EBADENGINE|npm warn/);
+  });
+});
 
 describe('the packed packages', () => {
   it('are built by prepack and ship a README, a LICENSE, their sources and no tests', () => {
