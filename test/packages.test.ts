@@ -29,6 +29,9 @@ const PEERS = [
   'hono',
   '@hono/node-server',
   'koa',
+  '@nestjs/common',
+  '@nestjs/core',
+  '@nestjs/throttler',
   '@types/node',
   '@types/express',
   '@types/koa',
@@ -191,7 +194,9 @@ describe('the packed packages', () => {
     const specifiers = Object.keys(manifest.exports)
       .filter((entry) => entry !== './package.json')
       .map((entry) => `floodgate${entry.slice(1)}`);
-    expect(specifiers).toHaveLength(13);
+    expect(specifiers).toEqual(
+      expect.arrayContaining(['floodgate', 'floodgate/redis', 'floodgate/postgres', 'floodgate/express']),
+    );
     writeFileSync(
       join(scratch, 'load.mjs'),
       `for (const s of ${JSON.stringify(specifiers)}) { const m = await import(s); if (Object.keys(m).length === 0) throw new Error(s); }\nconsole.log('esm ok');\n`,
@@ -222,23 +227,29 @@ const SERVED: Record<string, (port: number) => Promise<void>> = {
   '`floodgate/node`': async (port) => {
     const response = await fetch(`http://127.0.0.1:${port}/`);
     expect(response.status).toBe(200);
+    expect(await response.text()).toBe('99 left');
     expect(response.headers.get('ratelimit-policy')).toMatch(/;q=100;w=60$/);
   },
   '`floodgate/express`': async (port) => {
-    const response = await fetch(`http://127.0.0.1:${port}/import`, {
+    const search = await fetch(`http://127.0.0.1:${port}/api/search`);
+    expect(search.status).toBe(200);
+    expect(await search.json()).toEqual([]);
+    // The app-wide policy and the route's, both charged.
+    expect(search.headers.get('ratelimit')).toMatch(/"api";r=9;/);
+    const login = await fetch(`http://127.0.0.1:${port}/login`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ records: [1, 2, 3] }),
+      body: JSON.stringify({ password: 'not it' }),
     });
-    expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ imported: 3 });
-    // The global policy, then the records policy, both charged: 3 records of 10,000.
-    expect(response.headers.get('ratelimit')).toMatch(/"records";r=9997;/);
+    expect(login.status).toBe(401);
+    expect(await login.json()).toEqual({ ok: false, attemptsLeft: 4 });
   },
   '`floodgate/fastify`': async (port) => {
     const health = await fetch(`http://127.0.0.1:${port}/health`);
     expect(health.status).toBe(200);
     expect(health.headers.get('ratelimit')).toBeNull();
+    const me = await fetch(`http://127.0.0.1:${port}/me`);
+    expect(await me.json()).toEqual({ remaining: 99 });
     const response = await fetch(`http://127.0.0.1:${port}/import`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
@@ -246,12 +257,12 @@ const SERVED: Record<string, (port: number) => Promise<void>> = {
     });
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual({ imported: 2 });
-    expect(response.headers.get('ratelimit')).toMatch(/"records";r=9998;/);
+    expect(response.headers.get('ratelimit')).toMatch(/"records";r=998;/);
   },
   '`floodgate/hono`': async (port) => {
-    const response = await fetch(`http://127.0.0.1:${port}/api/hello`);
+    const response = await fetch(`http://127.0.0.1:${port}/api/me`);
     expect(response.status).toBe(200);
-    expect(await response.text()).toBe('hello');
+    expect(await response.json()).toEqual({ remaining: 99 });
     expect(response.headers.get('ratelimit-policy')).toMatch(/;q=100;w=60$/);
   },
   'From code': async (port) => {
@@ -268,6 +279,7 @@ const SERVED: Record<string, (port: number) => Promise<void>> = {
   '`floodgate/koa`': async (port) => {
     const response = await fetch(`http://127.0.0.1:${port}/`);
     expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ remaining: 99 });
     expect(response.headers.get('ratelimit-policy')).toMatch(/;q=100;w=60$/);
   },
 };

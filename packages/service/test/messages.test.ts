@@ -124,8 +124,12 @@ describe('the command line', () => {
     const io = capture();
     expect(await main(['check-config', missing], io)).toBe(EXIT.CONFIG);
     expect(io.stderr).toBe(`invalid config (1 problem):\n  ${missing}: cannot read the file: no such file (ENOENT)\n`);
-    expect(await main(['check-config', dir], io)).toBe(EXIT.CONFIG);
-    expect(io.stderr).toContain(`  ${dir}: cannot read the file: it is a directory (EISDIR)\n`);
+    const file = join(dir, 'a-file');
+    writeFileSync(file, '');
+    expect(await main(['check-config', join(file, 'floodgate.yaml')], io)).toBe(EXIT.CONFIG);
+    expect(io.stderr).toContain(
+      `  ${join(file, 'floodgate.yaml')}: cannot read the file: a part of the path is not a directory (ENOTDIR)\n`,
+    );
     expect(io.stderr).not.toContain(':0:0');
   });
 });
