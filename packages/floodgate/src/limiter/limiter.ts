@@ -1,4 +1,4 @@
-import { type Clock, systemClock } from '../clock.js';
+import { type Clock, systemClock, wholeClockUs } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
@@ -19,7 +19,6 @@ import {
   validateCallOptions,
   validateDelay,
   validateLimiterOptions,
-  wholeClockUs,
 } from './validation.js';
 
 export { normalizePolicies } from './validation.js';

@@ -107,15 +107,6 @@ export function normalizePolicies(input: Policy | readonly Policy[], path: strin
   return Object.freeze(policies);
 }
 
-/** Every store computes on whole µs: a custom clock's fraction is dropped, a broken clock refused. */
-export function wholeClockUs(nowUs: number): number {
-  if (Number.isInteger(nowUs)) return nowUs;
-  if (!Number.isFinite(nowUs) || nowUs < 0 || nowUs > Number.MAX_SAFE_INTEGER) {
-    throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of µs since the epoch');
-  }
-  return Math.floor(nowUs);
-}
-
 /** `maxDelayMs` in whole µs: a finite number of ms from 0 to 2^40. */
 export function validateDelay(ms: unknown): number {
   if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > 2 ** 40) {
