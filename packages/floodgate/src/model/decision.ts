@@ -49,9 +49,21 @@ export interface Decision {
   reservation?: Reservation;
 }
 
+/** Below this, whole µs are rounded up to ms in 32-bit integer arithmetic (`wholeUsToMs`). */
+const INT_US = 2 ** 31 - 1000;
+
 /** Whole milliseconds, rounded up, from µs; Infinity stays Infinity. */
 export function usToMs(us: number): number {
-  return us <= 0 ? 0 : Math.ceil(us / 1000);
+  if (us <= 0) return 0;
+  return Number.isInteger(us) ? wholeUsToMs(us) : Math.ceil(us / 1000);
+}
+
+/**
+ * `usToMs` of a whole number of µs ≥ 0. Below 2^31, the common case, it divides 32-bit integers: exact,
+ * and several times cheaper than a division of doubles, which every in-process decision would pay twice.
+ */
+export function wholeUsToMs(us: number): number {
+  return us < INT_US ? ((us + 999) / 1000) | 0 : Math.ceil(us / 1000);
 }
 
 /** Turns one policy's evaluation into its public form. */
@@ -75,22 +87,8 @@ export function toDecision(
   evaluations: readonly Evaluation[],
   allowed: boolean,
 ): Decision {
-  if (policies.length === 1) {
-    // One policy, the common case: the decision is that policy's.
-    const part = toPolicyDecision(policies[0] as CompiledPolicy, evaluations[0] as Evaluation);
-    const decision: Decision = {
-      allowed,
-      limit: part.limit,
-      remaining: part.remaining,
-      retryAfterMs: part.retryAfterMs,
-      resetAfterMs: part.resetAfterMs,
-      policy: part.policy,
-      policies: [part],
-    };
-    if (part.delayMs !== undefined) decision.delayMs = part.delayMs;
-    if (part.reason !== undefined) decision.reason = part.reason;
-    return decision;
-  }
+  if (policies.length === 1)
+    return singleDecision(policies[0] as CompiledPolicy, evaluations[0] as Evaluation, allowed);
   const parts = new Array<PolicyDecision>(policies.length);
   let binding = 0;
   let remaining = Number.POSITIVE_INFINITY;
@@ -123,5 +121,32 @@ export function toDecision(
   };
   if (allowed && delayMs > 0) decision.delayMs = delayMs;
   if (!allowed && bound.reason !== undefined) decision.reason = bound.reason;
+  return decision;
+}
+
+/**
+ * The decision of a call under one policy, the common case: that policy's own report, and the same
+ * report as its one entry in `policies`. Without a delay, two object literals of fixed shapes (`reason`
+ * last when there is one), which the memory store's lane (`MeterLane`) builds alike.
+ */
+function singleDecision(c: CompiledPolicy, e: Evaluation, allowed: boolean): Decision {
+  const policy = c.name;
+  const limit = c.limit;
+  const remaining = e.remaining;
+  const retryAfterMs = usToMs(e.retryAfterUs);
+  const resetAfterMs = usToMs(e.resetAfterUs);
+  if (e.delayUs <= 0) {
+    if (e.reason === 'ok') {
+      const part: PolicyDecision = { policy, allowed: e.allowed, limit, remaining, retryAfterMs, resetAfterMs };
+      return { allowed, limit, remaining, retryAfterMs, resetAfterMs, policy, policies: [part] };
+    }
+    const reason = e.reason;
+    const part: PolicyDecision = { policy, allowed: e.allowed, limit, remaining, retryAfterMs, resetAfterMs, reason };
+    return { allowed, limit, remaining, retryAfterMs, resetAfterMs, policy, policies: [part], reason };
+  }
+  const part = toPolicyDecision(c, e);
+  const decision: Decision = { allowed, limit, remaining, retryAfterMs, resetAfterMs, policy, policies: [part] };
+  if (part.delayMs !== undefined) decision.delayMs = part.delayMs;
+  if (part.reason !== undefined) decision.reason = part.reason;
   return decision;
 }
