@@ -62,7 +62,22 @@ export function encodeKey(key: string): string {
     : encoded;
 }
 
-const LONG_KEY_MARK = '\u0001';
+/** The char code of the mark that starts every key `localKey` rewrites. */
+export const LONG_KEY_MARK = 1;
+const MARK = String.fromCharCode(LONG_KEY_MARK);
+
+/**
+ * Whether `key` is a valid key that `localKey` leaves as it is: a string of 1 to
+ * {@link HASH_KEYS_LONGER_THAN} characters that does not start with the mark.
+ */
+export function isPlainKey(key: unknown): key is string {
+  return (
+    typeof key === 'string' &&
+    key.length > 0 &&
+    key.length <= HASH_KEYS_LONGER_THAN &&
+    key.charCodeAt(0) !== LONG_KEY_MARK
+  );
+}
 
 /**
  * The key an in-process map holds for a user key: the key itself up to {@link HASH_KEYS_LONGER_THAN}
@@ -72,9 +87,9 @@ const LONG_KEY_MARK = '\u0001';
  */
 export function localKey(key: string): string {
   if (key.length > HASH_KEYS_LONGER_THAN) {
-    return LONG_KEY_MARK + createHash('sha256').update(key).digest('base64url');
+    return MARK + createHash('sha256').update(key).digest('base64url');
   }
-  return key.charCodeAt(0) === 1 ? LONG_KEY_MARK + key : key;
+  return key.charCodeAt(0) === LONG_KEY_MARK ? MARK + key : key;
 }
 
 /**

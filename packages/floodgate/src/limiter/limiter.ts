@@ -4,8 +4,10 @@ import { validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
+import { isPlainMeter } from '../model/meter.js';
 import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
+import { type MeterLane, meterLane } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
 import { toStoreError } from '../stores/store-errors.js';
 import { type AcquireOptions, acquire } from './acquire.js';
@@ -142,6 +144,8 @@ export class Limiter {
   private readonly compiled: readonly CompiledPolicy[];
   private readonly clock: Clock | undefined;
   private readonly syncStore: SyncStore | undefined;
+  /** The memory store's lane for the sync methods without options, when the limiter's one policy is a plain meter. */
+  private readonly lane: MeterLane | undefined;
   private readonly perCall = new WeakMap<object, readonly CompiledPolicy[]>();
   /** Names seen with their state layout: a name reused for another algorithm would corrupt state. */
   private readonly kinds = new Map<string, number>();
@@ -174,6 +178,11 @@ export class Limiter {
     });
     this.policies = config.policies;
     this.compiled = this.register(this.policies);
+    const only = this.compiled[0] as CompiledPolicy;
+    this.lane =
+      this.compiled.length === 1 && isPlainMeter(only) && this.clock !== undefined
+        ? meterLane(config.store, this.prefix, only, this.clock)
+        : undefined;
     INTERNALS.set(this, {
       calls: this.calls,
       compiled: this.compiled,
@@ -274,11 +283,15 @@ export class Limiter {
 
   /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
   limitSync(key: string, options?: CallOptions): Decision {
+    const lane = this.lane;
+    if (lane !== undefined && options === undefined) return this.laneSync(lane, key, true);
     return this.decideSync(key, options, true);
   }
 
   /** `check` without a promise. */
   checkSync(key: string, options?: CallOptions): Decision {
+    const lane = this.lane;
+    if (lane !== undefined && options === undefined) return this.laneSync(lane, key, false);
     return this.decideSync(key, options, false);
   }
 
@@ -316,6 +329,21 @@ export class Limiter {
     return decision;
   }
 
+  /**
+   * The sync methods without options under a plain meter, the in-process hot path: the memory store's
+   * lane decides the call (see `MeterLane`), else the general path does, at the time the lane read.
+   */
+  private laneSync(lane: MeterLane, key: string, commit: boolean): Decision {
+    const decision = lane.decide(key, commit);
+    if (decision === undefined) return this.decideSync(key, undefined, commit, lane.nowUs);
+    if (this.blockedCache === undefined && this.listeners.decision === undefined) return decision;
+    // What `conclude` does with a store's decision.
+    this.blockedCache?.remember(key, this.compiled, 1, 0, decision, 0, commit);
+    const set = this.listeners.decision;
+    if (set !== undefined && set.size > 0) this.emit('decision', { key, cost: 1, commit, decision, source: 'store' });
+    return decision;
+  }
+
   private localMs(): number {
     return this.localClock.nowUs() / 1000;
   }
@@ -347,10 +375,13 @@ export class Limiter {
     return outcome.then((settled) => this.conclude(request, settled, nowMs));
   }
 
-  /** The sync methods: always the store itself (no cache, no breaker); a `fallback` failure policy throws. */
-  private decideSync(key: string, options: CallOptions | undefined, commit: boolean): Decision {
+  /**
+   * The sync methods: always the store itself (no cache, no breaker); a `fallback` failure policy throws.
+   * `nowUs`: the clock read for this call already.
+   */
+  private decideSync(key: string, options: CallOptions | undefined, commit: boolean, nowUs?: number): Decision {
     this.requireSync(commit ? 'limitSync' : 'checkSync');
-    const request = this.request(key, options, commit);
+    const request = this.request(key, options, commit, nowUs);
     return this.conclude(request, this.calls.decide(request, options, 'sync') as Outcome, 0);
   }
 
@@ -370,8 +401,8 @@ export class Limiter {
     return this.decided(request, decision, 'store');
   }
 
-  /** Builds the store request of a call, validating everything it carries. */
-  private request(key: string, options: CallOptions | undefined, commit: boolean): StoreRequest {
+  /** Builds the store request of a call, validating everything it carries; `readUs`: the clock read already. */
+  private request(key: string, options: CallOptions | undefined, commit: boolean, readUs?: number): StoreRequest {
     validateKey(key);
     let cost = 1;
     let maxDelayUs = 0;
@@ -390,7 +421,7 @@ export class Limiter {
       );
     }
     if (maxDelayUs > 0) requireReservable(policies);
-    let nowUs = this.clock?.nowUs();
+    let nowUs = readUs ?? this.clock?.nowUs();
     if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
     if (this.syncStore !== undefined) {
       // A synchronous store is done with the request before the call returns: reuse one object.

@@ -55,6 +55,15 @@ export function evaluateMeter(
 }
 
 /**
+ * Whether the memory store's lane may decide this policy's cost-1 calls with no reservation (see
+ * `MeterLane`): a meter not in queue mode (GCRA, the continuous token bucket, the leaky bucket as a
+ * meter) whose charge for one unit is its emission interval T and fits its tolerance.
+ */
+export function isPlainMeter(c: CompiledPolicy): boolean {
+  return c.kind === METER.id && c.c === 0 && meterCharge(1, c.a) === c.a && c.a <= c.b;
+}
+
+/**
  * What a cost adds to the TAT: whole µs, rounded up. A product within a few ulps above a whole number is
  * that number: 184.58 × 2 592 000 000 is exactly 478 431 360 000 in decimal but 478 431 360 000.00006 in
  * binary, and decimal amounts that add up to a budget must fit it. (Ports repeat `x − x·1e-15`.)

@@ -1,7 +1,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
-import { createLimiter, fixedWindow, leasedLimiter, memoryStore } from '../../src/index.js';
+import { createLimiter, fixedWindow, gcra, leasedLimiter, memoryStore } from '../../src/index.js';
 import { HASH_KEYS_LONGER_THAN, localKey } from '../../src/keys.js';
 import { MAX_KEY_LENGTH } from '../../src/stores/index.js';
 import { manualClock } from '../../src/testing/index.js';
@@ -65,6 +65,42 @@ describe('long keys in the memory store', () => {
     expect((await limiter.status(longKey(5))).remaining).toBe(2);
     // A short key equal to a long key's map key is a key of its own.
     expect((await limiter.status(localKey(longKey(6)))).remaining).toBe(2);
+  });
+});
+
+describe('the memory store’s hot path (limitSync(key) under one meter)', () => {
+  it('takes no key that the store holds another key under: a forged short key is a key of its own', () => {
+    const clock = manualClock({ startMs: Date.UTC(2030, 0, 1) });
+    const limiter = createLimiter({ store: memoryStore(), clock, policies: [gcra({ limit: 2, periodMs: 60_000 })] });
+    const long = longKey(1);
+    const marked = '\u0001victim';
+    for (const victim of [long, marked]) {
+      expect(limiter.limitSync(victim).allowed).toBe(true);
+      expect(limiter.limitSync(victim).allowed).toBe(true);
+      expect(limiter.limitSync(victim).allowed).toBe(false);
+      // The exact string the store holds the victim under, sent as a key, meets a fresh quota of its own,
+      // and spends none of the victim's (nor gives any back).
+      const forged = localKey(victim);
+      expect(forged.length).toBeLessThanOrEqual(HASH_KEYS_LONGER_THAN);
+      expect(limiter.statusSync(forged).remaining).toBe(2);
+      expect(limiter.checkSync(forged)).toMatchObject({ allowed: true, remaining: 1 });
+      expect(limiter.limitSync(forged)).toMatchObject({ allowed: true, remaining: 1 });
+      expect(limiter.limitSync(forged)).toMatchObject({ allowed: true, remaining: 0 });
+      expect(limiter.limitSync(victim).allowed).toBe(false);
+      expect(limiter.statusSync(victim).remaining).toBe(0);
+      limiter.resetSync(forged);
+      expect(limiter.limitSync(victim).allowed).toBe(false);
+    }
+  });
+
+  it('refuses what the general path refuses, with the same typed error', () => {
+    const limiter = createLimiter({ store: memoryStore(), policies: [gcra({ limit: 2, periodMs: 60_000 })] });
+    for (const key of ['', 'k'.repeat(MAX_KEY_LENGTH + 1), 42, undefined, null, {}, ['a']]) {
+      for (const call of [() => limiter.limitSync(key as string), () => limiter.checkSync(key as string)]) {
+        expect(call).toThrow(expect.objectContaining({ code: 'ERR_INVALID_KEY' }));
+      }
+    }
+    expect(limiter.limitSync('k'.repeat(MAX_KEY_LENGTH)).allowed).toBe(true);
   });
 });
 

@@ -1,12 +1,14 @@
+import { type Clock, systemClock, wholeClockUs } from '../../clock.js';
 import { FloodgateError, invalid } from '../../errors.js';
-import { localKey } from '../../keys.js';
+import { isPlainKey, LONG_KEY_MARK, localKey } from '../../keys.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { decide, evaluatePolicy, inspect, settleDenied } from '../../model/decide.js';
+import { type Decision, type PolicyDecision, wholeUsToMs } from '../../model/decision.js';
 import { emptyStateLength, kindOf } from '../../model/kinds.js';
 import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
-import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import type { CancelRequest, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
+import { clampRemaining, type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
+import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult, SyncStore } from '../store.js';
 
 /** Options of {@link memoryStore}. */
 export interface MemoryStoreOptions {
@@ -129,21 +131,40 @@ class SlabTable {
     return scratch;
   }
 
+  /** Field `i` of the state in a held slot. */
+  field(slot: number, i: number): number {
+    return this.slab[slot * this.stride + 1 + i] as number;
+  }
+
+  /** Stores a state of two numbers in a held slot. */
+  rewrite2(slot: number, a: number, b: number, expiresAt: number): void {
+    const base = slot * this.stride;
+    this.slab[base] = expiresAt;
+    this.slab[base + 1] = a;
+    this.slab[base + 2] = b;
+  }
+
   /** Stores a state; returns the new slot when the key is new, else -1. */
   write(key: string, state: State, expiresAt: number): number {
     let slot = key === this.lastKey && this.lastSlot !== undefined ? this.lastSlot : this.index.get(key);
     let added = -1;
     if (slot === undefined) {
-      slot = this.free.length > 0 ? (this.free.pop() as number) : this.top++;
-      if ((slot + 1) * this.stride > this.slab.length) this.grow();
-      this.index.set(key, slot);
-      this.keys[slot] = key;
+      slot = this.insert(key);
       added = slot;
     }
     const base = slot * this.stride;
     this.slab[base] = expiresAt;
     for (let i = 0; i < this.stateLength; i++) this.slab[base + 1 + i] = state[i] as number;
     return added;
+  }
+
+  /** A slot for a new key (out of `write`, which mostly rewrites a held key: small code compiles better). */
+  private insert(key: string): number {
+    const slot = this.free.length > 0 ? (this.free.pop() as number) : this.top++;
+    if ((slot + 1) * this.stride > this.slab.length) this.grow();
+    this.index.set(key, slot);
+    this.keys[slot] = key;
+    return slot;
   }
 
   expiresAt(slot: number): number {
@@ -295,6 +316,105 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   return new MemoryStoreImpl(maxKeys, whenFull);
 }
 
+/**
+ * The in-process hot path of one limiter: a cost-1 call with no reservation (`limitSync(key)`,
+ * `checkSync(key)`) under its one policy, a meter that `isPlainMeter`.
+ *
+ * One compiled function: a clock read, one map lookup with the key as given, the meter's evaluation, the
+ * key's new state and the decision, with no `Evaluation` or request in between. It is a port of
+ * `evaluatePolicy`, `settleDenied` and `toDecision` for that one call, as the Lua and SQL are ports of the
+ * model, and a randomized test holds it to them (test/stores/memory-lane.test.ts). The calls it does not
+ * cover it leaves to them, having changed nothing: a key that is not held as given (a long one, one that
+ * starts with the mark, an invalid value), a new key when the store is full, a key in a penalty box, and a
+ * committed denial that starts one. New keys take this path too, so that the code compiled for it is the
+ * code of held keys, whichever comes first.
+ */
+export class MeterLane {
+  /** When `decide` leaves a call to the general evaluation: the time it read, µs, if it read the clock. */
+  nowUs: number | undefined;
+  /** The clock reads whole µs (the system clock does): no need to check each reading. */
+  private readonly wholeUs: boolean;
+
+  constructor(
+    private readonly store: MemoryStoreImpl,
+    private readonly table: SlabTable,
+    private readonly c: CompiledPolicy,
+    private readonly clock: Clock,
+  ) {
+    this.wholeUs = clock === systemClock;
+  }
+
+  /**
+   * Decides a call on `key` now; undefined when the general evaluation must decide it, at `nowUs` when
+   * the lane read the clock for the call (`key` is then a valid key), else `nowUs` is undefined.
+   */
+  decide(key: string, commit: boolean): Decision | undefined {
+    const table = this.table;
+    const slot = table.slotOf(key);
+    // The map holds every key as `localKey` makes it: a held key that does not start with its mark is a
+    // valid key held as it is, and so is a new key that `isPlainKey`. Any other value, the general way.
+    if (slot === undefined ? !isPlainKey(key) : key.charCodeAt(0) === LONG_KEY_MARK) return this.leave(undefined);
+    let nowUs = this.clock.nowUs();
+    if (!this.wholeUs && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
+    const store = this.store;
+    let tat = nowUs;
+    if (slot !== undefined) {
+      // A key in a penalty box is judged as it stands, the general way.
+      if (table.field(slot, 0) > nowUs) return this.leave(nowUs);
+      tat = table.field(slot, 1);
+    } else if (commit && store.size >= store.maxKeys) {
+      // A new key, and the store may have to make room for it: the general way.
+      return this.leave(nowUs);
+    }
+    const c = this.c;
+    const t = c.a;
+    const tau = c.b;
+    const limit = c.limit;
+    const policy = c.name;
+    // `evaluateMeter`, cost 1 (charged T), no slack, in times relative to now: what the key owes before
+    // and after the call.
+    const owedBefore = Math.max(tat, nowUs) - nowUs;
+    const owed = owedBefore + t;
+    // As `decideSync` finds the table, it marks the table as used by this policy (eviction reads it).
+    if (table.policy !== c) table.policy = c;
+    if (owed - tau <= 0) {
+      if (commit) {
+        // The state `[0, TAT]`, which expires at its TAT.
+        if (slot === undefined) store.addMeter(table, key, nowUs + owed);
+        else store.rewriteMeter(table, slot, nowUs + owed);
+      }
+      const remaining = clampRemaining((tau - owed) / t, limit);
+      const resetAfterMs = wholeUsToMs(owed);
+      const part: PolicyDecision = { policy, allowed: true, limit, remaining, retryAfterMs: 0, resetAfterMs };
+      return { allowed: true, limit, remaining, retryAfterMs: 0, resetAfterMs, policy, policies: [part] };
+    }
+    // Denied: `settleDenied` changes nothing for a meter, but for the penalty box it starts.
+    if (commit && c.blockUs > 0) return this.leave(nowUs);
+    // Since τ − owedBefore < T, not one whole unit is left (below none when calls were booked ahead).
+    const remaining = 0;
+    const retryAfterMs = wholeUsToMs(owed - tau);
+    const resetAfterMs = wholeUsToMs(owedBefore);
+    const reason = 'limit';
+    const part: PolicyDecision = { policy, allowed: false, limit, remaining, retryAfterMs, resetAfterMs, reason };
+    return { allowed: false, limit, remaining, retryAfterMs, resetAfterMs, policy, policies: [part], reason };
+  }
+
+  private leave(nowUs: number | undefined): undefined {
+    this.nowUs = nowUs;
+    return undefined;
+  }
+}
+
+/**
+ * The lane of a limiter's one policy (a meter that `isPlainMeter`) on its store, when the store is this
+ * module's memory store; undefined for any other store.
+ */
+export function meterLane(store: Store, prefix: string, c: CompiledPolicy, clock: Clock): MeterLane | undefined {
+  return store instanceof MemoryStoreImpl
+    ? new MeterLane(store, store.table(prefix, c) as SlabTable, c, clock)
+    : undefined;
+}
+
 class MemoryStoreImpl implements MemoryStore {
   readonly name = 'memory' as const;
   readonly hasOwnClock = false;
@@ -307,6 +427,8 @@ class MemoryStoreImpl implements MemoryStore {
   private readonly byPolicy = new Map<CompiledPolicy, { prefix: string; table: Table }>();
   private readonly states: (State | undefined)[] = [];
   private readonly scratch: Evaluation[] = [];
+  /** The state `addMeter` stores: `[0, tat]`. */
+  private readonly meterState = [0, 0];
   private readonly result: { allowed: boolean; evaluations: Evaluation[] } = { allowed: true, evaluations: [] };
   /**
    * Every held key in one list, so that a uniform sample over all tables is one random index: entry `i`
@@ -473,7 +595,7 @@ class MemoryStoreImpl implements MemoryStore {
   private lastPrefix = '';
   private lastTable: Table | undefined;
 
-  private table(prefix: string, c: CompiledPolicy): Table {
+  table(prefix: string, c: CompiledPolicy): Table {
     if (c === this.lastPolicy && prefix === this.lastPrefix) return this.lastTable as Table;
     const table = this.findTable(prefix, c);
     this.lastPolicy = c;
@@ -530,10 +652,30 @@ class MemoryStoreImpl implements MemoryStore {
     }
   }
 
+  /**
+   * Stores a meter's state `[0, tat]` in a held slot, expiring at `tat` (an admitted meter call's expiry):
+   * the lane's way in, not part of the store's interface.
+   */
+  rewriteMeter(table: SlabTable, slot: number, tat: number): void {
+    if (tat < this.earliestExpiry) this.earliestExpiry = tat;
+    table.rewrite2(slot, 0, tat, tat);
+  }
+
+  /** `rewriteMeter` for a new key, when the store has room for it. */
+  addMeter(table: SlabTable, key: string, tat: number): void {
+    const state = this.meterState;
+    state[1] = tat;
+    this.write(table, key, state, tat);
+  }
+
   private write(table: Table, key: string, state: State, expiresAt: number): void {
     if (expiresAt < this.earliestExpiry) this.earliestExpiry = expiresAt;
     const slot = table.write(key, state, expiresAt);
-    if (slot < 0) return;
+    if (slot >= 0) this.added(table, slot);
+  }
+
+  /** Lists a new entry (see `entries`; out of `write`, as `insert` is). */
+  private added(table: Table, slot: number): void {
     if (this.count * 2 === this.entries.length) this.growEntries();
     this.entries[this.count * 2] = table.id;
     this.entries[this.count * 2 + 1] = slot;
