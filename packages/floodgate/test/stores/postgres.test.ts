@@ -132,43 +132,46 @@ for (const driver of DRIVERS) {
 }
 
 describe.skipIf(!available)('postgres store', () => {
-  it('decides a new key again on the row another transaction created meanwhile', async () => {
-    const connection = connect('pg', 2);
-    const other = new pg.Pool({ ...PG_CONFIG, max: 1 });
-    const holder = await other.connect();
-    try {
-      const store = postgresStore({ client: connection.client, schema, table: 'race' });
-      await store.migrate();
-      const policy = gcra({ limit: 1, periodMs: 60_000 });
-      const prefix = uniquePrefix('race');
-      const clock = manualClock({ startMs: SCENARIO_START_MS });
-      const limiter = createLimiter({ store, clock, prefix, policies: [policy] });
-      const row = stateKey(prefix, encodeKey('new'), compilePolicy(policy));
-      // Another transaction creates the key (one call already made) and holds it uncommitted.
-      await holder.query('BEGIN');
-      await holder.query(`INSERT INTO "${schema}".race (key, state, expires_at) VALUES ($1, $2::float8[], 0)`, [
-        row,
-        `{0,${clock.nowUs() + 60_000_000}}`,
-      ]);
-      const pending = limiter.limit('new');
-      // The decision found no row, decided optimistically and now waits on the insert: let it through.
-      let waited = false;
-      for (let i = 0; i < 2000 && !waited; i++) {
-        const waiting = await connection.sql(
-          "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%race_decide%'",
-        );
-        waited = waiting.length > 0;
+  for (const fastPath of [true, false]) {
+    it(`decides a new key again on the row another transaction created meanwhile (${fastPath ? 'meter statement' : 'decide function'})`, async () => {
+      const connection = connect('pg', 2);
+      const other = new pg.Pool({ ...PG_CONFIG, max: 1 });
+      const holder = await other.connect();
+      try {
+        const store = postgresStore({ client: connection.client, schema, table: 'race', fastPath });
+        await store.migrate();
+        const policy = gcra({ limit: 1, periodMs: 60_000 });
+        const prefix = uniquePrefix('race');
+        const clock = manualClock({ startMs: SCENARIO_START_MS });
+        const limiter = createLimiter({ store, clock, prefix, policies: [policy] });
+        const row = stateKey(prefix, encodeKey('new'), compilePolicy(policy));
+        // Another transaction creates the key (one call already made) and holds it uncommitted.
+        await holder.query('BEGIN');
+        await holder.query(`INSERT INTO "${schema}".race (key, state, expires_at) VALUES ($1, $2::float8[], 0)`, [
+          row,
+          `{0,${clock.nowUs() + 60_000_000}}`,
+        ]);
+        const pending = limiter.limit('new');
+        // The decision found no row, went on to insert it and now waits on the other insert: let it through.
+        let waited = false;
+        for (let i = 0; i < 2000 && !waited; i++) {
+          const waiting = await connection.sql(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+            [`%${schema}"."race%`],
+          );
+          waited = waiting.length > 0;
+        }
+        expect(waited).toBe(true);
+        await holder.query('COMMIT');
+        const decision = await pending;
+        expect([decision.allowed, decision.retryAfterMs]).toEqual([false, 60_000]);
+      } finally {
+        holder.release();
+        await other.end();
+        await connection.close();
       }
-      expect(waited).toBe(true);
-      await holder.query('COMMIT');
-      const decision = await pending;
-      expect([decision.allowed, decision.retryAfterMs]).toEqual([false, 60_000]);
-    } finally {
-      holder.release();
-      await other.end();
-      await connection.close();
-    }
-  });
+    });
+  }
 
   it('migrate() twice is harmless and keeps state', async () => {
     const connection = connect('pg', 2);

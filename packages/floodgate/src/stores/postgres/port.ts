@@ -24,6 +24,7 @@ export function portFunctions(n: SqlNames): string[] {
     runFunction(n),
     policyFunction(n),
     settleFunction(n),
+    pruneFunction(n),
     decideFunction(n),
     cancelFunction(n),
     refundFunction(n),
@@ -213,6 +214,30 @@ ${counting}
 }
 
 /**
+ * Housekeeping after a call that created rows: only new rows make the table grow, so twice as many
+ * expired ones (at least 16) go for each, a minute after their expiry (PRUNE_GRACE_US in sql/common.ts),
+ * through the expiry index, skipping rows others hold (so it never waits). `p_now` is the decision's µs;
+ * returns how many rows it deleted. The bound is a bigint, like the column: compared with a float8, the
+ * column would be cast and the index could not serve the condition.
+ */
+function pruneFunction(n: SqlNames): string {
+  return `
+  CREATE OR REPLACE FUNCTION ${n.fn('prune')}(p_now float8, p_created int)
+  RETURNS int LANGUAGE plpgsql VOLATILE AS $fn$
+  DECLARE
+    bound bigint := (p_now - ${PRUNE_GRACE_US})::bigint;
+    deleted int;
+  BEGIN
+    DELETE FROM ${n.qualified} t WHERE t.key IN (
+      SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= bound
+      ORDER BY x.expires_at LIMIT greatest(16, 2 * p_created) FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    RETURN deleted;
+  END
+  $fn$;`;
+}
+
+/**
  * A batch of calls, decided in arrival order in one transaction: decide.ts `decide` for each, with the
  * states kept in memory between calls on the same key and written once at the end.
  *
@@ -230,8 +255,7 @@ ${counting}
  * waits there for another that is creating the same key, and that one never waits for a transaction
  * still creating rows); then all rows are locked in key order (waits only for transactions that hold
  * rows, all taken in the same order). A row deleted in between (expired and pruned) is created and
- * locked on its own. A batch that created rows deletes twice as many expired ones (at least 16, expired
- * for a minute) at the end, through the expiry index, skipping rows others hold: pruning never waits,
+ * locked on its own. A batch that created rows prunes (`pruneFunction`) at the end: pruning never waits,
  * never scans the table, and keeps up with growth.
  */
 function decideFunction(n: SqlNames): string {
@@ -450,13 +474,8 @@ function decideFunction(n: SqlNames): string {
       END IF;
       EXIT attempt;
     END LOOP;
-    -- Only new rows make the table grow, so twice as many expired ones (at least 16) go for each, a
-    -- minute after their expiry (PRUNE_GRACE_US in sql/common.ts). The bound is a bigint, like the column:
-    -- compared with a float8, the column would be cast and the index could not serve the condition.
     IF created > 0 AND prune_now IS NOT NULL THEN
-      DELETE FROM ${n.qualified} t WHERE t.key IN (
-        SELECT x.key FROM ${n.qualified} x WHERE x.expires_at <= (prune_now - ${PRUNE_GRACE_US})::bigint
-        ORDER BY x.expires_at LIMIT greatest(16, 2 * created) FOR UPDATE SKIP LOCKED);
+      PERFORM ${n.fn('prune')}(prune_now, created);
     END IF;
     RETURN array_to_string(res, ',');
   END

@@ -73,14 +73,27 @@ export function alignDown(t: string, w: string): string {
 
 /** sql/common.ts `expiryOf`: when a row may be deleted, rounded up to a whole minute (a bigint, like the column). */
 export function expiry(now: string, reset: string): string {
-  return `(ceil((${now} + ${reset}) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint`;
+  return expiryAt(`${now} + ${reset}`);
 }
 
-/** Sets `target` to the server's clock, whole µs since the epoch, exactly (no float seconds on the way; uses `ts`). */
+/** `expiry` of the moment `at` (µs) the state is back to untouched. */
+export function expiryAt(at: string): string {
+  return `(ceil((${at}) / ${EXPIRY_GRAIN_US}) * ${EXPIRY_GRAIN_US})::bigint`;
+}
+
+/**
+ * The server's clock as read into `ts` (`clock_timestamp() AT TIME ZONE 'UTC'`), in whole µs since the
+ * epoch, exactly: whole seconds of the minute plus the microseconds within it, no float seconds on the way.
+ */
+export function clockUs(ts: string): string {
+  return `(extract(epoch FROM date_trunc('minute', ${ts}))::bigint * 1000000
+        + extract(microseconds FROM ${ts})::bigint)::float8`;
+}
+
+/** Sets `target` to the server's clock, whole µs since the epoch (`clockUs`; uses `ts`). */
 export function serverNow(target: string): string {
   return `ts := clock_timestamp() AT TIME ZONE 'UTC';
-      ${target} := (extract(epoch FROM date_trunc('minute', ts))::bigint * 1000000
-        + extract(microseconds FROM ts)::bigint)::float8;`;
+      ${target} := ${clockUs('ts')};`;
 }
 
 /**
