@@ -86,6 +86,22 @@ for (const driver of DRIVERS) {
       expect(tables.map((t) => t.tablename)).toContain(table);
     });
 
+    it('keys stay data one call at a time too (the meter statements: insert, update, read)', async () => {
+      const policy = gcra({ limit: 3, periodMs: 60_000 });
+      const prefix = uniquePrefix('hostile-alone');
+      const clock = manualClock({ startMs: SCENARIO_START_MS });
+      const limiter = createLimiter({ store, policies: [policy], prefix, clock });
+      for (const key of hostileKeys) {
+        expect((await limiter.limit(key)).remaining).toBe(2);
+        expect((await limiter.limit(key)).remaining).toBe(1);
+        expect((await limiter.status(key)).remaining).toBe(1);
+        expect((await limiter.check(key)).allowed).toBe(true);
+      }
+      const rows = await connection.sql(`SELECT key FROM "${schema}"."${table}" WHERE starts_with(key, $1)`, [prefix]);
+      const expected = hostileKeys.map((key) => stateKey(prefix, encodeKey(key), compilePolicy(policy)));
+      expect(rows.map((r) => r.key).sort()).toEqual([...expected].sort());
+    });
+
     it('decides calls made together in few statements, each in arrival order', async () => {
       let statements = 0;
       const counting = postgresStore({
@@ -130,6 +146,22 @@ for (const driver of DRIVERS) {
     });
   });
 }
+
+describe.skipIf(!available)('postgres store, pg, every call through the decide function (fastPath: false)', () => {
+  let connection: Connection;
+  let store: PostgresStore;
+  beforeAll(async () => {
+    connection = connect('pg');
+    store = postgresStore({ client: connection.client, schema, table: 'conformance_function', fastPath: false });
+    await store.migrate();
+  });
+  afterAll(async () => {
+    await store?.close();
+    await connection?.close();
+  });
+
+  runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8, seed: 500 });
+});
 
 describe.skipIf(!available)('postgres store', () => {
   for (const fastPath of [true, false]) {
@@ -241,38 +273,43 @@ describe.skipIf(!available)('postgres store', () => {
     }
   });
 
-  it('deletes expired rows in small batches as new keys arrive', async () => {
-    const connection = connect('pg', 2);
-    try {
-      const store = postgresStore({ client: connection.client, schema, table: 'prune' });
-      await store.migrate();
-      const clock = manualClock({ startMs: SCENARIO_START_MS });
-      const limiter = createLimiter({
-        store,
-        clock,
-        policies: [fixedWindow({ limit: 5, windowMs: 1000, align: 'first-request' })],
-      });
-      for (let i = 0; i < 40; i++) await limiter.limit(`idle-${i}`);
-      const count = async () => Number((await connection.sql(`SELECT count(*) AS n FROM "${schema}".prune`))[0]?.n);
-      expect(await count()).toBe(40);
-      // Expired (in whole minutes, EXPIRY_GRAIN_US) for more than a minute (PRUNE_GRACE_US): due for deletion.
-      clock.advance(125_000);
-      // Only new rows make the table grow: each batch that creates one deletes at least 16 expired rows.
-      await limiter.limit('new-1');
-      expect(await count()).toBe(40 - 16 + 1);
-      await limiter.limit('new-1');
-      expect(await count()).toBe(25);
-      await limiter.limit('new-2');
-      await limiter.limit('new-3');
-      expect(await count()).toBe(3);
-      const plan = await connection.sql(
-        `EXPLAIN SELECT x.key FROM "${schema}".prune x WHERE x.expires_at <= 0 ORDER BY x.expires_at LIMIT 16 FOR UPDATE SKIP LOCKED`,
-      );
-      expect(plan.map((p) => p['QUERY PLAN']).join('\n')).toMatch(/Index Scan using prune__fg_expires_at/);
-    } finally {
-      await connection.close();
-    }
-  });
+  for (const [path, policy] of [
+    ['the decide function', fixedWindow({ limit: 5, windowMs: 1000, align: 'first-request' })],
+    ['the meter statement', gcra({ limit: 5, periodMs: 1000 })],
+  ] as const) {
+    it(`deletes expired rows in small batches as new keys arrive (${path})`, async () => {
+      const connection = connect('pg', 2);
+      const table = `prune_${path.endsWith('function') ? 'function' : 'meter'}`;
+      try {
+        const store = postgresStore({ client: connection.client, schema, table });
+        await store.migrate();
+        const clock = manualClock({ startMs: SCENARIO_START_MS });
+        const limiter = createLimiter({ store, clock, policies: [policy] });
+        for (let i = 0; i < 40; i++) await limiter.limit(`idle-${i}`);
+        const count = async () =>
+          Number((await connection.sql(`SELECT count(*) AS n FROM "${schema}"."${table}"`))[0]?.n);
+        expect(await count()).toBe(40);
+        // Expired (in whole minutes, EXPIRY_GRAIN_US) for more than a minute (PRUNE_GRACE_US): due for deletion.
+        clock.advance(125_000);
+        // Only new rows make the table grow: each call that creates one deletes at least 16 expired rows.
+        await limiter.limit('new-1');
+        expect(await count()).toBe(40 - 16 + 1);
+        await limiter.limit('new-1');
+        expect(await count()).toBe(25);
+        await limiter.limit('new-2');
+        await limiter.limit('new-3');
+        expect(await count()).toBe(3);
+        const plan = await connection.sql(
+          `EXPLAIN SELECT x.key FROM "${schema}"."${table}" x WHERE x.expires_at <= 0 ORDER BY x.expires_at LIMIT 16 FOR UPDATE SKIP LOCKED`,
+        );
+        expect(plan.map((p) => p['QUERY PLAN']).join('\n')).toMatch(
+          new RegExp(`Index Scan using ${table}__fg_expires_at`),
+        );
+      } finally {
+        await connection.close();
+      }
+    });
+  }
 
   for (const driver of DRIVERS) {
     it(`admits exactly the limit when several processes with pools hammer one key (${driver})`, async () => {

@@ -1,21 +1,45 @@
-// A separate process with its own pool: `<driver> <schema> <table> <key> <calls>` makes all calls at once
-// on one key and prints how many were admitted.
+// A separate process with its own pool: `<driver> <schema> <table> <key> <calls> [mode]` prints how many
+// calls were admitted. Without a mode it makes all calls at once on one key, under a GCRA and a sliding log
+// (batched statements of the decide function). `hot-key` makes them one at a time on one key, under one
+// GCRA policy of 100 a day; `new-keys` makes one call on each of `<calls>` keys in order, one at a time,
+// under one GCRA policy of 1 a day: lone single-meter calls, which go through the meter statements.
 import { createLimiter, gcra, slidingLog } from '../../../src/index.js';
 import { postgresStore } from '../../../src/stores/postgres/index.js';
 import { connect, type Driver } from './postgres-env.js';
 
-const [driver, schema, table, key, calls] = process.argv.slice(2) as [Driver, string, string, string, string];
+const [driver, schema, table, key, calls, mode] = process.argv.slice(2) as [
+  Driver,
+  string,
+  string,
+  string,
+  string,
+  string | undefined,
+];
 const connection = connect(driver, 4);
 const store = postgresStore({ client: connection.client, schema, table });
-const limiter = createLimiter({
-  store,
-  prefix: 'shared',
-  policies: [
-    gcra({ limit: 100, periodMs: 86_400_000, name: 'day' }),
-    slidingLog({ limit: 150, windowMs: 86_400_000, name: 'log', countDenied: true }),
-  ],
-});
-const decisions = await Promise.all(Array.from({ length: Number(calls) }, () => limiter.limit(key)));
-process.stdout.write(String(decisions.filter((d) => d.allowed).length));
+let admitted = 0;
+if (mode === undefined) {
+  const limiter = createLimiter({
+    store,
+    prefix: 'shared',
+    policies: [
+      gcra({ limit: 100, periodMs: 86_400_000, name: 'day' }),
+      slidingLog({ limit: 150, windowMs: 86_400_000, name: 'log', countDenied: true }),
+    ],
+  });
+  const decisions = await Promise.all(Array.from({ length: Number(calls) }, () => limiter.limit(key)));
+  admitted = decisions.filter((d) => d.allowed).length;
+} else {
+  const hot = mode === 'hot-key';
+  const limiter = createLimiter({
+    store,
+    prefix: 'shared',
+    policies: [gcra({ limit: hot ? 100 : 1, periodMs: 86_400_000, name: hot ? 'hot' : 'new' })],
+  });
+  for (let i = 0; i < Number(calls); i++) {
+    if ((await limiter.limit(hot ? `${key}-hot` : `${key}-${i}`)).allowed) admitted++;
+  }
+}
+process.stdout.write(String(admitted));
 await store.close();
 await connection.close();
