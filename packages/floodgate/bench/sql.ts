@@ -8,7 +8,9 @@
 // (durable commits by default); everything is created in a schema of its own and dropped at the end.
 // Every contender makes the same calls: a key drawn from 10 000, a policy that admits nearly all of them
 // (1 000 000 per second), so that every call writes. "in flight" keeps that many calls outstanding at
-// once; "sequential" makes one call at a time and reports the 50th and 99th percentile latency.
+// once; "sequential" makes one call at a time and reports the 50th and 99th percentile latency. A call
+// alone goes through floodgate's meter statement; the row with `fastPath: false` makes the same sequential
+// calls on the same table through the decide function.
 //
 // Environment: BENCH_SECONDS (per measurement, default 5), BENCH_ROUNDS (best of, default 2),
 // BENCH_POOL (connections per pool and pgbench clients, default 10), BENCH_IN_FLIGHT (default 100),
