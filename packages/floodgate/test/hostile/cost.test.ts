@@ -221,7 +221,9 @@ describe('a store that refuses one call is not a failing store (real servers)', 
         for (const failure of ['open', 'closed', 'throw'] as const) {
           const limiter = createLimiter({
             store: broken,
-            policies: [gcra({ limit: 3, periodMs: 60_000 })],
+            // Two policies: the calls run the decide function, whose GCRA charge multiplies the cost on the
+            // server (a lone call under one meter policy sends the server only its charge, whole µs).
+            policies: [gcra({ limit: 3, periodMs: 60_000 }), fixedWindow({ limit: 3, windowMs: 60_000 })],
             prefix: uniquePrefix('pg-reject'),
             failure,
             breaker: { failureThreshold: 1, cooldownMs: 60_000 },
