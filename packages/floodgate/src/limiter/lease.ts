@@ -3,7 +3,7 @@ import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
 import { compilePolicy } from '../model/compile.js';
 import { MIN_COST, validateCost } from '../model/cost.js';
-import type { Decision } from '../model/decision.js';
+import { changedDecision, type Decision } from '../model/decision.js';
 import { kindOf } from '../model/kinds.js';
 import { leaseRefusal } from '../model/refund.js';
 import { giveBack, takeLease } from './leasing.js';
@@ -242,7 +242,7 @@ export class LeasedLimiter {
         entry.denied = undefined;
         this.stats.leases++;
         this.schedule();
-        return { ...decision, remaining: Math.floor(size - cost) };
+        return changedDecision(decision, { remaining: Math.floor(size - cost) });
       }
       // What every policy still has: a smaller lease of that, if the call fits in it.
       const left = Math.min(...decision.policies.map((p) => p.remaining));

@@ -1,7 +1,7 @@
 import { systemClock } from '../clock.js';
 import { FloodgateError } from '../errors.js';
 import { decide } from '../model/decide.js';
-import { type Decision, toDecision } from '../model/decision.js';
+import { changedDecision, type Decision, toDecision } from '../model/decision.js';
 import { emptyEvaluation } from '../model/types.js';
 import type { Store, StoreRequest, StoreResult, SyncStore } from '../stores/store.js';
 import { classifyStoreError, toStoreError } from '../stores/store-errors.js';
@@ -203,7 +203,11 @@ export class StoreCall {
     const asked = request.commit
       ? failure.fallback.limit(request.key, fallbackOptions)
       : failure.fallback.check(request.key, fallbackOptions);
-    return asked.then((decision) => ({ degraded: true, request, decision: { ...decision, reason: 'degraded' } }));
+    return asked.then((decision) => ({
+      degraded: true,
+      request,
+      decision: changedDecision(decision, { reason: 'degraded' }),
+    }));
   }
 }
 
@@ -216,9 +220,8 @@ function degradeLocally(failure: 'throw' | 'open' | 'closed', request: StoreRequ
   const allowed = decide(request.policies, [], nowUs, request.cost, { commit: false }, evaluations);
   const decision = toDecision(request.policies, evaluations, allowed);
   if (decision.reason === 'exceeds-capacity') return decision;
-  if (failure === 'open') return { ...decision, allowed: true, reason: 'degraded' };
-  return {
-    ...decision,
+  if (failure === 'open') return changedDecision(decision, { allowed: true, reason: 'degraded' });
+  return changedDecision(decision, {
     allowed: false,
     remaining: 0,
     retryAfterMs: DEGRADED_RETRY_MS,
@@ -230,5 +233,5 @@ function degradeLocally(failure: 'throw' | 'open' | 'closed', request: StoreRequ
       retryAfterMs: DEGRADED_RETRY_MS,
       reason: 'degraded',
     })),
-  };
+  });
 }

@@ -3,7 +3,7 @@ import { FloodgateError, invalid } from '../../errors.js';
 import { isPlainKey, LONG_KEY_MARK, localKey } from '../../keys.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { decide, evaluatePolicy, inspect, settleDenied } from '../../model/decide.js';
-import { type Decision, type PolicyDecision, wholeUsToMs } from '../../model/decision.js';
+import { admittedDecision, type Decision, deniedDecision, wholeUsToMs } from '../../model/decision.js';
 import { emptyStateLength, kindOf } from '../../model/kinds.js';
 import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
@@ -385,8 +385,7 @@ export class MeterLane {
       }
       const remaining = clampRemaining((tau - owed) / t, limit);
       const resetAfterMs = wholeUsToMs(owed);
-      const part: PolicyDecision = { policy, allowed: true, limit, remaining, retryAfterMs: 0, resetAfterMs };
-      return { allowed: true, limit, remaining, retryAfterMs: 0, resetAfterMs, policy, policies: [part] };
+      return admittedDecision(policy, limit, remaining, resetAfterMs);
     }
     // Denied: `settleDenied` changes nothing for a meter, but for the penalty box it starts.
     if (commit && c.blockUs > 0) return this.leave(nowUs);
@@ -394,9 +393,7 @@ export class MeterLane {
     const remaining = 0;
     const retryAfterMs = wholeUsToMs(owed - tau);
     const resetAfterMs = wholeUsToMs(owedBefore);
-    const reason = 'limit';
-    const part: PolicyDecision = { policy, allowed: false, limit, remaining, retryAfterMs, resetAfterMs, reason };
-    return { allowed: false, limit, remaining, retryAfterMs, resetAfterMs, policy, policies: [part], reason };
+    return deniedDecision(policy, limit, remaining, retryAfterMs, resetAfterMs);
   }
 
   private leave(nowUs: number | undefined): undefined {
