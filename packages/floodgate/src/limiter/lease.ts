@@ -1,13 +1,12 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { compilePolicy } from '../model/compile.js';
 import { MIN_COST, validateCost } from '../model/cost.js';
 import { changedDecision, type Decision } from '../model/decision.js';
 import { kindOf } from '../model/kinds.js';
-import { leaseRefusal } from '../model/refund.js';
 import { giveBack, takeLease } from './leasing.js';
-import { Limiter } from './limiter.js';
+import type { Limiter } from './limiter.js';
+import { localPolicies } from './local-limiter.js';
 
 /** Options of {@link leasedLimiter}. */
 export interface LeaseOptions {
@@ -84,24 +83,7 @@ export class LeasedLimiter {
   private closed = false;
 
   constructor(limiter: Limiter, options: LeaseOptions) {
-    if (!(limiter instanceof Limiter)) throw invalid('ERR_INVALID_OPTION', 'limiter', limiter, 'a floodgate limiter');
-    if (typeof options !== 'object' || options === null) {
-      throw invalid('ERR_INVALID_OPTION', 'leasedLimiter options', options, 'an object');
-    }
-    if (limiter.policies.length === 0) {
-      throw new FloodgateError('ERR_INVALID_POLICY', 'a leased limiter needs a limiter with policies of its own', {
-        option: 'policies',
-      });
-    }
-    const compiled = limiter.policies.map(compilePolicy);
-    compiled.forEach((c, i) => {
-      const refusal = leaseRefusal(c);
-      if (refusal !== undefined) {
-        throw new FloodgateError('ERR_INVALID_POLICY', `policies[${i}] (${c.name}) cannot be leased: ${refusal}`, {
-          option: `policies[${i}]`,
-        });
-      }
-    });
+    const compiled = localPolicies(limiter, options, 'leased');
     if (typeof limiter.store.refund !== 'function') {
       throw new FloodgateError(
         'ERR_INVALID_OPTION',

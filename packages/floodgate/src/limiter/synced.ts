@@ -1,12 +1,11 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { compilePolicy } from '../model/compile.js';
 import { MIN_COST, validateCost } from '../model/cost.js';
 import type { Decision, PolicyDecision } from '../model/decision.js';
 import type { Policy } from '../model/policy.js';
-import { leaseRefusal } from '../model/refund.js';
-import { Limiter } from './limiter.js';
+import type { Limiter } from './limiter.js';
+import { localPolicies } from './local-limiter.js';
 
 /** Options of {@link syncedLimiter}. */
 export interface SyncedOptions {
@@ -120,25 +119,7 @@ export class SyncedLimiter {
   private closed = false;
 
   constructor(limiter: Limiter, options: SyncedOptions = {}) {
-    if (!(limiter instanceof Limiter)) throw invalid('ERR_INVALID_OPTION', 'limiter', limiter, 'a floodgate limiter');
-    if (typeof options !== 'object' || options === null) {
-      throw invalid('ERR_INVALID_OPTION', 'syncedLimiter options', options, 'an object');
-    }
-    if (limiter.policies.length === 0) {
-      throw new FloodgateError('ERR_INVALID_POLICY', 'a synced limiter needs a limiter with policies of its own', {
-        option: 'policies',
-      });
-    }
-    const compiled = limiter.policies.map(compilePolicy);
-    compiled.forEach((c, i) => {
-      // What a lease cannot hold, local decisions cannot either: each needs every call at the store.
-      const refusal = leaseRefusal(c);
-      if (refusal !== undefined) {
-        throw new FloodgateError('ERR_INVALID_POLICY', `policies[${i}] (${c.name}) cannot be synced: ${refusal}`, {
-          option: `policies[${i}]`,
-        });
-      }
-    });
+    const compiled = localPolicies(limiter, options, 'synced');
     const syncMs = options.syncMs ?? 100;
     if (typeof syncMs !== 'number' || !Number.isFinite(syncMs) || !(syncMs >= 1) || syncMs > 2 ** 31 - 1) {
       throw invalid('ERR_INVALID_OPTION', 'syncMs', options.syncMs, 'a number of milliseconds from 1');
