@@ -46,6 +46,10 @@ end
 local redis_now = nil
 local reply = { 0 }
 local written = {}
+-- Numbers handed to redis.call are turned into strings with a float format (%.17g), which costs more
+-- than the SET itself; format('%d') is cheaper, and calls decided at the same time on fresh keys write
+-- the same TAT and expiry, so the last string of each is kept.
+local last_tat, last_tat_s, last_at, last_at_s = nil, nil, nil, nil
 local k = 0
 local count = #argv
 while at <= count do
@@ -103,7 +107,12 @@ while at <= count do
     if writes and charge <= tau and blocked <= now then
       local owed = base + charge - now
       if owed - tau <= slack then
-        next_value = format('%d', base + charge)
+        local tat_new = base + charge
+        if tat_new ~= last_tat then
+          last_tat = tat_new
+          last_tat_s = format('%d', tat_new)
+        end
+        next_value = last_tat_s
         reset = owed
       elseif block > 0 then
         -- settleDenied: the penalty box keeps the state as it stood, blocked until now + blockMs; the key
@@ -121,10 +130,14 @@ while at <= count do
       end
       if reset < 1 then reset = 1 end
       local at_ms = ceil((redis_now + reset + extra) / 1000)
+      if at_ms ~= last_at then
+        last_at = at_ms
+        last_at_s = format('%d', at_ms)
+      end
       if fresh then
-        if not call('SET', key, next_value, 'PXAT', at_ms, 'NX') then reply[k + 1] = 'E' end
+        if not call('SET', key, next_value, 'PXAT', last_at_s, 'NX') then reply[k + 1] = 'E' end
       else
-        call('SET', key, next_value, 'PXAT', at_ms)
+        call('SET', key, next_value, 'PXAT', last_at_s)
       end
       if reply[k + 1] ~= 'E' then written[key] = next_value end
     elseif fresh and call('EXISTS', key) == 1 then
