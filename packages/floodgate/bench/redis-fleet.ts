@@ -3,6 +3,7 @@
 // fleet's decisions per second, the server's CPU per decision, and how busy the server was (near 100 %:
 // Redis, not the clients, is the bound).
 import { fork } from 'node:child_process';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
 import type { Contender } from './redis-fleet-worker.js';
@@ -28,8 +29,13 @@ export async function fleetRound(
   port: number,
   contender: Contender,
   options: { processes: number; inFlight: number; keys: number; limit: number; periodMs: number; ms: number },
-): Promise<FleetRound> {
-  const children = Array.from({ length: options.processes }, () =>
+  /** When given, each client keeps the bytes it sent during the round in this folder (redis-replay.ts). */
+  recordIn?: string,
+): Promise<FleetRound & { recordings: string[] }> {
+  const recordings = Array.from({ length: options.processes }, (_, i) =>
+    recordIn === undefined ? '' : join(recordIn, `${contender}-${i}.resp`),
+  );
+  const children = recordings.map((recording) =>
     fork(
       worker,
       [
@@ -39,6 +45,7 @@ export async function fleetRound(
         String(options.keys),
         String(options.limit),
         String(options.periodMs),
+        ...(recording === '' ? [] : [recording]),
       ],
       { execArgv: ['--import', 'tsx'], stdio: 'inherit' },
     ),
@@ -57,7 +64,12 @@ export async function fleetRound(
     const cpuUs = ((await redisCpu(admin)) - cpuBefore) * 1e6;
     const decided = (await Promise.all(answers)).reduce((a, b) => a + b, 0);
     // The stop messages arrive a little after the wall time is read; the difference is a few ms of 2 s.
-    return { rate: (decided * 1000) / wallMs, redisUs: cpuUs / decided, redisBusy: cpuUs / 1000 / wallMs };
+    return {
+      rate: (decided * 1000) / wallMs,
+      redisUs: cpuUs / decided,
+      redisBusy: cpuUs / 1000 / wallMs,
+      recordings: recordIn === undefined ? [] : recordings,
+    };
   } finally {
     for (const child of children) if (child.exitCode === null) child.kill();
   }
