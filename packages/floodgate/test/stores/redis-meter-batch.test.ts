@@ -115,6 +115,50 @@ describe.skipIf(!available)('Redis meter batch script: batches decide exactly li
     expect(batchCalls).toBeGreaterThan(100);
   }, 120_000);
 
+  it('on Redis time, each write expires exactly at its TAT rounded up to the ms: fresh keys, kept ones, repeats', async () => {
+    const prefix = uniquePrefix('mbatchexp');
+    // maxInFlight 1: the first call of each round goes alone, the others queue behind it and go as one batch.
+    const store = redisStore({ client: fromIoredis(redis), maxInFlight: 1 });
+    const c = COMPILED[0] as (typeof COMPILED)[number];
+    const request = (key: string, cost: number): StoreRequest => ({
+      prefix,
+      key,
+      policies: [c],
+      cost,
+      commit: true,
+      nowUs: undefined,
+      maxDelayUs: 0,
+    });
+    const keys = new Set<string>();
+    let written = 0;
+    for (let round = 0; round < 4; round++) {
+      // Keys new to the batch, keys written by earlier rounds, keys repeated within the batch; costs
+      // that differ split the batch into runs.
+      const calls: [string, number][] = [
+        ['a', 1],
+        [`n${round}`, 1],
+        ['b', 1],
+        ['a', 1],
+        [`m${round}`, 2],
+        ['b', 2],
+        ['c', 1],
+        ['a', 1],
+        [`n${round}`, 1],
+      ];
+      const results = await Promise.all(calls.map(([key, cost]) => store.decide(request(key, cost))));
+      written += results.filter((r) => r.allowed).length;
+      for (const [key] of calls) keys.add(key);
+      for (const key of keys) {
+        const name = storageKey(prefix, encodeKey(key), c.name);
+        const tat = Number(await redis.get(name));
+        expect(Number.isSafeInteger(tat), `state of ${name}`).toBe(true);
+        expect(Number(await redis.pexpiretime(name)), `expiry of ${name}`).toBe(Math.ceil(tat / 1000));
+      }
+    }
+    expect(written).toBeGreaterThan(20);
+    await store.close();
+  });
+
   it('a key of another type fails its own call in a batch, and the others go on', async () => {
     const prefix = uniquePrefix('mbatchwrong');
     const store = redisStore({ client: fromIoredis(redis), maxInFlight: 1 });

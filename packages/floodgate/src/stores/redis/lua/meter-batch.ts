@@ -89,15 +89,15 @@ while at <= count do
     reply[k + 1] = value
     local blocked, tat = 0, nil
     if value then
-      if byte(value, 1) == 33 then
+      -- A TAT first: a state in a penalty box starts with '!', which tonumber never takes.
+      tat = tonumber(value)
+      if tat == nil and byte(value, 1) == 33 then
         local b, s = match(value, '^!(%S+) (%S+)$')
         if b then
           blocked = tonumber(b)
           tat = tonumber(s)
           if blocked == nil or tat == nil then blocked, tat = 0, nil end
         end
-      else
-        tat = tonumber(value)
       end
     end
     local kept = tat or 0
