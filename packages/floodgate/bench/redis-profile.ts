@@ -26,6 +26,8 @@ const DISTINCT = Number(process.env.KEYS ?? 100_000);
 /** 1000 ms as in bench:redis; a longer period keeps states alive under callgrind's slowdown (overwrites). */
 const PERIOD_MS = Number(process.env.PERIOD_MS ?? 1000);
 const LIMIT = Number(process.env.LIMIT ?? 100);
+/** SEQUENTIAL=1: keys in turn instead of bench:redis's pseudo-random sequence (no key twice in a batch). */
+const SEQUENTIAL = process.env.SEQUENTIAL === '1';
 
 const dir = await mkdtemp(join(tmpdir(), 'floodgate-callgrind-'));
 const server = spawn(
@@ -87,7 +89,7 @@ async function drive(count: number): Promise<void> {
   const loop = async () => {
     while (left > 0) {
       left--;
-      seed = (seed * 1103515245 + 12345) % 2147483648;
+      seed = SEQUENTIAL ? seed + 1 : (seed * 1103515245 + 12345) % 2147483648;
       await decide(`user-${seed % DISTINCT}`).catch((error: unknown) => {
         if (failed++ === 0) console.log(String(error));
       });

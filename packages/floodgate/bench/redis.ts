@@ -23,6 +23,8 @@
 //    most" = 1 s / that CPU). A saturated server reads more commands per read than a lightly loaded one,
 //    so the replayed CPU per decision is a little below the real clients'.
 //
+// What the server spends inside a decision: bench/redis-profile.ts counts it under callgrind.
+//
 // Environment: BENCH_MS (duration of one throughput round, default 2000), BENCH_ROUNDS (default 4; the
 // contenders alternate, the best round of each is kept), BENCH_KEYS (keys for the memory figures,
 // default 100000).
