@@ -333,7 +333,7 @@ async function main(): Promise<void> {
     for (const who of contenders) console.log(row(who, best[who]));
     console.log(`    (rounds: ${fleetRounds.join(', ')}; best of each kept)`);
     console.log(
-      `  replayed: the exact bytes each real client sent in its first round, sent again by ${FLEET} light processes, ≤ 250 decisions outstanding each (Redis, not the clients, is the bound):`,
+      `  replayed: the exact bytes each real client sent in its first round, sent again by ${FLEET} processes that only frame replies, ≤ 250 decisions outstanding each, so that Redis and not the clients is the bound (busy: how near it came):`,
     );
     for (const who of contenders) console.log(row(who, replayed[who]));
     console.log(`    (rounds: ${replayRounds.join(', ')}; best of each kept)`);
