@@ -159,6 +159,37 @@ describe.skipIf(!available)('Redis meter batch script: batches decide exactly li
     await store.close();
   });
 
+  it('a batch of more keys than one MGET reads (parts of 1000) decides like the model', async () => {
+    const prefix = uniquePrefix('mbatchbig');
+    const store = redisStore({ client: fromIoredis(redis), maxInFlight: 1, maxBatchSize: 3000 });
+    const model = modelStore();
+    let denied = 0;
+    // Twice: the second batch reads, across MGET's parts, the states the first one wrote.
+    for (const nowUs of [Date.UTC(2031, 0, 1) * 1000, Date.UTC(2031, 0, 1) * 1000 + 150_000]) {
+      // 2,600 calls over 1,300 keys, each key twice, the second far from the first; the penalty-box
+      // policy on every third key, so repeats across parts and both kinds of state are met.
+      const requests: StoreRequest[] = Array.from({ length: 2600 }, (_, i) => ({
+        prefix,
+        key: `k${i % 1300}`,
+        policies: [COMPILED[i % 3 === 0 ? 1 : 0] as (typeof COMPILED)[number]],
+        cost: 1 + (i % 4),
+        commit: true,
+        nowUs,
+        maxDelayUs: 0,
+      }));
+      const got = await Promise.all(requests.map((r) => store.decide(r)));
+      for (let i = 0; i < requests.length; i++) {
+        const want = await model.decide(requests[i] as StoreRequest);
+        expect(got[i]?.allowed, `call ${i}`).toBe(want.allowed);
+        expect(got[i]?.evaluations[0]?.remaining, `call ${i}`).toBe(want.evaluations[0]?.remaining);
+        expect(got[i]?.evaluations[0]?.resetAfterUs, `call ${i}`).toBe(want.evaluations[0]?.resetAfterUs);
+        if (!want.allowed) denied++;
+      }
+    }
+    expect(denied).toBeGreaterThan(100);
+    await store.close();
+  });
+
   it('a key of another type fails its own call in a batch, and the others go on', async () => {
     const prefix = uniquePrefix('mbatchwrong');
     const store = redisStore({ client: fromIoredis(redis), maxInFlight: 1 });

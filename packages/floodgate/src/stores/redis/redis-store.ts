@@ -464,10 +464,10 @@ function settleMeters(calls: readonly Call[], reply: unknown): void {
     for (const call of calls) call.reject(error);
     return;
   }
-  const redisNowUs = Number(reply[0]);
+  const redisNowUs = Number(reply[calls.length]);
   for (let i = 0; i < calls.length; i++) {
     const call = calls[i] as Call;
-    const value = reply[i + 1];
+    const value = reply[i];
     if (value === 'E') {
       call.reject(
         toStoreError('redis', new Error('WRONGTYPE Operation against a key holding the wrong kind of value')),

@@ -14,9 +14,9 @@
  *          in the run), nowUs ('' = Redis TIME), op (0 check, 1 limit), cost, maxDelayUs, policy number
  * Clock    a call's nowUs when given, else Redis TIME (integer µs), read once per script call; expiry is
  *          always on Redis's clock
- * Returns  [1] the Redis time the calls without a clock were decided at (0 when none), then per call the
- *          state it was decided on: the stored string, nil when the key held nothing, or `E` when the key
- *          holds another type (the call fails as WRONGTYPE and changes nothing)
+ * Returns  per call the state it was decided on: the stored string, nil when the key held nothing, or `E`
+ *          when the key holds another type (the call fails as WRONGTYPE and changes nothing); then last
+ *          the Redis time the calls without a clock were decided at (0 when none)
  * Writes   the new TAT as a plain integer (`SET … PXAT` at the untouched time, rounded up), or, once
  *          denied under `blockMs`, `!<blockedUntil> <tat>`; the state layout of lua/prelude.ts. A key that
  *          MGET found empty is written with NX: MGET answers nil for a key of another type too, and NX
@@ -46,15 +46,22 @@ for i = 1, tonumber(argv[2]) do
   at = at + 4
 end
 local n = #keys
-local values = {}
-for i = 1, n, 1000 do
-  local last = i + 999
-  if last > n then last = n end
-  local part = call('MGET', unpack(keys, i, last))
-  for j = 1, #part do values[i + j - 1] = part[j] end
+-- The states as MGET read them, which is also the reply: an entry changes only for a call that saw a
+-- state written earlier in this script call, or that failed; the Redis time goes last.
+local values
+if n <= 1000 then
+  values = call('MGET', unpack(keys))
+else
+  values = {}
+  for i = 1, n, 1000 do
+    local last = i + 999
+    if last > n then last = n end
+    local part = call('MGET', unpack(keys, i, last))
+    for j = 1, #part do values[i + j - 1] = part[j] end
+  end
 end
+values[n + 1] = 0
 local redis_now = nil
-local reply = { 0 }
 local written = {}
 -- Numbers handed to redis.call are turned into strings with a float format (%.17g), which costs more
 -- than the SET itself; format('%d') is cheaper, and calls decided at the same time on fresh keys write
@@ -79,7 +86,7 @@ while at <= count do
       redis_now = tonumber(time[1]) * 1000000 + tonumber(time[2])
     end
     now = redis_now
-    reply[1] = redis_now
+    values[n + 1] = redis_now
   else
     now = tonumber(given)
     extra = grace
@@ -95,8 +102,9 @@ while at <= count do
     if value == nil then
       value = values[k]
       fresh = not value
+    else
+      values[k] = value
     end
-    reply[k + 1] = value
     local blocked, tat = 0, nil
     if value then
       -- A TAT first: a state in a penalty box starts with '!', which tonumber never takes.
@@ -144,16 +152,16 @@ while at <= count do
         last_at = at_ms
         last_at_s = format('%d', at_ms)
       end
-      if fresh then
-        if not call('SET', key, next_value, 'PXAT', last_at_s, 'NX') then reply[k + 1] = 'E' end
+      if fresh and not call('SET', key, next_value, 'PXAT', last_at_s, 'NX') then
+        values[k] = 'E'
       else
-        call('SET', key, next_value, 'PXAT', last_at_s)
+        if not fresh then call('SET', key, next_value, 'PXAT', last_at_s) end
+        written[key] = next_value
       end
-      if reply[k + 1] ~= 'E' then written[key] = next_value end
     elseif fresh and call('EXISTS', key) == 1 then
-      reply[k + 1] = 'E'
+      values[k] = 'E'
     end
   end
 end
-return reply
+return values
 `;
