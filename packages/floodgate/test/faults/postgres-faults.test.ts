@@ -1,6 +1,6 @@
 import pg from 'pg';
 import postgres from 'postgres';
-import { afterAll, describe, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { fromPg, fromPostgres, type PostgresClient, postgresStore } from '../../src/stores/postgres/index.js';
 import { PG_CONFIG, requirePostgres, uniqueSchema } from '../stores/sql/postgres-env.js';
 import { sleep } from './load.js';
@@ -47,9 +47,54 @@ async function terminate(applicationName: string): Promise<number> {
   return result.rows.length;
 }
 
+/** Waits (up to `ms`) until a backend of the store waits for a lock: a statement of it is in flight. */
+async function statementWaiting(applicationName: string, ms: number): Promise<boolean> {
+  const end = now() + ms;
+  while (now() < end) {
+    const result = await (admin as pg.Pool).query(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+      [applicationName],
+    );
+    if ((result.rows[0] as { n: number }).n > 0) return true;
+    await sleep(2);
+  }
+  return false;
+}
+
+/**
+ * Terminates the store's backends while statements of it are running, again and again. A call alone is
+ * one short statement, so a backend terminated at a random moment is mostly idle (the pool just opens
+ * another connection) and the calls may all finish between terminations: each round therefore holds the
+ * store's table locked (as a long transaction of another client would), so that the store's statements
+ * wait on it, terminates the backends once one waits, and again once the next statement (the calls queued
+ * meanwhile, of every limiter) waits, then lets go, well within the calls' timeout. Returns how many
+ * rounds terminated a statement in flight.
+ */
+async function terminateMidStatement(applicationName: string, table: string, rounds: number): Promise<number> {
+  let hits = 0;
+  for (let round = 0; round < rounds; round++) {
+    const holder = await (admin as pg.Pool).connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`LOCK TABLE ${table} IN EXCLUSIVE MODE`);
+      let hit = false;
+      for (let i = 0; i < 2; i++) {
+        if (!(await statementWaiting(applicationName, 150))) break;
+        if ((await terminate(applicationName)) > 0) hit = true;
+      }
+      if (hit) hits++;
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+    await sleep(100);
+  }
+  return hits;
+}
+
 describe.skipIf(!available)('PostgreSQL faults, on the shared server', () => {
   for (const driver of ['pg', 'postgres'] as const) {
-    it(`${driver}: backends terminated (pg_terminate_backend) again and again mid-load`, async () => {
+    it(`${driver}: backends terminated (pg_terminate_backend) mid-statement, again and again under load`, async () => {
       const schema = uniqueSchema('fault');
       schemas.push(schema);
       const applicationName = `floodgate-fault-${process.pid}-${driver}`;
@@ -57,20 +102,23 @@ describe.skipIf(!available)('PostgreSQL faults, on the shared server', () => {
       try {
         const store = postgresStore({ client: connection.client, schema });
         await store.migrate();
-        await faultScenario(
+        const calls = await faultScenario(
           store,
           async () => {
             const faultAt = now();
-            let terminated = 0;
-            for (let i = 0; i < 10; i++) {
-              terminated += await terminate(applicationName);
-              await sleep(100);
-            }
-            if (terminated === 0) throw new Error('no backend of the store was found to terminate');
+            const hits = await terminateMidStatement(applicationName, `"${store.schema}"."${store.table}"`, 8);
+            if (hits === 0) throw new Error('no statement of the store was terminated in flight');
             return { faultAt, backAt: now() };
           },
           { label: `${driver}, backends terminated` },
         );
+        // The terminations themselves surfaced: calls failed on the driver's error (ERR_STORE_UNAVAILABLE
+        // with the driver's error as its cause), not only on the timeout or the open breaker that follow.
+        const fromDriver = calls.throw.filter((c) => {
+          const error = c.error as { code?: string; cause?: unknown } | undefined;
+          return error?.code === 'ERR_STORE_UNAVAILABLE' && error.cause !== undefined;
+        });
+        expect(fromDriver.length).toBeGreaterThan(0);
       } finally {
         await connection.close();
       }
