@@ -36,14 +36,14 @@ const POLICIES: Policy[] = [
 const COMPILED = POLICIES.map(compilePolicy);
 const KEYS = ['a', 'b', 'ключ {c}'];
 
-/** Counts the statements a client runs, by the name it prepares them under. */
+/** Counts the statements a client runs, by the name it prepares them under (either clock's meter statements alike). */
 function counting(client: PostgresClient): { client: PostgresClient; counts: Record<string, number> } {
   const counts: Record<string, number> = { meter: 0, meter_read: 0, decide: 0 };
   return {
     counts,
     client: {
       query(text, params, name) {
-        const what = /_(meter|meter_read|decide)$/.exec(name ?? '')?.[1];
+        const what = /_(meter|meter_read|decide)(?:_at)?$/.exec(name ?? '')?.[1];
         if (what !== undefined) counts[what] = (counts[what] ?? 0) + 1;
         return client.query(text, params, name);
       },

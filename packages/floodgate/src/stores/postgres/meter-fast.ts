@@ -1,7 +1,7 @@
-import { clockUs, expiry, expiryAt, literal, type SqlNames } from './sql.js';
+import { expiryAt, literal, type SqlNames } from './sql.js';
 
 /*
- * Two plain statements for the commonest call: one `limit` or `check` under a single meter policy (GCRA,
+ * Plain statements for the commonest call: one `limit` or `check` under a single meter policy (GCRA,
  * token bucket with continuous refill, leaky bucket in either mode), sent when no other call waits to share
  * a statement. A call of the decide function pays for the function (its variables, its nested functions,
  * each statement in it planned and run on its own); these are one plain statement each, prepared once per
@@ -9,26 +9,38 @@ import { clockUs, expiry, expiryAt, literal, type SqlNames } from './sql.js';
  * and returns the state it decided on; the client runs the model (`decide`, model/decide.ts) on that state
  * to report the decision, so the SQL holds only what the write needs.
  *
+ * Each comes in two forms, by whose clock decides: the server's (`clock_timestamp()`, read where noted), or
+ * the caller's (`nowUs` of the request, a parameter). Two prepared statements rather than one that tests a
+ * parameter for NaN: PostgreSQL builds the executor's state of every expression of a prepared statement
+ * again on each execution, so each function call, operator and cast in the text costs every call, taken or
+ * not, and the statements are written with as few as the decision allows.
+ *
  * Both read and write the rows the decide function reads and writes (port.ts: the meter's state
  * `[blockedUntil, tat]`, `expires_at` at its untouched time rounded up to the minute), so calls of either
  * path on one key interoperate, and both fail to prepare where this version of the port is not installed
  * (they name its prune function), which the store turns into ERR_STORE_VERSION as for the decide function.
+ *
+ * Both return one row, `r`: a bigint[] as text (`{…}`; integers print exactly, whatever the session's
+ * `extra_float_digits`), parsed by `settleMeter` (postgres-store.ts).
  */
 
 /**
  * Where the write statement keeps the state it decided on between its `DO UPDATE` and its `RETURNING`
  * (which sees only the row it wrote): a setting local to the statement's own transaction (`set_config(…,
- * true)`), gone when it commits.
+ * true)`). Outside that transaction it is empty (`''`, or unknown, NULL, in a session that never set it),
+ * so a `RETURNING` that finds it empty belongs to a row the statement inserted.
  */
 const STASH = 'floodgate.decided_on';
 
-/** The statement's µs: `$2`, or the server's clock (`clockUs`) when `$2` is NaN. `c.ts` holds the clock read. */
-function nowUs(): string {
-  return `CASE WHEN $2::float8 = 'NaN' THEN ${clockUs('c.ts')} ELSE $2::float8 END`;
-}
+/** Whose clock decides: the server's, or the caller's `nowUs` (the last parameter). */
+export type MeterClock = 'server' | 'caller';
 
-/** One read of the server's clock, as a row source `c(ts)`. */
-const CLOCK = `(SELECT clock_timestamp() AT TIME ZONE 'UTC' AS ts) c`;
+/**
+ * The server's clock in whole µs since the epoch, read once: `extract` gives the exact seconds with their
+ * µs as a numeric (PostgreSQL 14 and later); before 14 it gives a float8, within 0.25 µs of the exact value
+ * until the year 2112, which the bigint cast rounds to it. Below 2^53, the float8 is exact.
+ */
+const SERVER_NOW = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint::float8`;
 
 /**
  * A committed call of cost > 0 that the meter can admit at all (a cost beyond its tolerance changes
@@ -43,43 +55,46 @@ const CLOCK = `(SELECT clock_timestamp() AT TIME ZONE 'UTC' AS ts) c`;
  * them exactly, in any order: the test `owed − τ ≤ slack` is `TAT ≤ now + room` with `room = τ + slack −
  * charge` (at least 0, the charge fitting τ), which also admits a TAT behind `now`; and the expiry, at the
  * moment the state written is untouched (`now + resetAfterUs` in the model: the new TAT when admitted, the
- * later of the block's end and the TAT in the penalty box), is the later of its two numbers.
+ * later of the block's end and the TAT in the penalty box), is the later of its two numbers. A call that
+ * changes nothing writes the row back as it was, expiry included (it is locked either way).
  *
- * Parameters: `$1` the row key, `$2` now µs (`NaN`: the server's clock), `$3` the charge
- * (`meterCharge(cost, T)`), `$4` room, `$5` blockUs.
+ * Parameters: `$1` the row key, `$2` the charge (`meterCharge(cost, T)`), `$3` room, `$4` blockUs, and with
+ * the caller's clock `$5` now µs.
  *
- * Clock: `$2`, or `clock_timestamp()` read once the row is held (in the `DO UPDATE`, after the conflict
- * locked it), so time never goes back on a key; a new key reads it before its insert.
+ * Clock: the server's is read in the `DO UPDATE`, once the conflict has locked the row, so time never goes
+ * back on a key (a call that waited for the lock decides after the call it waited for); a new key reads it
+ * before its insert.
  *
  * Concurrency: a key no transaction holds is inserted; one that exists, or that another transaction inserts
  * meanwhile, is locked by the `ON CONFLICT` and decided in its `DO UPDATE` on the row as it is then (the
  * latest committed version, which the statement's snapshot may not see), so the state returned is the one
- * the write was computed from. A call that changes nothing writes the row back as it was (it is locked
- * either way).
+ * the write was computed from.
  *
- * Returns one row, `r`: `u<now>,<blockedUntil>,<tat>` (the state decided on, read in the `DO UPDATE`), or,
- * for a key that held nothing, `i<now>,<pruned>`: the new row was inserted, and, as the decide function does
- * for the rows it creates, the port's prune function deleted a few expired ones (how many follows).
+ * Returns `{now,blockedUntil,tat}`, the state decided on (stashed by the `DO UPDATE`, whose subquery
+ * passes its one row once `set_config` has kept it: `set_config` returns the value set, never NULL), or,
+ * for a key that held nothing, `{now,pruned}`: the row was inserted at `now` (its TAT less the charge) and,
+ * as the decide function does for the rows it creates, the port's prune function deleted a few expired
+ * ones (how many follows).
  */
-export function meterWriteStatement(n: SqlNames): string {
+export function meterWriteStatement(n: SqlNames, clock: MeterClock): string {
+  const now = clock === 'server' ? SERVER_NOW : '$5::float8';
   return `INSERT INTO ${n.qualified} AS t (key, state, expires_at)
-SELECT $1::text, ARRAY[0, f.now + $3::float8], ${expiry('f.now', '$3::float8')}
-FROM (SELECT ${nowUs()} AS now, set_config('${STASH}', 'i', true) FROM ${CLOCK}) f
+SELECT $1::text, ARRAY[0, i.tat], ${expiryAt('i.tat')}
+FROM (SELECT ${now} + $2::float8 AS tat OFFSET 0) i
 ON CONFLICT (key) DO UPDATE SET (state, expires_at) = (
-  SELECT coalesce(d.nx, t.state), coalesce(${expiryAt('greatest(d.nx[1], d.nx[2])')}, t.expires_at)
-  FROM (
-    SELECT CASE
-      WHEN t.state[1] > m.now THEN NULL
-      WHEN t.state[2] <= m.now + $4::float8 THEN ARRAY[0, greatest(t.state[2], m.now) + $3::float8]
-      WHEN $5::float8 > 0 THEN ARRAY[m.now + $5::float8, t.state[2]]
-    END AS nx
-    FROM (SELECT ${nowUs()} AS now,
-        set_config('${STASH}', 'u' || (${nowUs()})::bigint || ',' || t.state[1]::bigint || ',' || t.state[2]::bigint, true)
-      FROM ${CLOCK}) m
-    OFFSET 0) d)
-RETURNING CASE WHEN current_setting('${STASH}') = 'i'
-  THEN 'i' || (t.state[2] - $3::float8)::bigint || ',' || ${n.fn('prune')}(t.state[2] - $3::float8, 1)
-  ELSE current_setting('${STASH}') END AS r`;
+  SELECT
+    CASE WHEN m.b > m.now THEN t.state
+      WHEN m.x <= m.now + $3::float8 THEN ARRAY[0, greatest(m.x, m.now) + $2::float8]
+      WHEN $4::float8 > 0 THEN ARRAY[m.now + $4::float8, m.x]
+      ELSE t.state END,
+    CASE WHEN m.b > m.now THEN t.expires_at
+      WHEN m.x <= m.now + $3::float8 THEN ${expiryAt('greatest(m.x, m.now) + $2::float8')}
+      WHEN $4::float8 > 0 THEN ${expiryAt('greatest(m.now + $4::float8, m.x)')}
+      ELSE t.expires_at END
+  FROM (SELECT ${now} AS now, t.state[1] AS b, t.state[2] AS x OFFSET 0) m
+  WHERE set_config('${STASH}', ARRAY[m.now, m.b, m.x]::bigint[]::text, true) IS NOT NULL)
+RETURNING coalesce(nullif(current_setting('${STASH}', true), ''),
+  ARRAY[t.state[2] - $2::float8, ${n.fn('prune')}(t.state[2] - $2::float8, 1)]::bigint[]::text) AS r`;
 }
 
 /**
@@ -87,11 +102,12 @@ RETURNING CASE WHEN current_setting('${STASH}') = 'i'
  * admit. None changes anything (the model's `decide` writes nothing for them), so the statement only reads
  * the row, without locking it, as the decide function reads the rows of a `check`.
  *
- * Parameters: `$1` the row key, `$2` now µs (`NaN`: the server's clock). Returns one row, `r`: `r<now>`,
- * then `,<blockedUntil>,<tat>` when the key holds a state.
+ * Parameters: `$1` the row key, with the caller's clock `$2` now µs. Returns `{now,blockedUntil,tat}`,
+ * `{now,NULL,NULL}` for a key that holds no state.
  */
-export function meterReadStatement(n: SqlNames): string {
-  return `SELECT 'r' || (${nowUs()})::bigint || coalesce(',' || t.state[1]::bigint || ',' || t.state[2]::bigint, '') AS r
-FROM ${CLOCK} LEFT JOIN ${n.qualified} t ON t.key = $1::text
+export function meterReadStatement(n: SqlNames, clock: MeterClock): string {
+  const now = clock === 'server' ? SERVER_NOW : '$2::float8';
+  return `SELECT ARRAY[${now}, t.state[1], t.state[2]]::bigint[]::text AS r
+FROM (SELECT) o LEFT JOIN ${n.qualified} t ON t.key = $1::text
 WHERE ${literal(`${n.fn('prune')}(double precision,integer)`)}::regprocedure IS NOT NULL`;
 }

@@ -180,8 +180,9 @@ class PostgresStoreImpl implements PostgresStore {
   private readonly lanes: Lane[];
   private readonly statement: string;
   private readonly statementName: string;
-  private readonly meterWrite: Statement;
-  private readonly meterRead: Statement;
+  /** The meter statements (meter-fast.ts) by clock: the server's, then the caller's. */
+  private readonly meterWrite: readonly [Statement, Statement];
+  private readonly meterRead: readonly [Statement, Statement];
   private closed = false;
   private closing: Promise<void> | undefined;
   /** Cancels and refunds running. */
@@ -206,8 +207,14 @@ class PostgresStoreImpl implements PostgresStore {
     this.lanes = Array.from({ length: concurrency }, () => ({ queue: [], sending: undefined, sides: [], busy: false }));
     this.statement = decideStatement(names);
     this.statementName = statementName(names, 'decide');
-    this.meterWrite = { text: meterWriteStatement(names), name: statementName(names, 'meter') };
-    this.meterRead = { text: meterReadStatement(names), name: statementName(names, 'meter_read') };
+    this.meterWrite = [
+      { text: meterWriteStatement(names, 'server'), name: statementName(names, 'meter') },
+      { text: meterWriteStatement(names, 'caller'), name: statementName(names, 'meter_at') },
+    ];
+    this.meterRead = [
+      { text: meterReadStatement(names, 'server'), name: statementName(names, 'meter_read') },
+      { text: meterReadStatement(names, 'caller'), name: statementName(names, 'meter_read_at') },
+    ];
   }
 
   async migrate(): Promise<void> {
@@ -438,17 +445,21 @@ class PostgresStoreImpl implements PostgresStore {
   private flushMeter(lane: Lane, item: Pending, call: MeterCall): void {
     const { request, policy } = call;
     lane.sending = [item];
-    const now = request.nowUs === undefined ? 'NaN' : String(request.nowUs);
+    const key = item.keys[0] as string;
+    const clock = request.nowUs === undefined ? 0 : 1;
     const charge = meterCharge(request.cost, policy.a);
     const write = request.commit && request.cost !== 0 && !exceedsCapacity(policy, request.cost);
     let sent: Promise<readonly Record<string, unknown>[]>;
     if (write) {
       // The meter admits while TAT ≤ now + room (meter-fast.ts); queue mode books no further ahead than τ.
       const room = policy.b + (policy.c === 1 ? 0 : request.maxDelayUs) - charge;
-      const params = [item.keys[0] as string, now, String(charge), String(room), String(policy.blockUs)];
-      sent = this.send(this.meterWrite.text, this.meterWrite.name, params, 0);
+      const params = [key, String(charge), String(room), String(policy.blockUs)];
+      if (clock === 1) params.push(String(request.nowUs));
+      const statement = this.meterWrite[clock];
+      sent = this.send(statement.text, statement.name, params, 0);
     } else {
-      sent = this.send(this.meterRead.text, this.meterRead.name, [item.keys[0] as string, now], 0);
+      const statement = this.meterRead[clock];
+      sent = this.send(statement.text, statement.name, clock === 1 ? [key, String(request.nowUs)] : [key], 0);
     }
     sent.then(
       (rows) => {
@@ -546,7 +557,10 @@ class PostgresStoreImpl implements PostgresStore {
  * The name `pg` prepares a statement under: unique per schema and table and at most 63 bytes, since
  * PostgreSQL cuts longer names (two stores on one pool would then share one name for two statements).
  */
-function statementName(names: SqlNames, what: 'decide' | 'cancel' | 'refund' | 'meter' | 'meter_read'): string {
+function statementName(
+  names: SqlNames,
+  what: 'decide' | 'cancel' | 'refund' | 'meter' | 'meter_at' | 'meter_read' | 'meter_read_at',
+): string {
   const hash = createHash('sha256')
     .update(`${names.schema}.${names.table}.${names.version}`)
     .digest('hex')
@@ -588,21 +602,19 @@ const METER_OUTS = [METER_OUT];
  */
 function settleMeter(call: MeterCall, rows: readonly Record<string, unknown>[]): StoreResult {
   const text = rows[0]?.r;
-  if (typeof text !== 'string' || text.length < 2) {
+  if (typeof text !== 'string' || text.length < 2 || text[0] !== '{' || text[text.length - 1] !== '}') {
     throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no result from its meter statement');
   }
-  // `u<now>,<blockedUntil>,<tat>` and `r<now>[,<blockedUntil>,<tat>]` carry the state decided on, if the key
-  // held one; `i<now>,<pruned>` is a new key.
-  const values = text.slice(1).split(',').map(Number);
-  const kind = text[0];
-  const shape =
-    kind === 'u' ? values.length === 3 : kind === 'i' ? values.length === 2 : kind === 'r' && values.length !== 2;
-  if (!shape || values.length > 3 || !values.every(Number.isSafeInteger)) {
+  // `{now,blockedUntil,tat}` is the state decided on, `{now,NULL,NULL}` a key that held none (the read
+  // statement), `{now,pruned}` a key the write statement inserted.
+  const parts = text.slice(1, -1).split(',');
+  const held = parts.length === 3 && parts[1] !== 'NULL';
+  const numbers = held ? parts : parts.length === 3 && parts[2] === 'NULL' ? parts.slice(0, 1) : parts;
+  if ((parts.length !== 2 && parts.length !== 3) || !numbers.every(isWholeNumber)) {
     throw new FloodgateError('ERR_STORE_PROTOCOL', `the postgres store got an unexpected result: ${text}`);
   }
-  const nowUs = values[0] as number;
-  const state: State | undefined =
-    kind !== 'i' && values.length === 3 ? [values[1] as number, values[2] as number] : undefined;
+  const nowUs = Number(parts[0]);
+  const state: State | undefined = held ? [Number(parts[1]), Number(parts[2])] : undefined;
   const { request } = call;
   const allowed = decide(
     [call.policy],
@@ -629,6 +641,11 @@ function settleMeter(call: MeterCall, rows: readonly Record<string, unknown>[]):
     ],
     nowUs,
   };
+}
+
+/** A bigint as PostgreSQL prints it, within the numbers JavaScript holds exactly. */
+function isWholeNumber(text: string): boolean {
+  return text !== '' && Number.isSafeInteger(Number(text));
 }
 
 /** The buffers of the evaluations the meter statements hand over (their `next` is always undefined). */
