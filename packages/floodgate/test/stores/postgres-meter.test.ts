@@ -243,6 +243,46 @@ describe.skipIf(!available)('postgres meter statements', () => {
     await store.close();
   });
 
+  it('a row the decide function left without a state decides like a missing key, on both paths', async () => {
+    // The decide function inserts a row with a NULL state to lock a key of a batch, and leaves it so when
+    // it writes nothing there (a denied batch): such a row is a missing key to every path.
+    const compiled = compilePolicy(gcra({ limit: 2, periodMs: 1000, blockMs: 5000, name: 'n' }));
+    const stores = {
+      fast: postgresStore({ client: connection.client, schema, table: 'm_null_fast' }),
+      function: postgresStore({ client: connection.client, schema, table: 'm_null_function', fastPath: false }),
+    };
+    for (const store of Object.values(stores)) await store.migrate();
+    const prefix = uniquePrefix('null');
+    for (const clock of ['caller', 'server'] as const) {
+      const key = `key-${clock}`;
+      const row = stateKey(prefix, encodeKey(key), compiled);
+      for (const table of ['m_null_fast', 'm_null_function']) {
+        await connection.sql(`INSERT INTO "${schema}"."${table}" (key, state, expires_at) VALUES ($1, NULL, 0)`, [row]);
+      }
+      // A check (the read statement), then a limit (the write statement), each the model's on a missing key.
+      for (const commit of [false, true]) {
+        const nowUs = clock === 'caller' ? Date.UTC(2031, 0, 1) * 1000 : undefined;
+        const request: StoreRequest = { prefix, key, policies: [compiled], cost: 1, commit, nowUs, maxDelayUs: 0 };
+        const fast = await stores.fast.decide(request);
+        const want = strip(await modelStore().decide({ ...request, nowUs: fast.nowUs }));
+        expect(strip(fast), `${clock}'s clock, commit ${commit}`).toEqual(want);
+        expect([want.allowed, want.evaluations[0]?.remaining]).toEqual([true, 1]);
+        if (clock === 'caller') expect(strip(await stores.function.decide(request))).toEqual(want);
+        if (commit) {
+          // The admission is written: the state a missing key gets, [0, now + T].
+          const found = await rows('m_null_fast', prefix);
+          expect(found.get(row.slice(prefix.length))?.[0]).toEqual([0, (fast.nowUs as number) + compiled.a]);
+          if (clock === 'caller') {
+            expect(found.get(row.slice(prefix.length))).toEqual(
+              (await rows('m_null_function', prefix)).get(row.slice(prefix.length)),
+            );
+          }
+        }
+      }
+    }
+    for (const store of Object.values(stores)) await store.close();
+  });
+
   it('fastPath must be a boolean: anything else is ERR_INVALID_OPTION naming it', () => {
     const client = { query: () => Promise.resolve([]) };
     expect(() => postgresStore({ client, fastPath: 'yes' as unknown as boolean })).toThrow(

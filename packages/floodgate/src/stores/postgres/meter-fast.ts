@@ -65,6 +65,10 @@ const SERVER_NOW = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint::f
  * back on a key (a call that waited for the lock decides after the call it waited for); a new key reads it
  * before its insert.
  *
+ * A row whose state is NULL (one the decide function created to lock a key it then did not write) decides
+ * like a missing key, as it does there: not blocked, `coalesce` makes its TAT pass the test, `greatest`
+ * skips the NULL (`[0, now + charge]`), and it is returned as holding nothing.
+ *
  * Concurrency: a key no transaction holds is inserted; one that exists, or that another transaction inserts
  * meanwhile, is locked by the `ON CONFLICT` and decided in its `DO UPDATE` on the row as it is then (the
  * latest committed version, which the statement's snapshot may not see), so the state returned is the one
@@ -84,11 +88,11 @@ FROM (SELECT ${now} + $2::float8 AS tat OFFSET 0) i
 ON CONFLICT (key) DO UPDATE SET (state, expires_at) = (
   SELECT
     CASE WHEN m.b > m.now THEN t.state
-      WHEN m.x <= m.now + $3::float8 THEN ARRAY[0, greatest(m.x, m.now) + $2::float8]
+      WHEN coalesce(m.x, 0) <= m.now + $3::float8 THEN ARRAY[0, greatest(m.x, m.now) + $2::float8]
       WHEN $4::float8 > 0 THEN ARRAY[m.now + $4::float8, m.x]
       ELSE t.state END,
     CASE WHEN m.b > m.now THEN t.expires_at
-      WHEN m.x <= m.now + $3::float8 THEN ${expiryAt('greatest(m.x, m.now) + $2::float8')}
+      WHEN coalesce(m.x, 0) <= m.now + $3::float8 THEN ${expiryAt('greatest(m.x, m.now) + $2::float8')}
       WHEN $4::float8 > 0 THEN ${expiryAt('greatest(m.now + $4::float8, m.x)')}
       ELSE t.expires_at END
   FROM (SELECT ${now} AS now, t.state[1] AS b, t.state[2] AS x OFFSET 0) m
