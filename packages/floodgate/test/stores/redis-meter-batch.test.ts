@@ -22,18 +22,47 @@ const POLICIES: Policy[] = [
 ];
 const COMPILED = POLICIES.map(compilePolicy);
 
+/**
+ * The links a meter batch script call carries (see lua/meter-batch.ts, ARGV, j × 16384 + k in hexadecimal): pairs [j, k],
+ * call j's key next at call k, 1-based. Read back from the arguments, to show which repeats a test sent.
+ */
+function linksOf(args: readonly (string | number)[]): [number, number][] {
+  const at = 3 + 4 * Number(args[1]);
+  return Array.from({ length: Number(args[2]) }, (_, l) => {
+    const link = Number.parseInt(String(args[at + l]), 16);
+    return [Math.floor(link / 16384), link % 16384];
+  });
+}
+
+/** How many links of a script call continue a chain: the key's third or later call in that script call. */
+function chained(links: readonly [number, number][]): number {
+  const later = new Set(links.map(([, k]) => k));
+  return links.filter(([j]) => later.has(j)).length;
+}
+
 describe.skipIf(!available)('Redis meter batch script: batches decide exactly like the model, call by call', () => {
   const redis = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
   afterAll(() => redis.quit());
 
   it('random batches of single-meter calls, against the reference model in arrival order', async () => {
-    // Counts the script calls that went through the batch script, to show the property tested it.
+    // Counts the script calls that went through the batch script, those with a key twice and those with
+    // a key three times or more, to show the property tested them.
     let batchCalls = 0;
+    let repeats = 0;
+    let chains = 0;
     const base = fromIoredis(redis);
     const client: RedisScriptClient = {
       cluster: false,
       evalsha: (sha, keys, args) => {
-        if (sha === METER_BATCH_SHA) batchCalls++;
+        if (sha === METER_BATCH_SHA) {
+          batchCalls++;
+          const links = linksOf(args);
+          // Each link joins two calls on one key, the earlier first.
+          for (const [j, k] of links) expect(keys[j - 1]).toBe(keys[k - 1]);
+          expect(links.length).toBe(keys.length - new Set(keys).size);
+          if (links.length > 0) repeats++;
+          if (chained(links) > 0) chains++;
+        }
         return base.evalsha(sha, keys, args);
       },
       eval: base.eval,
@@ -113,6 +142,8 @@ describe.skipIf(!available)('Redis meter batch script: batches decide exactly li
       { numRuns: 60 },
     );
     expect(batchCalls).toBeGreaterThan(100);
+    expect(repeats).toBeGreaterThan(50);
+    expect(chains).toBeGreaterThan(30);
   }, 120_000);
 
   it('on Redis time, each write expires exactly at its TAT rounded up to the ms: fresh keys, kept ones, repeats', async () => {
@@ -159,25 +190,45 @@ describe.skipIf(!available)('Redis meter batch script: batches decide exactly li
     await store.close();
   });
 
-  it('a batch of more keys than one MGET reads (parts of 1000) decides like the model', async () => {
+  it('a batch of more keys than one MGET reads (parts of 1000), keys repeated across parts, decides like the model and the full script', async () => {
     const prefix = uniquePrefix('mbatchbig');
-    const store = redisStore({ client: fromIoredis(redis), maxInFlight: 1, maxBatchSize: 3000 });
+    const fullPrefix = `${prefix}f`;
+    // The links of each batch script call, to show that repeats (and chains of them) crossed MGET's parts.
+    const sent: [number, number][][] = [];
+    const base = fromIoredis(redis);
+    const client: RedisScriptClient = {
+      cluster: false,
+      evalsha: (sha, keys, args) => {
+        if (sha === METER_BATCH_SHA) sent.push(linksOf(args));
+        return base.evalsha(sha, keys, args);
+      },
+      eval: base.eval,
+    };
+    const store = redisStore({ client, maxInFlight: 1, maxBatchSize: 3000 });
+    const full = redisStore({ client: base, maxInFlight: 1, maxBatchSize: 3000, fastPath: false });
     const model = modelStore();
     let denied = 0;
     // Twice: the second batch reads, across MGET's parts, the states the first one wrote.
     for (const nowUs of [Date.UTC(2031, 0, 1) * 1000, Date.UTC(2031, 0, 1) * 1000 + 150_000]) {
-      // 2,600 calls over 1,300 keys, each key twice, the second far from the first; the penalty-box
-      // policy on every third key, so repeats across parts and both kinds of state are met.
-      const requests: StoreRequest[] = Array.from({ length: 2600 }, (_, i) => ({
-        prefix,
-        key: `k${i % 1300}`,
-        policies: [COMPILED[i % 3 === 0 ? 1 : 0] as (typeof COMPILED)[number]],
-        cost: 1 + (i % 4),
-        commit: true,
-        nowUs,
-        maxDelayUs: 0,
-      }));
+      // 2,600 calls over 1,100 keys in a scattered order (as bench:redis picks them), so that a key comes
+      // once, twice, three times or more, often in different parts of 1000; the penalty-box policy on
+      // every third key, so both kinds of state are met.
+      let seed = 7;
+      const requests: StoreRequest[] = Array.from({ length: 2600 }, (_, i) => {
+        seed = (seed * 1103515245 + 12345) % 2147483648;
+        const key = (seed >> 8) % 1100;
+        return {
+          prefix,
+          key: `k${key}`,
+          policies: [COMPILED[key % 3 === 0 ? 1 : 0] as (typeof COMPILED)[number]],
+          cost: 1 + (i % 4),
+          commit: true,
+          nowUs,
+          maxDelayUs: 0,
+        };
+      });
       const got = await Promise.all(requests.map((r) => store.decide(r)));
+      await Promise.all(requests.map((r) => full.decide({ ...r, prefix: fullPrefix })));
       for (let i = 0; i < requests.length; i++) {
         const want = await model.decide(requests[i] as StoreRequest);
         expect(got[i]?.allowed, `call ${i}`).toBe(want.allowed);
@@ -185,9 +236,27 @@ describe.skipIf(!available)('Redis meter batch script: batches decide exactly li
         expect(got[i]?.evaluations[0]?.resetAfterUs, `call ${i}`).toBe(want.evaluations[0]?.resetAfterUs);
         if (!want.allowed) denied++;
       }
+      for (let key = 0; key < 1100; key++) {
+        const name = (COMPILED[key % 3 === 0 ? 1 : 0] as (typeof COMPILED)[number]).name;
+        const mine = storageKey(prefix, encodeKey(`k${key}`), name);
+        expect(await redis.get(mine), `state of ${mine}`).toBe(
+          await redis.get(storageKey(fullPrefix, encodeKey(`k${key}`), name)),
+        );
+      }
     }
     expect(denied).toBeGreaterThan(100);
+    // The big batches (the first call of each went alone): links from one part of 1000 to another, and
+    // chains (a key's third call or later) whose link crosses parts.
+    const big = sent.filter((links) => links.length > 500);
+    expect(big.length).toBe(2);
+    for (const links of big) {
+      const part = (call: number) => Math.floor((call - 1) / 1000);
+      const across = links.filter(([j, k]) => part(j) !== part(k));
+      expect(across.length).toBeGreaterThan(100);
+      expect(chained(across)).toBeGreaterThan(50);
+    }
     await store.close();
+    await full.close();
   });
 
   it('a key of another type fails its own call in a batch, and the others go on', async () => {
@@ -204,10 +273,18 @@ describe.skipIf(!available)('Redis meter batch script: batches decide exactly li
       nowUs: undefined,
       maxDelayUs: 0,
     });
-    const results = await Promise.allSettled(['a', 'b', 'bad', 'c', 'd'].map((k) => store.decide(request(k))));
-    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
-    expect((results[2] as PromiseRejectedResult).reason).toMatchObject({ code: 'ERR_STORE_REJECTED' });
-    for (const r of results) if (r.status === 'fulfilled') expect(r.value.allowed).toBe(true);
+    // The first call goes alone; in the batch, 'bad' three times, and 'a' twice around it.
+    const keys = ['x', 'a', 'b', 'bad', 'c', 'bad', 'a', 'bad'];
+    const results = await Promise.allSettled(keys.map((k) => store.decide(request(k))));
+    expect(results.map((r) => r.status)).toEqual(keys.map((k) => (k === 'bad' ? 'rejected' : 'fulfilled')));
+    for (const r of results) {
+      if (r.status === 'rejected') expect(r.reason).toMatchObject({ code: 'ERR_STORE_REJECTED' });
+      else expect(r.value.allowed).toBe(true);
+    }
+    // The batch's second call on 'a' decided on the state its first one wrote: 5 a second, 4 left, then 3.
+    expect(results[1]).toMatchObject({ status: 'fulfilled', value: { evaluations: [{ remaining: 4 }] } });
+    expect(results[6]).toMatchObject({ status: 'fulfilled', value: { evaluations: [{ remaining: 3 }] } });
+    expect(await redis.type(storageKey(prefix, encodeKey('bad'), c.name))).toBe('list');
     await redis.del(storageKey(prefix, encodeKey('bad'), c.name));
     await store.close();
   });

@@ -386,17 +386,29 @@ function isMeterCall(call: Call): boolean {
 /** KEYS and ARGV of the meter batch script (lua/meter-batch.ts), or undefined when a call is of another kind. */
 function meterBatchArguments(calls: readonly Call[], grace: string): { keys: string[]; args: string[] } | undefined {
   for (const call of calls) if (!isMeterCall(call)) return undefined;
-  const keys = new Array<string>(calls.length);
-  const head: string[] = [grace, '0'];
+  const n = calls.length;
+  const keys = new Array<string>(n);
+  const head: string[] = [grace, '0', '0'];
   const body: string[] = [];
   const numbers = new Map<CompiledPolicy, string>();
+  // Each key's latest call so far, to link a call to the next one on its key (see the script's header:
+  // a link is j × 16384 + k, 1-based, sent in hexadecimal; sorting the numbers sorts them by j).
+  const latest = new Map<string, number>();
+  let links: number[] | undefined;
   let previous: Call | undefined;
   let runAt = 0;
   let run = 0;
-  for (let i = 0; i < calls.length; i++) {
+  for (let i = 0; i < n; i++) {
     const call = calls[i] as Call;
     const c = call.policies[0] as CompiledPolicy;
-    keys[i] = storageKey(call.prefix, call.encoded, c.name);
+    const key = storageKey(call.prefix, call.encoded, c.name);
+    keys[i] = key;
+    const earlier = latest.get(key);
+    if (earlier !== undefined) {
+      links ??= [];
+      links.push((earlier + 1) * 16384 + i + 1);
+    }
+    latest.set(key, i);
     if (
       previous !== undefined &&
       call.op === previous.op &&
@@ -431,7 +443,16 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
   }
   body[runAt] = String(run);
   head[1] = String(numbers.size);
-  return { keys, args: head.concat(body) };
+  if (links === undefined) return { keys, args: head.concat(body) };
+  // Found in the order of their later call; the script takes them in the order of the earlier one.
+  links.sort((x, y) => x - y);
+  head[2] = String(links.length);
+  return { keys, args: head.concat(links.map(hex), body) };
+}
+
+/** A link of the meter batch script's ARGV: its tonumber(s, 16) is strtoul, cheaper than base 10's strtod. */
+function hex(n: number): string {
+  return n.toString(16);
 }
 
 /** A meter state as the scripts store it (lua/prelude.ts): the TAT, or `!<blockedUntil> <tat>`. */

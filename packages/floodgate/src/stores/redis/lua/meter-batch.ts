@@ -9,9 +9,19 @@
  * lua/meter-fast.ts ports them).
  *
  * KEYS     one storage key per call, in call order (a key may repeat: a later call sees the earlier write)
- * ARGV     [1] grace ms (as in lua/main.ts), [2] P, the number of distinct policies, then per policy
- *          blockUs, T (a), τ (b), 1 = queue mode (c); then runs of calls that differ only by key: m (calls
- *          in the run), nowUs ('' = Redis TIME), op (0 check, 1 limit), cost, maxDelayUs, policy number
+ * ARGV     [1] grace ms (as in lua/main.ts), [2] P, the number of distinct policies, [3] L, the number of
+ *          links; then per policy blockUs, T (a), τ (b), 1 = queue mode (c); then the links in increasing
+ *          order, each j × 16384 + k in hexadecimal, where call j's key next occurs at call k (1-based
+ *          call numbers, at most 10,000: one string a link, read by tonumber(s, 16), which is strtoul,
+ *          where base 10 is strtod, several times dearer); then runs of calls
+ *          that differ only by key: m (calls in the run), nowUs ('' = Redis TIME), op (0 check, 1 limit),
+ *          cost, maxDelayUs, policy number
+ * Repeats  the client, which builds the batch, links each call to the next call on the same key. Once a
+ *          linked call j is decided, the state the key then holds goes into call k's slot of the reply,
+ *          where MGET put the key's state before the batch: call k reads and replies it like any other
+ *          state, and calls on keys that do not repeat cost one comparison (a table of the states written,
+ *          looked up by key on every call and filled on every write, cost 0.4k instructions a decision
+ *          more in bench:redis's load)
  * Clock    a call's nowUs when given, else Redis TIME (integer µs), read once per script call; expiry is
  *          always on Redis's clock
  * Returns  per call the state it was decided on: the stored string, nil when the key held nothing, or `E`
@@ -23,7 +33,8 @@
  *          refuses to overwrite it, which is how such a key is told apart without another command.
  *
  * Where Redis 7.0 spends a decision here, counted by callgrind (bench/redis-profile.ts, 1,000 in flight,
- * about 140 calls per script call): 21.4k instructions on a key that had expired, 25.5k on a kept one. The
+ * about 140 calls per script call): 21.0k instructions on a key that had expired, 25.5k on a kept one
+ * (PERIOD_MS=60000, 80% of keys kept; links instead of the table of writes: from 21.4k and 26.1k). The
  * SET through redis.call is over half: the command 5.7k (its expiry, its rewrite to `PXAT` for
  * propagation, the key's lookup and write), its `OK` turned into a Lua table 1.5–2.2k, its arguments
  * turned into Redis strings 1.5k, the call's own bookkeeping 2–3k. Then the Lua: format('%d') 1.8k a
@@ -37,7 +48,7 @@ local tonumber, ceil, format, byte, match, call = tonumber, math.ceil, string.fo
 local argv, keys = ARGV, KEYS
 local grace = tonumber(argv[1]) * 1000
 local blocks, ts, taus, queues = {}, {}, {}, {}
-local at = 3
+local at = 4
 for i = 1, tonumber(argv[2]) do
   blocks[i] = tonumber(argv[at])
   ts[i] = tonumber(argv[at + 1])
@@ -45,9 +56,18 @@ for i = 1, tonumber(argv[2]) do
   queues[i] = argv[at + 3] == '1'
   at = at + 4
 end
+-- The links, read as the calls reach them: link is the next one, linked the call it starts from (0, which
+-- no call is, when there are none).
+local link, links_end, linked, target = at, at + tonumber(argv[3]), 0, 0
+if link < links_end then
+  local x = tonumber(argv[link], 16)
+  target = x % 16384
+  linked = (x - target) / 16384
+end
+at = links_end
 local n = #keys
--- The states as MGET read them, which is also the reply: an entry changes only for a call that saw a
--- state written earlier in this script call, or that failed; the Redis time goes last.
+-- The states as MGET read them, which is also the reply: an entry changes only for a call whose key an
+-- earlier call in this script call decided on (the state it left), or that failed; the Redis time goes last.
 local values
 if n <= 1000 then
   values = call('MGET', unpack(keys))
@@ -62,7 +82,6 @@ else
 end
 values[n + 1] = 0
 local redis_now = nil
-local written = {}
 -- Numbers handed to redis.call are turned into strings with a float format (%.17g), which costs more
 -- than the SET itself; format('%d') is cheaper, and calls decided at the same time on fresh keys write
 -- the same TAT and expiry, so the last string of each is kept.
@@ -97,14 +116,8 @@ while at <= count do
   for _ = 1, m do
     k = k + 1
     local key = keys[k]
-    local value = written[key]
-    local fresh = false
-    if value == nil then
-      value = values[k]
-      fresh = not value
-    else
-      values[k] = value
-    end
+    local value = values[k]
+    local fresh = not value
     local blocked, tat = 0, nil
     if value then
       -- A TAT first: a state in a penalty box starts with '!', which tonumber never takes.
@@ -156,10 +169,22 @@ while at <= count do
         values[k] = 'E'
       else
         if not fresh then call('SET', key, next_value, 'PXAT', last_at_s) end
-        written[key] = next_value
+        value = next_value
       end
     elseif fresh and call('EXISTS', key) == 1 then
       values[k] = 'E'
+    end
+    if k == linked then
+      -- The key's next call decides on the state this one left: what it wrote, else what it read (false
+      -- when MGET found no string there and this call wrote none, or failed). Once the links run out,
+      -- linked stays at k, which no later call is.
+      values[target] = value
+      link = link + 1
+      if link < links_end then
+        local x = tonumber(argv[link], 16)
+        target = x % 16384
+        linked = (x - target) / 16384
+      end
     end
   end
 end
