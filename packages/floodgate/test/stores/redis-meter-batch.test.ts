@@ -57,8 +57,11 @@ describe.skipIf(!available)('Redis meter batch script: batches decide exactly li
         if (sha === METER_BATCH_SHA) {
           batchCalls++;
           const links = linksOf(args);
-          // Each link joins two calls on one key, the earlier first.
-          for (const [j, k] of links) expect(keys[j - 1]).toBe(keys[k - 1]);
+          // Each link joins a call to the next one on its key.
+          for (const [j, k] of links) {
+            expect(keys[j - 1]).toBe(keys[k - 1]);
+            for (let m = j + 1; m < k; m++) expect(keys[m - 1]).not.toBe(keys[j - 1]);
+          }
           expect(links.length).toBe(keys.length - new Set(keys).size);
           if (links.length > 0) repeats++;
           if (chained(links) > 0) chains++;

@@ -391,9 +391,12 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
   const head: string[] = [grace, '0', '0'];
   const body: string[] = [];
   const numbers = new Map<CompiledPolicy, string>();
-  // Each key's latest call so far, to link a call to the next one on its key (see the script's header:
-  // a link is j × 16384 + k, 1-based, sent in hexadecimal; sorting the numbers sorts them by j).
+  // Links each call to the next one on its storage key (see the script's header: a link is j × 16384 + k,
+  // 1-based, sent in hexadecimal; sorting the numbers sorts them by j). Looked up by the caller's encoded
+  // key, the latest call on it, and through `same` the earlier ones on it (under another prefix or
+  // policy): a map keyed by the storage key, a new string to hash each call, cost the client 4× as much.
   const latest = new Map<string, number>();
+  let same: (number | undefined)[] | undefined;
   let links: number[] | undefined;
   let previous: Call | undefined;
   let runAt = 0;
@@ -403,12 +406,18 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
     const c = call.policies[0] as CompiledPolicy;
     const key = storageKey(call.prefix, call.encoded, c.name);
     keys[i] = key;
-    const earlier = latest.get(key);
+    const earlier = latest.get(call.encoded);
     if (earlier !== undefined) {
-      links ??= [];
-      links.push((earlier + 1) * 16384 + i + 1);
+      same ??= new Array<number | undefined>(n);
+      same[i] = earlier;
+      let j: number | undefined = earlier;
+      while (j !== undefined && keys[j] !== key) j = same[j];
+      if (j !== undefined) {
+        links ??= [];
+        links.push((j + 1) * 16384 + i + 1);
+      }
     }
-    latest.set(key, i);
+    latest.set(call.encoded, i);
     if (
       previous !== undefined &&
       call.op === previous.op &&
