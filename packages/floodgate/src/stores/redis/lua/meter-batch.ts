@@ -33,8 +33,8 @@
  *          refuses to overwrite it, which is how such a key is told apart without another command.
  *
  * Where Redis 7.0 spends a decision here, counted by callgrind (bench/redis-profile.ts, 1,000 in flight,
- * about 140 calls per script call): 21.0k instructions on a key that had expired, 25.5k on a kept one
- * (PERIOD_MS=60000, 80% of keys kept; links instead of the table of writes: from 21.4k and 26.1k). The
+ * about 140 calls per script call): 21.0k instructions on a key that had expired, 25.6k on a kept one
+ * (PERIOD_MS=60000, 85% of keys kept; links instead of the table of writes: from 21.4k and 26.1k). The
  * SET through redis.call is over half: the command 5.7k (its expiry, its rewrite to `PXAT` for
  * propagation, the key's lookup and write), its `OK` turned into a Lua table 1.5–2.2k, its arguments
  * turned into Redis strings 1.5k, the call's own bookkeeping 2–3k. Then the Lua: format('%d') 1.8k a
