@@ -18,7 +18,8 @@ export interface FleetRound {
 
 const worker = fileURLToPath(new URL('./redis-fleet-worker.ts', import.meta.url));
 
-async function redisCpu(redis: Redis): Promise<number> {
+/** redis-server's CPU seconds so far (user + system). */
+export async function redisCpu(redis: Redis): Promise<number> {
   const info = await redis.info('cpu');
   return Number(/used_cpu_user:([\d.]+)/.exec(info)?.[1]) + Number(/used_cpu_sys:([\d.]+)/.exec(info)?.[1]);
 }

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import type { FleetRound } from './redis-fleet.js';
+import { type FleetRound, redisCpu } from './redis-fleet.js';
 
 const worker = fileURLToPath(new URL('./redis-replay-worker.ts', import.meta.url));
 
@@ -63,11 +63,6 @@ export function replayFile(stream: Buffer): Buffer {
     header.writeUInt32LE(keys, 8 + j * 8);
   });
   return Buffer.concat([header, ...parts]);
-}
-
-async function redisCpu(redis: Redis): Promise<number> {
-  const info = await redis.info('cpu');
-  return Number(/used_cpu_user:([\d.]+)/.exec(info)?.[1]) + Number(/used_cpu_sys:([\d.]+)/.exec(info)?.[1]);
 }
 
 /** One round: a replaying process per recording, `inFlight` decisions outstanding each, for `ms`. */
