@@ -14,6 +14,9 @@
 // rate-limiter-flexible and of a minimal upsert sent through node-postgres are then measured again from
 // one interleaved sample (one call of each in turn), whose ratios hold on a busy machine.
 //
+// What the server spends per sequential call, whatever the machine's load: bench/sql-profile.ts counts a
+// backend's instructions under callgrind, for the same contenders and a floor.
+//
 // Environment: BENCH_SECONDS (per measurement, default 5), BENCH_ROUNDS (best of, default 2),
 // BENCH_POOL (connections per pool and pgbench clients, default 10), BENCH_IN_FLIGHT (default 100),
 // BENCH_SEQUENTIAL (calls for the latency figures, default 1000), BENCH_ONLY (`postgres` or `sqlite`),
