@@ -12,7 +12,8 @@
 // alone goes through floodgate's meter statement; the row with `fastPath: false` makes the same sequential
 // calls on the same table through the decide function. The sequential figures of floodgate, of
 // rate-limiter-flexible and of a minimal upsert sent through node-postgres are then measured again from
-// one interleaved sample (one call of each in turn), whose ratios hold on a busy machine.
+// one interleaved sample (one call of each in turn), whose ratios hold on a busy machine, with floodgate
+// once more on connections set to `synchronous_commit=off` (commits that do not wait for the disk).
 //
 // What the server spends per sequential call, whatever the machine's load: bench/sql-profile.ts counts a
 // backend's instructions under callgrind, for the same contenders and a floor.
@@ -264,16 +265,26 @@ async function postgresFigures(): Promise<void> {
           ON CONFLICT (key) DO UPDATE SET n = t.n + 1 RETURNING n`,
         values: [key],
       });
-    const [fgSeq, rlfSeq, minSeq] = (await interleavedLatency([
+    // And floodgate on connections whose commits do not wait for the disk (`synchronous_commit=off`, set on
+    // the pool): what the write-ahead log's flush costs a lone call (docs/stores.md, "Commits that do not wait").
+    const asyncPool = new pg.Pool({ ...PG, max: POOL, options: '-c synchronous_commit=off' });
+    const asyncStore = postgresStore({ client: fromPg(asyncPool), schema: SCHEMA, table: 'async_commit' });
+    await asyncStore.migrate();
+    const asyncCommit = createLimiter({ store: asyncStore, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
+    const [fgSeq, rlfSeq, minSeq, asyncSeq] = (await interleavedLatency([
       (key) => floodgate.limit(key),
       (key) => rlfLimiter.consume(key).catch(() => undefined),
       minimal,
-    ])) as [Figures, Figures, Figures];
+      (key) => asyncCommit.limit(key),
+    ])) as [Figures, Figures, Figures, Figures];
+    await asyncStore.close();
+    await asyncPool.end();
     const seq = (name: string, f: { p50Ms: number; p99Ms: number }) => line(name, { perSecond: Number.NaN, ...f });
     console.log(`\nSequential, interleaved call by call (${SEQUENTIAL * ROUNDS} calls each, one sample):`);
     seq('floodgate postgres', fgSeq);
     seq('rate-limiter-flexible RateLimiterPostgres', rlfSeq);
     seq('minimal upsert (node-postgres, prepared)', minSeq);
+    seq('floodgate postgres, synchronous_commit=off', asyncSeq);
     console.log(
       `interleaved p50, floodgate / rate-limiter-flexible: ${ratio(fgSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1×)`,
     );
