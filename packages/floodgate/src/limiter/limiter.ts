@@ -1,6 +1,6 @@
 import { type Clock, systemClock, wholeClockUs } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
-import { validateKey } from '../keys.js';
+import { isPlainKey, validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
@@ -336,9 +336,13 @@ export class Limiter {
   private laneSync(lane: MeterLane, key: string, commit: boolean): Decision {
     const decision = lane.decide(key, commit);
     if (decision === undefined) return this.decideSync(key, undefined, commit, lane.nowUs);
+    return this.laneDecided(key, commit, decision, 0);
+  }
+
+  /** What `conclude` does with a store's decision, for one the lane made (cost 1, the limiter's policies). */
+  private laneDecided(key: string, commit: boolean, decision: Decision, nowMs: number): Decision {
     if (this.blockedCache === undefined && this.listeners.decision === undefined) return decision;
-    // What `conclude` does with a store's decision.
-    this.blockedCache?.remember(key, this.compiled, 1, 0, decision, 0, commit);
+    this.blockedCache?.remember(key, this.compiled, 1, 0, decision, nowMs, commit);
     const set = this.listeners.decision;
     if (set !== undefined && set.size > 0) this.emit('decision', { key, cost: 1, commit, decision, source: 'store' });
     return decision;
@@ -358,8 +362,40 @@ export class Limiter {
     // The clock is read only for the cache: the memory store's hot path reads it once, in `request`.
     const cache = this.blockedCache;
     const nowMs = cache === undefined ? 0 : this.localMs();
+    let readUs: number | undefined;
+    const lane = this.lane;
+    const gate = this.breaker;
+    if (
+      lane !== undefined &&
+      options === undefined &&
+      isPlainKey(key) &&
+      (gate === undefined || gate.state === 'closed')
+    ) {
+      // The memory store's lane, as for `limitSync`, in the order of the path below: the blocked-key
+      // cache, the store (a closed breaker lets every call through and hears of each success), then what
+      // `conclude` does. A call the lane leaves goes that path, at the time the lane read. Only a plain
+      // key (a string the stores hold as it is) comes this way: any other is validated below first.
+      try {
+        const cached = cache?.get(key, this.compiled, 1, 0, nowMs);
+        if (cached !== undefined) {
+          const set = this.listeners.decision;
+          if (set !== undefined && set.size > 0) {
+            this.emit('decision', { key, cost: 1, commit, decision: cached, source: 'cache' });
+          }
+          return Promise.resolve(cached);
+        }
+        const decision = lane.decide(key, commit);
+        if (decision !== undefined) {
+          gate?.success();
+          return Promise.resolve(this.laneDecided(key, commit, decision, nowMs));
+        }
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      readUs = lane.nowUs;
+    }
     try {
-      request = this.request(key, options, commit);
+      request = this.request(key, options, commit, readUs);
       const cached = cache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
       if (cached !== undefined) return Promise.resolve(this.decided(request, cached, 'cache'));
       outcome = this.calls.decide(request, options, 'promise');

@@ -24,8 +24,9 @@ import { type ManualClock, manualClock, modelStore, randomPolicySets, seededRand
 
 /**
  * The memory store's lane (`MeterLane`) decides `limitSync(key)` and `checkSync(key)` under one plain
- * meter by its own port of the model. Every call below goes three ways: through the lane (`limitSync(key)`),
- * through the general path on an identical store (`limitSync(key, {})`), and, while no key is evicted or
+ * meter by its own port of the model, and `limit(key)` and `check(key)` after the blocked-key cache while
+ * the breaker is closed. Every call below goes three ways: through the lane (`limitSync(key)`, `limit(key)`),
+ * through the general path on an identical store (`limitSync(key, {})`, `limit(key, {})`), and, while no key is evicted or
  * refused, through the reference model store; every decision, every event and every store counter must be
  * the same, down to the order of the decision's fields.
  */
@@ -80,6 +81,7 @@ const STEPS = [
   ['cost', 10],
   ['tier', 4],
   ['async', 6],
+  ['async-check', 4],
   ['reserve', 6],
   ['status', 8],
   ['reset', 6],
@@ -229,12 +231,19 @@ async function compare(run: Run): Promise<number> {
       sampling(stepSeed);
       want = outcome(() => general.limiter.limitSync(key, options));
       if (!bounded) reference = await settled(() => model.limiter.limit(key, options));
-    } else if (op === 'async') {
+    } else if (op === 'async' || op === 'async-check') {
+      // The promise methods without options: the lane too, after the blocked-key cache, while the
+      // breaker is closed.
+      const commit = op === 'async';
       sampling(stepSeed);
-      got = await settled(() => lane.limiter.limit(key));
+      got = await settled(() => (commit ? lane.limiter.limit(key) : lane.limiter.check(key)));
       sampling(stepSeed);
-      want = await settled(() => general.limiter.limit(key, {}));
-      if (!bounded) reference = await settled(() => model.limiter.limit(key, { cost: 1 }));
+      want = await settled(() => (commit ? general.limiter.limit(key, {}) : general.limiter.check(key, {})));
+      if (!bounded) {
+        reference = await settled(() =>
+          commit ? model.limiter.limit(key, { cost: 1 }) : model.limiter.check(key, { cost: 1 }),
+        );
+      }
     } else if (op === 'status') {
       got = outcome(() => lane.limiter.statusSync(key));
       want = outcome(() => general.limiter.statusSync(key));
@@ -315,5 +324,93 @@ describe('the memory store lane decides exactly as the general path and the mode
         await compare({ seed: 8000 + i, policies, operations: 400, maxKeys: 4, whenFull: 'refuse', failure });
       }
     }
+  });
+});
+
+describe('the promise methods without options go through the lane as the general path goes', () => {
+  /** Two limiters on identical memory stores: `limit(key)` (the lane) and `limit(key, {})` (the general path). */
+  function pair(policies: Policy[], clock: Clock, failure: FailurePolicy = 'throw') {
+    const make = () => {
+      const store = memoryStore();
+      const limiter = createLimiter({ store, policies, clock, failure, blockedCache: true });
+      const events: LimiterEvents['decision'][] = [];
+      limiter.on('decision', (event) => events.push(event));
+      return { store, limiter, events };
+    };
+    return { lane: make(), general: make() };
+  }
+
+  /** The same calls on both limiters, the clock advanced by `steps` (ms) before each: the sources of the lane's. */
+  async function sequence(policies: Policy[], steps: number[]): Promise<{ sources: string[]; laneDecided: number }> {
+    const clock = manualClock({ startMs: Date.UTC(2031, 0, 1) });
+    const { lane, general } = pair(policies, clock);
+    const laneDecide = vi.spyOn(MeterLane.prototype, 'decide');
+    const sources: string[] = [];
+    for (const step of steps) {
+      clock.advance(step);
+      const got = await lane.limiter.limit('k');
+      const want = await general.limiter.limit('k', {});
+      same({ decision: got }, { decision: want }, () => `at ${clock.nowUs()} µs`);
+      sources.push((lane.events.at(-1) as LimiterEvents['decision']).source);
+    }
+    deepStrictEqual(
+      lane.events.map((e) => [e.source, JSON.stringify(e.decision)]),
+      general.events.map((e) => [e.source, JSON.stringify(e.decision)]),
+    );
+    const laneDecided = laneDecide.mock.results.filter((r) => r.value !== undefined).length;
+    vi.restoreAllMocks();
+    return { sources, laneDecided };
+  }
+
+  it('a denial: the blocked-key cache answers first, as for the general path', async () => {
+    // Admitted and denied by the lane; the denial answered by the cache until its retry time; the lane again.
+    const { sources, laneDecided } = await sequence([gcra({ limit: 1, periodMs: 1000 })], [0, 0, 100, 899, 1]);
+    deepStrictEqual(sources, ['store', 'store', 'cache', 'cache', 'store']);
+    strictEqual(laneDecided, 3);
+  });
+
+  it('a penalty box: the blocked-key cache answers first, as for the general path', async () => {
+    // Admitted by the lane; denied and boxed by the general path (the lane leaves a penalty box to it);
+    // then answered by the cache until the box ends; then the lane again.
+    const { sources, laneDecided } = await sequence(
+      [gcra({ limit: 1, periodMs: 1000, blockMs: 5000 })],
+      [0, 0, 100, 2000, 2899, 1],
+    );
+    deepStrictEqual(sources, ['store', 'store', 'cache', 'cache', 'cache', 'store']);
+    strictEqual(laneDecided, 2);
+  });
+
+  it("a closed breaker hears of the lane's successes; an open one is never passed", async () => {
+    const clock = manualClock({ startMs: Date.UTC(2031, 0, 1) });
+    const { lane, general } = pair([gcra({ limit: 100, periodMs: 1000 })], clock, 'open');
+    // The store fails (a fault the breaker counts) for one key, one the lane leaves to the general path (it
+    // is not plain: over 200 characters, held hashed), so both limiters see the same failures.
+    const bad = 'b'.repeat(201);
+    for (const { store } of [lane, general]) {
+      const original = store.decideSync.bind(store);
+      vi.spyOn(store, 'decideSync').mockImplementation((request) => {
+        if (request.key === bad) throw new Error('disk on fire');
+        return original(request);
+      });
+    }
+    const run = async (key: string) => {
+      const got = await lane.limiter.limit(key);
+      const want = await general.limiter.limit(key, {});
+      same({ decision: got }, { decision: want }, () => key.slice(0, 8));
+      strictEqual(lane.limiter.breakerState, general.limiter.breakerState, key.slice(0, 8));
+    };
+    await run('a');
+    for (let i = 0; i < 4; i++) await run(bad);
+    // A success between failures starts their count again: four more keep the breaker closed.
+    await run('a');
+    for (let i = 0; i < 4; i++) await run(bad);
+    strictEqual(lane.limiter.breakerState, 'closed');
+    // The fifth in a row opens it: calls on a good key skip the store (answered per `failure`), lane or not.
+    await run(bad);
+    strictEqual(lane.limiter.breakerState, 'open');
+    const before = lane.store.size;
+    await run('c');
+    strictEqual(lane.store.size, before);
+    strictEqual((lane.events.at(-1) as LimiterEvents['decision']).decision.reason, 'degraded');
   });
 });
