@@ -378,6 +378,9 @@ export class Limiter {
       try {
         const cached = cache?.get(key, this.compiled, 1, 0, nowMs);
         if (cached !== undefined) {
+          // The path below reads (and checks) the clock for the store's request before the cache answers.
+          const us = (this.clock as Clock).nowUs();
+          if (!Number.isInteger(us)) wholeClockUs(us);
           const set = this.listeners.decision;
           if (set !== undefined && set.size > 0) {
             this.emit('decision', { key, cost: 1, commit, decision: cached, source: 'cache' });

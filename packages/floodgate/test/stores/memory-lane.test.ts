@@ -332,10 +332,19 @@ describe('the promise methods without options go through the lane as the general
   function pair(policies: Policy[], clock: Clock, failure: FailurePolicy = 'throw') {
     const make = () => {
       const store = memoryStore();
-      const limiter = createLimiter({ store, policies, clock, failure, blockedCache: true });
+      // Each limiter counts its own clock's reads: both paths read it as often, a cache answer included.
+      const counted = {
+        reads: 0,
+        nowUs: () => {
+          counted.reads++;
+          return clock.nowUs();
+        },
+        sleep: (ms: number, signal?: AbortSignal) => clock.sleep(ms, signal),
+      };
+      const limiter = createLimiter({ store, policies, clock: counted, failure, blockedCache: true });
       const events: LimiterEvents['decision'][] = [];
       limiter.on('decision', (event) => events.push(event));
-      return { store, limiter, events };
+      return { store, limiter, events, clock: counted };
     };
     return { lane: make(), general: make() };
   }
@@ -351,6 +360,7 @@ describe('the promise methods without options go through the lane as the general
       const got = await lane.limiter.limit('k');
       const want = await general.limiter.limit('k', {});
       same({ decision: got }, { decision: want }, () => `at ${clock.nowUs()} µs`);
+      strictEqual(lane.clock.reads, general.clock.reads, `clock reads at ${clock.nowUs()} µs`);
       sources.push((lane.events.at(-1) as LimiterEvents['decision']).source);
     }
     deepStrictEqual(
