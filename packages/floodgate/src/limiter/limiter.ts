@@ -322,10 +322,19 @@ export class Limiter {
   }
 
   private decided(request: StoreRequest, decision: Decision, source: LimiterEvents['decision']['source']): Decision {
+    return this.emitDecision(request.key, request.cost, request.commit, decision, source);
+  }
+
+  /** Reports a decision to the 'decision' listeners, if any; returns it. */
+  private emitDecision(
+    key: string,
+    cost: number,
+    commit: boolean,
+    decision: Decision,
+    source: LimiterEvents['decision']['source'],
+  ): Decision {
     const set = this.listeners.decision;
-    if (set !== undefined && set.size > 0) {
-      this.emit('decision', { key: request.key, cost: request.cost, commit: request.commit, decision, source });
-    }
+    if (set !== undefined && set.size > 0) this.emit('decision', { key, cost, commit, decision, source });
     return decision;
   }
 
@@ -343,9 +352,7 @@ export class Limiter {
   private laneDecided(key: string, commit: boolean, decision: Decision, nowMs: number): Decision {
     if (this.blockedCache === undefined && this.listeners.decision === undefined) return decision;
     this.blockedCache?.remember(key, this.compiled, 1, 0, decision, nowMs, commit);
-    const set = this.listeners.decision;
-    if (set !== undefined && set.size > 0) this.emit('decision', { key, cost: 1, commit, decision, source: 'store' });
-    return decision;
+    return this.emitDecision(key, 1, commit, decision, 'store');
   }
 
   private localMs(): number {
@@ -363,6 +370,8 @@ export class Limiter {
     const cache = this.blockedCache;
     const nowMs = cache === undefined ? 0 : this.localMs();
     let readUs: number | undefined;
+    // Whether the cache was asked already (by the lane's way, which then left the call to the path below).
+    let asked = false;
     const lane = this.lane;
     const gate = this.breaker;
     if (
@@ -381,11 +390,7 @@ export class Limiter {
           // The path below reads (and checks) the clock for the store's request before the cache answers.
           const us = (this.clock as Clock).nowUs();
           if (!Number.isInteger(us)) wholeClockUs(us);
-          const set = this.listeners.decision;
-          if (set !== undefined && set.size > 0) {
-            this.emit('decision', { key, cost: 1, commit, decision: cached, source: 'cache' });
-          }
-          return Promise.resolve(cached);
+          return Promise.resolve(this.emitDecision(key, 1, commit, cached, 'cache'));
         }
         const decision = lane.decide(key, commit);
         if (decision !== undefined) {
@@ -396,10 +401,11 @@ export class Limiter {
         return Promise.reject(error);
       }
       readUs = lane.nowUs;
+      asked = true;
     }
     try {
       request = this.request(key, options, commit, readUs);
-      const cached = cache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
+      const cached = asked ? undefined : cache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs);
       if (cached !== undefined) return Promise.resolve(this.decided(request, cached, 'cache'));
       outcome = this.calls.decide(request, options, 'promise');
     } catch (error) {
