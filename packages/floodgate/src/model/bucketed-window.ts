@@ -100,6 +100,7 @@ export const BUCKETED_WINDOW: KindDescriptor<6, 'bucketed-window'> = {
   tag: 'b',
   layout: { pairs: ['bucketStart', 'count'], maxPairs: (c) => c.a / c.b },
   params: { a: 'window, µs', b: 'precision (bucket width), µs', c: '–' },
+  flags: {},
   capacity: 'count',
   leaseEndsAtReset: true,
   evaluate: evaluateBucketedWindow,

@@ -1,5 +1,7 @@
+import { FloodgateError } from '../errors.js';
 import { toUs } from './fields.js';
 import type { Kind } from './kinds.js';
+import { kindOf } from './kinds.js';
 import { algorithmOf, type Policy } from './policy.js';
 
 /**
@@ -29,9 +31,28 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
   if (compiled === undefined) {
     const { kind, limit, a, b, c } = algorithmOf(policy).compile(policy);
     compiled = { policy, name: policy.name, kind, limit, blockUs: toUs(policy.blockMs), a, b, c };
+    checkFlags(compiled);
     cache.set(policy, compiled);
   }
   return compiled;
+}
+
+/**
+ * A compiled variant must be one its kind declares (`flags` of its descriptor): an algorithm that compiled
+ * to an undeclared value would run another variant's code in a port that tests only the declared ones.
+ */
+function checkFlags(c: CompiledPolicy): void {
+  const flags = kindOf(c).flags;
+  for (const param of ['a', 'b', 'c'] as const) {
+    const values = flags[param];
+    if (values !== undefined && !values.includes(c[param])) {
+      throw new FloodgateError(
+        'ERR_INVALID_POLICY',
+        `policy ${JSON.stringify(c.name)} compiles to ${param} = ${String(c[param])}, a variant its kind (${kindOf(c).name}) does not implement`,
+        { option: 'policies' },
+      );
+    }
+  }
 }
 
 export { toUs, wholeUsUp } from './fields.js';

@@ -99,6 +99,12 @@ export interface KindDescriptor<Id extends number = number, Name extends string 
   /** What the compiled numbers `a`, `b`, `c` mean for this kind (documentation and port comments). */
   readonly params: { readonly a: string; readonly b: string; readonly c: string };
   /**
+   * The parameters that select a variant of the kind (queue mode, `countDenied`, alignment), with every
+   * value the kind implements. `compilePolicy` refuses any other value, and the Lua and SQL ports raise on
+   * one (their guards are generated from this list), so a new variant cannot run another variant's code.
+   */
+  readonly flags: { readonly [P in 'a' | 'b' | 'c']?: readonly number[] };
+  /**
    * How a cost meets the capacity (`exceedsCapacity`): `'charge'` compares `meterCharge(cost, a)` with
    * the tolerance `b`; `'count'` compares the cost with `limit`.
    */

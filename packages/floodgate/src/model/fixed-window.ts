@@ -128,6 +128,7 @@ export const FIXED_WINDOW_KIND: KindDescriptor<3, 'fixed-window'> = {
   tag: 'f',
   layout: { fields: ['windowStart', 'count'] },
   params: { a: 'window, µs', b: '1 = count denied (every call)', c: '1 = first-request aligned' },
+  flags: { b: [0, 1], c: [0, 1] },
   capacity: 'count',
   leaseEndsAtReset: true,
   evaluate: evaluateFixedWindow,

@@ -121,6 +121,7 @@ export const METER: KindDescriptor<1, 'meter'> = {
     b: 'τ: tolerance, whole µs (the charge of `burst`)',
     c: '1 = queue mode',
   },
+  flags: { c: [0, 1] },
   capacity: 'charge',
   leaseEndsAtReset: false,
   evaluate: evaluateMeter,

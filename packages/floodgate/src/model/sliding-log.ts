@@ -228,6 +228,7 @@ export const SLIDING_LOG_KIND: KindDescriptor<5, 'sliding-log'> = {
   tag: 'l',
   layout: { pairs: ['time', 'cost'], maxPairs: (c) => maxLogEntries(c.limit) },
   params: { a: 'window, µs', b: 'minimum gap, µs (0 off)', c: '1 = count denied' },
+  flags: { c: [0, 1] },
   capacity: 'count',
   leaseEndsAtReset: false,
   evaluate: evaluateSlidingLog,

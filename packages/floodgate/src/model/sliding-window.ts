@@ -169,6 +169,7 @@ export const SLIDING_WINDOW_KIND: KindDescriptor<4, 'sliding-window'> = {
   tag: 's',
   layout: { fields: ['windowStart', 'count', 'previousCount'] },
   params: { a: 'window, µs', b: '–', c: '–' },
+  flags: {},
   capacity: 'count',
   leaseEndsAtReset: false,
   evaluate: evaluateSlidingWindow,

@@ -207,6 +207,7 @@ export const TOKEN_INTERVAL: KindDescriptor<2, 'token-interval'> = {
   tag: 'i',
   layout: { fields: ['used', 'anchor'] },
   params: { a: 'refill amount', b: 'interval, µs', c: '–' },
+  flags: {},
   capacity: 'count',
   leaseEndsAtReset: false,
   evaluate: evaluateTokenInterval,
