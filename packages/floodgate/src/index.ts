@@ -21,37 +21,15 @@ export {
 export { SyncedLimiter, type SyncedOptions, type SyncedStats, syncedLimiter } from './limiter/synced.js';
 export { type Throttled, type ThrottleOptions, throttle } from './limiter/throttle.js';
 export {
-  type Algorithm,
   type Decision,
   type DecisionReason,
-  definePolicy,
-  type FixedWindowOptions,
-  type FixedWindowPolicy,
-  fixedWindow,
-  type GcraOptions,
-  type GcraPolicy,
-  gcra,
-  isPolicy,
-  type LeakyBucketOptions,
-  type LeakyBucketPolicy,
-  leakyBucket,
   MAX_COST,
-  MAX_SLIDING_LOG_LIMIT,
-  MAX_WINDOW_BUCKETS,
   MIN_COST,
-  type Policy,
   type PolicyDecision,
-  type PolicyInput,
+  type Quota,
   type Reservation,
-  type SlidingLogOptions,
-  type SlidingLogPolicy,
-  type SlidingWindowOptions,
-  type SlidingWindowPolicy,
-  slidingLog,
-  slidingWindow,
-  type TokenBucketOptions,
-  type TokenBucketPolicy,
-  tokenBucket,
 } from './model/index.js';
+// The policies: every algorithm's factory, policy and options types, `definePolicy`, `quotaOf`.
+export * from './model/policy.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
 export type { Store } from './stores/store.js';

@@ -1,5 +1,5 @@
 import { invalid } from '../errors.js';
-import type { Decision, Policy, PolicyDecision } from '../model/index.js';
+import { type Decision, type Policy, type PolicyDecision, quotaOf } from '../model/index.js';
 
 /**
  * Which rate-limit headers a response carries:
@@ -36,37 +36,12 @@ export function seconds(ms: number): number {
  * spent back to untouched, so `q` per `w` is the policy's sustained rate and `q` its largest burst.
  */
 export function windowSeconds(policy: Policy): number {
-  let ms: number;
-  switch (policy.algorithm) {
-    case 'gcra':
-      ms = (policy.burst * policy.periodMs) / policy.limit;
-      break;
-    case 'token-bucket':
-      ms =
-        policy.refill === 'interval'
-          ? Math.ceil(policy.capacity / policy.refillAmount) * policy.refillIntervalMs
-          : (policy.capacity * policy.refillIntervalMs) / policy.refillAmount;
-      break;
-    case 'leaky-bucket':
-      ms = (policy.capacity * 1000) / policy.leakPerSecond;
-      break;
-    default:
-      ms = policy.windowMs;
-  }
-  return Math.max(1, seconds(Math.round(ms * 1000) / 1000));
+  return Math.max(1, seconds(Math.round(quotaOf(policy).windowMs * 1000) / 1000));
 }
 
 /** Largest cost a policy admits at once: `q`. */
 export function policyLimit(policy: Policy): number {
-  switch (policy.algorithm) {
-    case 'gcra':
-      return policy.burst;
-    case 'token-bucket':
-    case 'leaky-bucket':
-      return policy.capacity;
-    default:
-      return policy.limit;
-  }
+  return quotaOf(policy).burst;
 }
 
 const quoted = new Map<string, string>();

@@ -3,7 +3,7 @@ import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
 import { MIN_COST, validateCost } from '../model/cost.js';
 import type { Decision, PolicyDecision } from '../model/decision.js';
-import type { Policy } from '../model/policy.js';
+import { quotaOf } from '../model/policy.js';
 import type { Limiter } from './limiter.js';
 import { localPolicies } from './local-limiter.js';
 
@@ -73,26 +73,6 @@ interface Entry {
 /** Oldest entries looked at for one to drop when `maxKeys` are held. */
 const DROP_SCAN = 16;
 
-/** Units per ms that a policy grants over time (its sustained rate). */
-function ratePerMs(policy: Policy): number {
-  switch (policy.algorithm) {
-    case 'gcra':
-      return policy.limit / policy.periodMs;
-    case 'token-bucket':
-      return policy.refillAmount / policy.refillIntervalMs;
-    case 'leaky-bucket':
-      return policy.leakPerSecond / 1000;
-    case 'fixed-window':
-    case 'sliding-window':
-    case 'sliding-log':
-      return policy.limit / policy.windowMs;
-    default: {
-      const unknown: never = policy;
-      throw invalid('ERR_INVALID_POLICY', 'policy', unknown, 'a floodgate policy');
-    }
-  }
-}
-
 /**
  * Decides every call of hot keys in this process and settles with the store every `syncMs`. See
  * {@link syncedLimiter}.
@@ -125,7 +105,7 @@ export class SyncedLimiter {
       throw invalid('ERR_INVALID_OPTION', 'syncMs', options.syncMs, 'a number of milliseconds from 1');
     }
     const smallest = Math.min(...compiled.map((c) => c.limit));
-    const fallback = Math.min(smallest, ...limiter.policies.map((p) => ratePerMs(p) * syncMs));
+    const fallback = Math.min(smallest, ...limiter.policies.map((p) => quotaOf(p).ratePerMs * syncMs));
     const localBudget = options.localBudget ?? fallback;
     if (typeof localBudget !== 'number' || !Number.isFinite(localBudget) || localBudget < 0 || localBudget > smallest) {
       throw invalid(

@@ -1,7 +1,7 @@
 import { FloodgateError } from '../errors.js';
+import type { CompiledNumbers } from './descriptor.js';
 import { toUs } from './fields.js';
-import type { Kind } from './kinds.js';
-import { kindOf } from './kinds.js';
+import { type Kind, kindOf } from './kinds.js';
 import { algorithmOf, type Policy } from './policy.js';
 
 /**
@@ -10,17 +10,12 @@ import { algorithmOf, type Policy } from './policy.js';
  * so Lua and SQL receive exactly the doubles the TypeScript model uses and never divide on their own.
  * Each kind's descriptor says what its `a`, `b` and `c` are (`KINDS.meter.params`).
  */
-export interface CompiledPolicy {
+export interface CompiledPolicy extends CompiledNumbers {
   readonly policy: Policy;
   readonly name: string;
   readonly kind: Kind;
-  /** Largest cost admitted at once: GCRA's burst, a bucket's capacity, a window's limit. */
-  readonly limit: number;
   /** Penalty once denied, µs; 0 when off. */
   readonly blockUs: number;
-  readonly a: number;
-  readonly b: number;
-  readonly c: number;
 }
 
 const cache = new WeakMap<Policy, CompiledPolicy>();
@@ -30,7 +25,8 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
   let compiled = cache.get(policy);
   if (compiled === undefined) {
     const { kind, limit, a, b, c } = algorithmOf(policy).compile(policy);
-    compiled = { policy, name: policy.name, kind, limit, blockUs: toUs(policy.blockMs), a, b, c };
+    // `checkFlags` reads the kind's descriptor, and so refuses a number no kind has.
+    compiled = { policy, name: policy.name, kind: kind as Kind, limit, blockUs: toUs(policy.blockMs), a, b, c };
     checkFlags(compiled);
     cache.set(policy, compiled);
   }

@@ -1,4 +1,5 @@
 import type { CompiledPolicy } from './compile.js';
+import type { Evaluate } from './descriptor.js';
 import { emptyStateLength, exceedsCapacity, kindOf } from './kinds.js';
 import { type Evaluation, emptyEvaluation, type State } from './types.js';
 
@@ -8,14 +9,7 @@ const probe = emptyEvaluation();
  * One policy's verdict on a call, penalty box and impossible costs included. Pure: reads `s`, writes
  * `out`, never touches a clock. `out.next` is the state to store if the call is committed.
  */
-export function evaluatePolicy(
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  maxDelayUs: number,
-  out: Evaluation,
-): void {
+export const evaluatePolicy: Evaluate = (c, s, nowUs, cost, maxDelayUs, out) => {
   // The kind's own evaluation (throws for a kind this model does not know: nothing is left half-written).
   const k = kindOf(c);
   if (exceedsCapacity(c, cost, k)) {
@@ -47,7 +41,7 @@ export function evaluatePolicy(
     return;
   }
   k.evaluate(c, s, nowUs, cost, maxDelayUs, out);
-}
+};
 
 /**
  * Settles one policy's report when the call as a whole was denied. A policy that admitted the call

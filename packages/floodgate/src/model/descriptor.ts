@@ -1,6 +1,7 @@
-import type { CompiledPolicy } from './compile.js';
-import type { Kind } from './kinds.js';
+import type { FieldReader } from './fields.js';
 import type { Evaluation, State } from './types.js';
+
+export type { FieldReader } from './fields.js';
 
 /**
  * What every policy has besides its algorithm's own fields. Policies are plain, serializable data:
@@ -15,20 +16,12 @@ export interface PolicyBase {
 }
 
 /**
- * Reads one option from the input object: validates it, applies its default, and returns the value to
- * keep (`undefined` leaves the option out of the policy). `read` holds the options validated before it.
- * Throws `ERR_INVALID_POLICY` naming `${path}.${field}` and the value.
+ * The numbers a policy compiles to, which are all its kind runs on (`CompiledPolicy` adds the policy, its
+ * name and its penalty): `kind` is the id of a {@link KindDescriptor}, `limit` the largest cost admitted at
+ * once, and `a`, `b`, `c` the kind's parameters (its `params` say what they mean).
  */
-export type FieldReader<T> = (
-  input: Readonly<Record<string, unknown>>,
-  field: string,
-  path: string,
-  read: Readonly<Record<string, unknown>>,
-) => T;
-
-/** The numbers a policy compiles to (see `CompiledPolicy`). */
 export interface CompiledNumbers {
-  readonly kind: Kind;
+  readonly kind: number;
   readonly limit: number;
   readonly a: number;
   readonly b: number;
@@ -52,6 +45,44 @@ export interface AlgorithmDescriptor<P extends PolicyBase & { readonly algorithm
   derivedName(policy: P): string;
   /** The numeric form stores run; `kind` is the id of a {@link KindDescriptor}. */
   compile(policy: P): CompiledNumbers;
+  /** What the policy admits, in the terms reports use (see {@link Quota}). */
+  quota(policy: P): Quota;
+  /** How people read a key's state under the policy (the web page's state chart; see {@link Gauge}). */
+  gauge(policy: P): Gauge;
+}
+
+/**
+ * How a key's state reads for people: in words, and which way the level is plotted from what the kind
+ * reads as used (`StateReading.used`): `'used'` against the limit, `'left'` (tokens in a bucket, counting
+ * down from the limit), or `'owed-ms'` (a meter's TAT ahead of now, in ms, against its tolerance τ).
+ */
+export interface Gauge {
+  /** What the level is, in words. */
+  readonly label: string;
+  /** The same, short enough for an axis. */
+  readonly axis: string;
+  /** The ceiling's name: a call is refused when it would push the level past it. */
+  readonly ceilingLabel: string;
+  readonly scale: 'used' | 'left' | 'owed-ms';
+}
+
+/**
+ * What a policy admits, in the terms reports use: the IETF `RateLimit-Policy` (`q` per `w`), Envoy's
+ * `current_limit` (the sustained rate), the synced limiter's local budget. Every report reads these three
+ * numbers from the algorithm's descriptor, so a new algorithm states them once.
+ */
+export interface Quota {
+  /** Largest cost admitted at once (`q`): GCRA's burst, a bucket's capacity, a window's limit. */
+  readonly burst: number;
+  /** Cost admitted per ms over a long time, whatever the burst. */
+  readonly ratePerMs: number;
+  /** ms a fully spent key takes to be untouched again (`w`): `burst / ratePerMs` for a bucket, else its window. */
+  readonly windowMs: number;
+}
+
+/** The quota of a policy that admits `limit` per `windowMs`. */
+export function windowQuota(p: { readonly limit: number; readonly windowMs: number }): Quota {
+  return { burst: p.limit, ratePerMs: p.limit / p.windowMs, windowMs: p.windowMs };
 }
 
 /**
@@ -60,7 +91,7 @@ export interface AlgorithmDescriptor<P extends PolicyBase & { readonly algorithm
  */
 export type StateLayout =
   | { readonly fields: readonly string[] }
-  | { readonly pairs: readonly [string, string]; maxPairs(c: CompiledPolicy): number };
+  | { readonly pairs: readonly [string, string]; maxPairs(c: CompiledNumbers): number };
 
 /** One field of a {@link StateReading}: µs since the epoch (`time`), µs (`duration`), or a plain number. */
 export interface StateField {
@@ -112,17 +143,10 @@ export interface KindDescriptor<Id extends number = number, Name extends string 
   /** A lease counted under this kind is spent only until the key's state resets (a window that closes). */
   readonly leaseEndsAtReset: boolean;
   /** The algorithm itself: see `evaluatePolicy` for the contract. Pure; writes `out`. */
-  evaluate(
-    c: CompiledPolicy,
-    s: State | undefined,
-    nowUs: number,
-    cost: number,
-    maxDelayUs: number,
-    out: Evaluation,
-  ): void;
+  readonly evaluate: Evaluate;
   /** The state after `unused` units of a lease are given back (see model/refund.ts); undefined when nothing changes. */
   refund(
-    c: CompiledPolicy,
+    c: CompiledNumbers,
     s: State,
     nowUs: number,
     leasedAtUs: number,
@@ -130,19 +154,32 @@ export interface KindDescriptor<Id extends number = number, Name extends string 
     unused: number,
   ): State | undefined;
   /** Why a policy of this kind cannot be leased, or undefined when it can (penalty boxes are refused for all kinds). */
-  leaseRefusal(c: CompiledPolicy): string | undefined;
+  leaseRefusal(c: CompiledNumbers): string | undefined;
   /**
    * Whether a denied call changes this policy's state (`logDenied`), so a denial is not repeated unchanged:
    * `false`; `'attempts'`, a denied call that could fit is counted (a `countDenied` sliding log); or
    * `'every-call'`, every committed call is counted, one whose cost this or another policy can never
    * admit too (a `countDenied` fixed window, as Envoy's reference service counts hits).
    */
-  countsDenied(c: CompiledPolicy): DeniedCount;
+  countsDenied(c: CompiledNumbers): DeniedCount;
   /** The state once a denied call of `cost` is counted; called only when `countsDenied(c)` is not false. */
-  logDenied?(c: CompiledPolicy, s: State | undefined, nowUs: number, cost: number): State;
+  logDenied?(c: CompiledNumbers, s: State | undefined, nowUs: number, cost: number): State;
   /** Reads the state at `nowUs` as the evaluation would, for people (status pages, the web simulator). */
-  read(c: CompiledPolicy, s: State | undefined, nowUs: number): StateReading;
+  read(c: CompiledNumbers, s: State | undefined, nowUs: number): StateReading;
 }
+
+/**
+ * One policy's verdict on one call (a kind's evaluation): reads the state `s` at `nowUs` for a call of
+ * `cost` that may wait up to `maxDelayUs` (reservations), and writes `out`, `out.next` included. Pure.
+ */
+export type Evaluate = (
+  c: CompiledNumbers,
+  s: State | undefined,
+  nowUs: number,
+  cost: number,
+  maxDelayUs: number,
+  out: Evaluation,
+) => void;
 
 /** See {@link KindDescriptor.countsDenied}. */
 export type DeniedCount = false | 'attempts' | 'every-call';

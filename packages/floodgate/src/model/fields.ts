@@ -1,5 +1,16 @@
 import { invalid } from '../errors.js';
-import type { FieldReader } from './descriptor.js';
+
+/**
+ * Reads one option from the input object: validates it, applies its default, and returns the value to
+ * keep (`undefined` leaves the option out of the policy). `read` holds the options validated before it.
+ * Throws `ERR_INVALID_POLICY` naming `${path}.${field}` and the value.
+ */
+export type FieldReader<T> = (
+  input: Readonly<Record<string, unknown>>,
+  field: string,
+  path: string,
+  read: Readonly<Record<string, unknown>>,
+) => T;
 
 /** Longest duration a policy may describe (2^47 µs, about 4.4 years): keeps every sum below 2^53. */
 export const MAX_DURATION_US = 2 ** 47;

@@ -1,8 +1,14 @@
-import type { CompiledPolicy } from './compile.js';
 import { MAX_COST } from './cost.js';
-import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
+import {
+  type AlgorithmDescriptor,
+  type CompiledNumbers,
+  type Evaluate,
+  type KindDescriptor,
+  type PolicyBase,
+  windowQuota,
+} from './descriptor.js';
 import { count, duration, flag, oneOf, toUs, trimNumber } from './fields.js';
-import { clampRemaining, type Evaluation, nextState3, type State } from './types.js';
+import { admit, deny, nextState3, type State } from './types.js';
 
 /** At most `limit` per window; windows aligned to the clock or to a key's first request. */
 export interface FixedWindowPolicy extends PolicyBase {
@@ -42,6 +48,8 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowPolicy> = {
     b: p.countDenied ? 1 : 0,
     c: p.align === 'first-request' ? 1 : 0,
   }),
+  quota: windowQuota,
+  gauge: () => ({ label: 'count in the current window', axis: 'count', ceilingLabel: 'limit', scale: 'used' }),
 };
 
 /** The window a call at `nowUs` counts in and its count so far (scratch, reused). */
@@ -51,7 +59,7 @@ const current = { start: 0, count: 0 };
  * Clock-aligned windows start at multiples of the window length since the epoch; a first-request window
  * starts when a key with no live window is first charged.
  */
-function windowAt(c: CompiledPolicy, s: State | undefined, nowUs: number): void {
+function windowAt(c: CompiledNumbers, s: State | undefined, nowUs: number): void {
   const window = c.a;
   let start: number;
   let count = 0;
@@ -73,37 +81,24 @@ function windowAt(c: CompiledPolicy, s: State | undefined, nowUs: number): void 
  * length since the epoch (every key resets together: the top-of-the-hour stampede); first-request
  * windows start when a key with no live window is first charged.
  */
-export function evaluateFixedWindow(
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  _maxDelayUs: number,
-  out: Evaluation,
-): void {
+export const evaluateFixedWindow: Evaluate = (c, s, nowUs, cost, _maxDelayUs, out) => {
   const limit = c.limit;
-  const window = c.a;
   windowAt(c, s, nowUs);
-  const start = current.start;
-  const count = current.count;
+  const { start, count } = current;
+  const end = start + c.a;
   const after = count + cost;
-  out.delayUs = 0;
   if (after <= limit) {
-    out.allowed = true;
-    out.reason = 'ok';
-    out.remaining = clampRemaining(limit - after, limit);
-    out.retryAfterUs = 0;
-    out.resetAfterUs = after > 0 ? start + window - nowUs : 0;
-    out.next = cost === 0 ? undefined : nextState3(out, 0, start, after);
+    admit(
+      out,
+      limit - after,
+      limit,
+      after > 0 ? end - nowUs : 0,
+      cost === 0 ? undefined : nextState3(out, 0, start, after),
+    );
   } else {
-    out.allowed = false;
-    out.reason = 'limit';
-    out.remaining = clampRemaining(limit - count, limit);
-    out.retryAfterUs = start + window - nowUs;
-    out.resetAfterUs = count > 0 ? start + window - nowUs : 0;
-    out.next = undefined;
+    deny(out, limit - count, limit, end - nowUs, count > 0 ? end - nowUs : 0);
   }
-}
+};
 
 /**
  * The state after a call is counted whatever its outcome (`countDenied`, model/decide.ts `settleDenied`):
@@ -111,7 +106,7 @@ export function evaluateFixedWindow(
  * it compares. The count stops at `MAX_COST`, the largest integer every store holds exactly: past the
  * limit, only the window's end lets calls through again.
  */
-export function countFixedWindowHit(c: CompiledPolicy, s: State | undefined, nowUs: number, cost: number): State {
+export function countFixedWindowHit(c: CompiledNumbers, s: State | undefined, nowUs: number, cost: number): State {
   windowAt(c, s, nowUs);
   return [s === undefined ? 0 : (s[0] as number), current.start, Math.min(current.count + cost, MAX_COST)];
 }

@@ -30,4 +30,11 @@ export const GCRA: AlgorithmDescriptor<GcraPolicy> = {
     `gcra-${trimNumber(p.limit)}-per-${trimNumber(p.periodMs)}ms${p.burst === p.limit ? '' : `-burst-${trimNumber(p.burst)}`}`,
   // Emission interval T: one unit of cost every T µs; up to `burst` units may be owed at once.
   compile: (p) => compileMeter(toUs(p.periodMs) / p.limit, p.burst, false),
+  quota: (p) => ({ burst: p.burst, ratePerMs: p.limit / p.periodMs, windowMs: (p.burst * p.periodMs) / p.limit }),
+  gauge: () => ({
+    label: 'how far the theoretical arrival time (TAT) is ahead of now, ms',
+    axis: 'TAT − now (ms)',
+    ceilingLabel: 'τ = burst × T',
+    scale: 'owed-ms',
+  }),
 };

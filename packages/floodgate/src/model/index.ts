@@ -13,8 +13,10 @@ export type {
   AlgorithmDescriptor,
   CompiledNumbers,
   FieldReader,
+  Gauge,
   KindDescriptor,
   PolicyBase,
+  Quota,
   StateField,
   StateLayout,
   StateReading,
@@ -32,38 +34,7 @@ export {
   readState,
 } from './kinds.js';
 export { meterCharge } from './meter.js';
-export {
-  ALGORITHMS,
-  type Algorithm,
-  type Algorithms,
-  algorithmOf,
-  definePolicy,
-  type FixedWindowOptions,
-  type FixedWindowPolicy,
-  fixedWindow,
-  type GcraOptions,
-  type GcraPolicy,
-  gcra,
-  isPolicy,
-  type LeakyBucketOptions,
-  type LeakyBucketPolicy,
-  leakyBucket,
-  MAX_DURATION_US,
-  MAX_LIMIT,
-  MAX_SLIDING_LOG_LIMIT,
-  MAX_WINDOW_BUCKETS,
-  type Policy,
-  type PolicyInput,
-  type SlidingLogOptions,
-  type SlidingLogPolicy,
-  type SlidingWindowOptions,
-  type SlidingWindowPolicy,
-  slidingLog,
-  slidingWindow,
-  type TokenBucketOptions,
-  type TokenBucketPolicy,
-  tokenBucket,
-} from './policy.js';
+export * from './policy.js';
 export { leaseRefusal, refundPolicy } from './refund.js';
 export { cancelReservation, isReservable, type Reservation } from './reservation.js';
 export { maxLogEntries } from './sliding-log.js';

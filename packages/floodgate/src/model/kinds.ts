@@ -1,7 +1,6 @@
 import { FloodgateError } from '../errors.js';
 import { BUCKETED_WINDOW } from './bucketed-window.js';
-import type { CompiledPolicy } from './compile.js';
-import type { KindDescriptor, StateReading } from './descriptor.js';
+import type { CompiledNumbers, KindDescriptor, StateReading } from './descriptor.js';
 import { FIXED_WINDOW_KIND } from './fixed-window.js';
 import { METER, meterCharge } from './meter.js';
 import { SLIDING_LOG_KIND } from './sliding-log.js';
@@ -68,7 +67,7 @@ export function emptyStateLength(k: KindDescriptor): number {
  * True when `cost` can never fit the policy, whatever its state: a meter's charge above its tolerance,
  * another kind's cost above its limit. Such a call is `exceeds-capacity` and changes nothing.
  */
-export function exceedsCapacity(c: CompiledPolicy, cost: number, k: KindDescriptor = kindOf(c)): boolean {
+export function exceedsCapacity(c: CompiledNumbers, cost: number, k: KindDescriptor = kindOf(c)): boolean {
   return k.capacity === 'charge' ? meterCharge(cost, c.a) > c.b : cost > c.limit;
 }
 
@@ -76,6 +75,6 @@ export function exceedsCapacity(c: CompiledPolicy, cost: number, k: KindDescript
  * What a policy holds for a key at `nowUs`, read as the evaluation reads it (refills, dust, windows
  * rolling over, events leaving the log): for status pages and the web simulator. Pure.
  */
-export function readState(c: CompiledPolicy, s: State | undefined, nowUs: number): StateReading {
+export function readState(c: CompiledNumbers, s: State | undefined, nowUs: number): StateReading {
   return kindOf(c).read(c, s, nowUs);
 }

@@ -29,4 +29,15 @@ export const LEAKY_BUCKET: AlgorithmDescriptor<LeakyBucketPolicy> = {
   derivedName: (p) =>
     `leaky-bucket-${trimNumber(p.capacity)}-leak-${trimNumber(p.leakPerSecond)}ps${p.mode === 'queue' ? '-queue' : ''}`,
   compile: (p) => compileMeter(1e6 / p.leakPerSecond, p.capacity, p.mode === 'queue'),
+  quota: (p) => ({
+    burst: p.capacity,
+    ratePerMs: p.leakPerSecond / 1000,
+    windowMs: (p.capacity * 1000) / p.leakPerSecond,
+  }),
+  gauge: (p) => ({
+    label: p.mode === 'queue' ? 'bucket level (work queued ahead)' : 'bucket level',
+    axis: 'level',
+    ceilingLabel: 'capacity',
+    scale: 'used',
+  }),
 };

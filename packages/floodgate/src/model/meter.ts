@@ -1,8 +1,7 @@
 import { describeValue, FloodgateError } from '../errors.js';
-import type { CompiledPolicy } from './compile.js';
-import type { CompiledNumbers, KindDescriptor, StateField } from './descriptor.js';
+import type { CompiledNumbers, Evaluate, KindDescriptor, StateField } from './descriptor.js';
 import { MAX_DURATION_US, wholeUsUp } from './fields.js';
-import { clampRemaining, type Evaluation, nextState2, type State } from './types.js';
+import { admit, deny, nextState2 } from './types.js';
 
 /**
  * GCRA, the continuous token bucket and the drip-free leaky bucket are one machine, kept as a single
@@ -18,14 +17,7 @@ import { clampRemaining, type Evaluation, nextState2, type State } from './types
  * Queue mode (a shaper) admits on the same test but tells each call to wait until the calls before it
  * have drained (`delayUs = TAT − now`), so admitted calls leave evenly spaced.
  */
-export function evaluateMeter(
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  maxDelayUs: number,
-  out: Evaluation,
-): void {
+export const evaluateMeter: Evaluate = (c, s, nowUs, cost, maxDelayUs, out) => {
   const t = c.a;
   const tau = c.b;
   const tat = s === undefined ? nowUs : (s[1] as number);
@@ -36,30 +28,19 @@ export function evaluateMeter(
   const queue = c.c === 1;
   const slack = queue ? 0 : maxDelayUs;
   if (owed - tau <= slack) {
-    out.allowed = true;
-    out.reason = 'ok';
-    out.remaining = clampRemaining((tau - owed) / t, c.limit);
-    out.retryAfterUs = 0;
-    out.resetAfterUs = owed;
-    out.delayUs = queue ? owedBefore : owed > tau ? owed - tau : 0;
-    out.next = cost === 0 ? undefined : nextState2(out, 0, newTat);
+    const next = cost === 0 ? undefined : nextState2(out, 0, newTat);
+    admit(out, (tau - owed) / t, c.limit, owed, next, queue ? owedBefore : owed > tau ? owed - tau : 0);
   } else {
-    out.allowed = false;
-    out.reason = 'limit';
-    out.remaining = clampRemaining((tau - owedBefore) / t, c.limit);
-    out.retryAfterUs = owed - tau - slack;
-    out.resetAfterUs = owedBefore;
-    out.delayUs = 0;
-    out.next = undefined;
+    deny(out, (tau - owedBefore) / t, c.limit, owed - tau - slack, owedBefore);
   }
-}
+};
 
 /**
  * Whether the memory store's lane may decide this policy's cost-1 calls with no reservation (see
  * `MeterLane`): a meter not in queue mode (GCRA, the continuous token bucket, the leaky bucket as a
  * meter) whose charge for one unit is its emission interval T and fits its tolerance.
  */
-export function isPlainMeter(c: CompiledPolicy): boolean {
+export function isPlainMeter(c: CompiledNumbers): boolean {
   return c.kind === METER.id && c.c === 0 && meterCharge(1, c.a) === c.a && c.a <= c.b;
 }
 

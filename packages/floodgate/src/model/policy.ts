@@ -1,5 +1,5 @@
 import { FloodgateError } from '../errors.js';
-import type { AlgorithmDescriptor, FieldReader } from './descriptor.js';
+import type { AlgorithmDescriptor, FieldReader, Quota } from './descriptor.js';
 import { duration, fail, trimNumber } from './fields.js';
 import { FIXED_WINDOW, type FixedWindowOptions, type FixedWindowPolicy } from './fixed-window.js';
 import { GCRA, type GcraOptions, type GcraPolicy } from './gcra.js';
@@ -50,6 +50,11 @@ const blockMsField = duration({ optional: true });
 /** The descriptor of a policy's algorithm. */
 export function algorithmOf<P extends Policy>(policy: P): AlgorithmDescriptor<P> {
   return ALGORITHMS[policy.algorithm] as unknown as AlgorithmDescriptor<P>;
+}
+
+/** What a policy admits: its burst, sustained rate and window, from its algorithm's descriptor. */
+export function quotaOf(policy: Policy): Quota {
+  return algorithmOf(policy).quota(policy);
 }
 
 /**

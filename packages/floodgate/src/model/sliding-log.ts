@@ -1,7 +1,14 @@
-import type { CompiledPolicy } from './compile.js';
-import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
+import {
+  type AlgorithmDescriptor,
+  type CompiledNumbers,
+  type Evaluate,
+  type KindDescriptor,
+  type PolicyBase,
+  windowQuota,
+} from './descriptor.js';
 import { count, duration, flag, toUs, trimNumber } from './fields.js';
-import { clampRemaining, type Evaluation, type State } from './types.js';
+import { appendPair, firstLive, liveSum, takeFromPair, waitToFit } from './pairs.js';
+import { admit, deny, type State } from './types.js';
 
 /** Log of events in the last `windowMs`: at most `ceil(limit) + 1` entries, coalesced only ever more strictly. */
 export interface SlidingLogPolicy extends PolicyBase {
@@ -55,6 +62,12 @@ export const SLIDING_LOG: AlgorithmDescriptor<SlidingLogPolicy> = {
     b: toUs(p.minGapMs),
     c: p.countDenied ? 1 : 0,
   }),
+  // A minimum gap longer than the window's share per event slows the sustained rate further.
+  quota: (p) => {
+    const quota = windowQuota(p);
+    return p.minGapMs > 0 ? { ...quota, ratePerMs: Math.min(quota.ratePerMs, 1 / p.minGapMs) } : quota;
+  },
+  gauge: () => ({ label: 'cost logged in the last window', axis: 'logged', ceilingLabel: 'limit', scale: 'used' }),
 };
 
 /**
@@ -72,52 +85,33 @@ export const SLIDING_LOG: AlgorithmDescriptor<SlidingLogPolicy> = {
  *   same events: it never admits a call the exact log would refuse. Whole costs of at least 1 without
  *   `countDenied` never fill it (they fit at most `floor(limit)` entries), so they are logged exactly.
  */
-export function evaluateSlidingLog(
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  _maxDelayUs: number,
-  out: Evaluation,
-): void {
+export const evaluateSlidingLog: Evaluate = (c, s, nowUs, cost, _maxDelayUs, out) => {
   const limit = c.limit;
   const window = c.a;
   const minGap = c.b;
   const first = firstLive(s, nowUs - window);
-  const length = s === undefined ? 0 : s.length;
-  // Summed newest first: the sum that `sumWait` reaches when only the newer events are left is then
-  // bit for bit the sum this evaluation computes once the older ones have left the window.
-  let sum = 0;
-  for (let i = length - 1; i > first; i -= 2) sum += (s as State)[i] as number;
+  const sum = liveSum(s, first);
   // The gap is measured from the newest event even when it has left the window (gap longer than window).
+  const length = s === undefined ? 0 : s.length;
   const last = length > 1 ? ((s as State)[length - 2] as number) : -1;
   const hold = Math.max(minGap, window);
   const gapWait = minGap > 0 && cost > 0 && last >= 0 && nowUs - last < minGap ? last + minGap - nowUs : 0;
-  out.delayUs = 0;
   if (sum + cost <= limit && gapWait === 0) {
-    out.allowed = true;
-    out.reason = 'ok';
-    out.remaining = clampRemaining(limit - (sum + cost), limit);
-    out.retryAfterUs = 0;
-    out.resetAfterUs = cost > 0 ? hold : untilUntouched(last, hold, nowUs);
-    out.next = cost === 0 ? undefined : coalesce(append(s, first, nowUs, cost), limit);
+    const next = cost === 0 ? undefined : coalesce(appendPair(s, first, nowUs, cost), limit);
+    admit(out, limit - (sum + cost), limit, cost > 0 ? hold : untilUntouched(last, hold, nowUs), next);
   } else {
-    out.allowed = false;
-    out.reason = 'limit';
-    out.remaining = clampRemaining(limit - sum, limit);
-    out.retryAfterUs = Math.max(gapWait, sumWait(s, first, sum, cost, limit, window, nowUs));
-    out.resetAfterUs = untilUntouched(last, hold, nowUs);
-    out.next = undefined;
+    const sumWait = sum + cost <= limit || s === undefined ? 0 : waitToFit(s, first, cost, limit, window, nowUs);
+    deny(out, limit - sum, limit, Math.max(gapWait, sumWait), untilUntouched(last, hold, nowUs));
   }
-}
+};
 
 /**
  * The state after a denied attempt is logged (`countDenied`): the attempt is appended, then only the
  * shortest run of newest events whose costs reach `limit` is kept, then entries beyond the bound are
  * coalesced.
  */
-export function logDeniedAttempt(c: CompiledPolicy, s: State | undefined, nowUs: number, cost: number): State {
-  const appended = append(s, firstLive(s, nowUs - c.a), nowUs, cost);
+export function logDeniedAttempt(c: CompiledNumbers, s: State | undefined, nowUs: number, cost: number): State {
+  const appended = appendPair(s, firstLive(s, nowUs - c.a), nowUs, cost);
   let sum = 0;
   let keepFrom = appended.length;
   while (keepFrom > 1 && sum < c.limit) {
@@ -169,52 +163,6 @@ function untilUntouched(last: number, hold: number, nowUs: number): number {
   return last >= 0 && last + hold > nowUs ? last + hold - nowUs : 0;
 }
 
-/** Index of the first live entry's time (entries start at 1). */
-function firstLive(s: State | undefined, cutoff: number): number {
-  if (s === undefined) return 1;
-  let i = 1;
-  while (i < s.length && (s[i] as number) <= cutoff) i += 2;
-  return i;
-}
-
-/** A new log: live entries, then the event; an event at the same µs as the newest one is merged. */
-function append(s: State | undefined, first: number, nowUs: number, cost: number): number[] {
-  const next: number[] = [0];
-  const length = s === undefined ? 0 : s.length;
-  for (let i = first; i < length; i++) next.push((s as State)[i] as number);
-  if (next.length > 1 && next[next.length - 2] === nowUs) {
-    next[next.length - 1] = (next[next.length - 1] as number) + cost;
-  } else {
-    next.push(nowUs, cost);
-  }
-  return next;
-}
-
-/**
- * µs until enough of the oldest events leave the window for `cost` to fit. Walks from the newest event
- * back, summing in the evaluation's order: the first event whose cost no longer fits beside the newer
- * ones must leave the window, and once it has, the evaluation sums exactly those newer ones. So the
- * call fits exactly when promised, and not a µs earlier.
- */
-function sumWait(
-  s: State | undefined,
-  first: number,
-  sum: number,
-  cost: number,
-  limit: number,
-  window: number,
-  nowUs: number,
-): number {
-  if (sum + cost <= limit || s === undefined) return 0;
-  let newer = 0;
-  for (let i = s.length - 2; i >= first; i -= 2) {
-    newer += s[i + 1] as number;
-    if (newer + cost > limit) return (s[i] as number) + window - nowUs;
-  }
-  // Not reached (the live events alone do not leave room); the log is empty once the newest leaves.
-  return (s[s.length - 2] as number) + window - nowUs;
-}
-
 /**
  * The sliding log. State `[blockedUntil, t1, cost1, t2, cost2, …]`, oldest first, at most
  * `ceil(limit) + 1` pairs.
@@ -232,17 +180,7 @@ export const SLIDING_LOG_KIND: KindDescriptor<5, 'sliding-log'> = {
   capacity: 'count',
   leaseEndsAtReset: false,
   evaluate: evaluateSlidingLog,
-  refund(_c, s, _nowUs, leasedAtUs, _leased, unused) {
-    for (let i = 1; i < s.length; i += 2) {
-      if (s[i] !== leasedAtUs) continue;
-      const left = (s[i + 1] as number) - unused;
-      const next = [...s];
-      if (left > 0) next[i + 1] = left;
-      else next.splice(i, 2);
-      return next;
-    }
-    return undefined;
-  },
+  refund: (_c, s, _nowUs, leasedAtUs, _leased, unused) => takeFromPair(s, leasedAtUs, unused),
   leaseRefusal(c) {
     if (c.b > 0) return 'a minimum gap (minGapMs) cannot hold between calls admitted locally';
     if (c.c === 1) return 'counting denied attempts (countDenied) needs every call at the store';
@@ -253,8 +191,7 @@ export const SLIDING_LOG_KIND: KindDescriptor<5, 'sliding-log'> = {
   read(c, s, nowUs) {
     const first = firstLive(s, nowUs - c.a);
     const length = s === undefined ? 0 : s.length;
-    let used = 0;
-    for (let i = length - 1; i > first; i -= 2) used += (s as State)[i] as number;
+    const used = liveSum(s, first);
     const fields: { label: string; value: number; unit: 'time' | 'number' }[] = [
       { label: 'events in the window', value: (length - first) / 2, unit: 'number' },
     ];

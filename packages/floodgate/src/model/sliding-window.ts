@@ -1,9 +1,15 @@
 import { describeValue, FloodgateError } from '../errors.js';
 import { BUCKETED_WINDOW } from './bucketed-window.js';
-import type { CompiledPolicy } from './compile.js';
-import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
+import {
+  type AlgorithmDescriptor,
+  type CompiledNumbers,
+  type Evaluate,
+  type KindDescriptor,
+  type PolicyBase,
+  windowQuota,
+} from './descriptor.js';
 import { count, duration, optionalDuration, toUs, trimNumber } from './fields.js';
-import { clampRemaining, type Evaluation, nextState4, type State } from './types.js';
+import { admit, deny, nextState4, type State } from './types.js';
 
 /**
  * Sliding window. Without `precisionMs`, a counter: the current window's count plus the previous one's,
@@ -67,13 +73,28 @@ export const SLIDING_WINDOW: AlgorithmDescriptor<SlidingWindowPolicy> = {
     p.precisionMs === undefined
       ? { kind: SLIDING_WINDOW_KIND.id, limit: p.limit, a: toUs(p.windowMs), b: 0, c: 0 }
       : { kind: BUCKETED_WINDOW.id, limit: p.limit, a: toUs(p.windowMs), b: toUs(p.precisionMs), c: 0 },
+  quota: windowQuota,
+  gauge: (p) =>
+    p.precisionMs === undefined
+      ? {
+          label: 'weighted count: previous window × its overlap + current window',
+          axis: 'weighted count',
+          ceilingLabel: 'limit',
+          scale: 'used',
+        }
+      : {
+          label: `count in the window's buckets of ${trimNumber(p.precisionMs)} ms`,
+          axis: 'count',
+          ceilingLabel: 'limit',
+          scale: 'used',
+        },
 };
 
 /** The window a call at `nowUs` falls in, its count and the previous window's (scratch, reused). */
 const counts = { start: 0, count: 0, previous: 0 };
 
 /** Reads the current and previous window's counts from a state, at `nowUs`. */
-function countsAt(c: CompiledPolicy, s: State | undefined, nowUs: number): void {
+function countsAt(c: CompiledNumbers, s: State | undefined, nowUs: number): void {
   const window = c.a;
   const start = nowUs - (nowUs % window);
   let count = 0;
@@ -96,37 +117,26 @@ function countsAt(c: CompiledPolicy, s: State | undefined, nowUs: number): void 
  * how much of it the sliding window still overlaps. Two numbers per key instead of a log; exact within
  * each aligned window, and never more than twice `limit` in any span of one window length.
  */
-export function evaluateSlidingWindow(
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  _maxDelayUs: number,
-  out: Evaluation,
-): void {
+export const evaluateSlidingWindow: Evaluate = (c, s, nowUs, cost, _maxDelayUs, out) => {
   const limit = c.limit;
   const window = c.a;
   countsAt(c, s, nowUs);
   const { start, count, previous } = counts;
   const elapsed = nowUs - start;
   const estimate = estimateAt(previous, count, window, elapsed);
-  out.delayUs = 0;
   if (estimate + cost <= limit) {
     const after = count + cost;
-    out.allowed = true;
-    out.reason = 'ok';
-    out.remaining = clampRemaining(limit - (estimate + cost), limit);
-    out.retryAfterUs = 0;
-    out.resetAfterUs = after > 0 ? start + 2 * window - nowUs : previous > 0 ? start + window - nowUs : 0;
-    out.next = cost === 0 ? undefined : nextState4(out, 0, start, after, previous);
+    const next = cost === 0 ? undefined : nextState4(out, 0, start, after, previous);
+    admit(out, limit - (estimate + cost), limit, untouchedAfter(after, previous, start, window, nowUs), next);
   } else {
-    out.allowed = false;
-    out.reason = 'limit';
-    out.remaining = clampRemaining(limit - estimate, limit);
-    out.retryAfterUs = retryAfter(previous, count, window, elapsed, limit, cost);
-    out.resetAfterUs = count > 0 ? start + 2 * window - nowUs : previous > 0 ? start + window - nowUs : 0;
-    out.next = undefined;
+    const retry = retryAfter(previous, count, window, elapsed, limit, cost);
+    deny(out, limit - estimate, limit, retry, untouchedAfter(count, previous, start, window, nowUs));
   }
+};
+
+/** µs until the key is untouched, with `count` in the current window and `previous` in the one before. */
+function untouchedAfter(count: number, previous: number, start: number, window: number, nowUs: number): number {
+  return count > 0 ? start + 2 * window - nowUs : previous > 0 ? start + window - nowUs : 0;
 }
 
 /** The weighted count at `elapsed` µs into the current window. Ports repeat this order of operations. */

@@ -1,9 +1,8 @@
 import { describeValue, FloodgateError } from '../errors.js';
-import type { CompiledPolicy } from './compile.js';
-import type { AlgorithmDescriptor, KindDescriptor, PolicyBase } from './descriptor.js';
+import type { AlgorithmDescriptor, CompiledNumbers, Evaluate, KindDescriptor, PolicyBase } from './descriptor.js';
 import { count, duration, oneOf, positive, toUs, trimNumber } from './fields.js';
 import { checkMeter, compileMeter } from './meter.js';
-import { clampRemaining, type Evaluation, nextState3, type State } from './types.js';
+import { admit, deny, nextState3, type State } from './types.js';
 
 /** Token bucket that starts full and refills `refillAmount` every `refillIntervalMs`. */
 export interface TokenBucketPolicy extends PolicyBase {
@@ -74,6 +73,16 @@ export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketPolicy> = {
     if (p.refill === 'continuous') return compileMeter(intervalUs / p.refillAmount, p.capacity, false);
     return { kind: TOKEN_INTERVAL.id, limit: p.capacity, a: p.refillAmount, b: intervalUs, c: 0 };
   },
+  quota: (p) => ({
+    burst: p.capacity,
+    ratePerMs: p.refillAmount / p.refillIntervalMs,
+    // An interval refill restores whole amounts at interval boundaries only.
+    windowMs:
+      p.refill === 'interval'
+        ? Math.ceil(p.capacity / p.refillAmount) * p.refillIntervalMs
+        : (p.capacity * p.refillIntervalMs) / p.refillAmount,
+  }),
+  gauge: () => ({ label: 'tokens in the bucket', axis: 'tokens', ceilingLabel: 'capacity', scale: 'left' }),
 };
 
 /**
@@ -93,7 +102,7 @@ const refilled = { used: 0, anchor: 0 };
  * The refills due at `nowUs` on a stored state: `used` drops by `refill` per whole interval since the
  * anchor, and what is left at or below `dust` is an empty bucket (a full bucket, anchored at `nowUs`).
  */
-function refillTo(c: CompiledPolicy, s: State | undefined, nowUs: number, dust: number): void {
+function refillTo(c: CompiledNumbers, s: State | undefined, nowUs: number, dust: number): void {
   let used = 0;
   let anchor = nowUs;
   if (s !== undefined && (s[1] as number) > 0) {
@@ -127,14 +136,7 @@ function refillTo(c: CompiledPolicy, s: State | undefined, nowUs: number, dust: 
  *   plus the cost, against the capacity) instead of dividing: so the call fits exactly when promised,
  *   and not one interval earlier.
  */
-export function evaluateTokenInterval(
-  c: CompiledPolicy,
-  s: State | undefined,
-  nowUs: number,
-  cost: number,
-  _maxDelayUs: number,
-  out: Evaluation,
-): void {
+export const evaluateTokenInterval: Evaluate = (c, s, nowUs, cost, _maxDelayUs, out) => {
   const capacity = c.limit;
   const refill = c.a;
   const interval = c.b;
@@ -143,32 +145,27 @@ export function evaluateTokenInterval(
   const used = refilled.used;
   const anchor = refilled.anchor;
   const after = used + cost;
-  out.delayUs = 0;
   if (after <= capacity) {
-    out.allowed = true;
-    out.reason = 'ok';
-    out.remaining = clampRemaining(capacity - after, capacity);
-    out.retryAfterUs = 0;
     if (cost > 0) {
       // The state stored is (after, anchor): the bucket is full once it has refilled `after`.
-      out.resetAfterUs = anchor + intervalsUntil(after, 0, 0, refill, dust) * interval - nowUs;
-      out.next = nextState3(out, 0, after, anchor);
+      const reset = anchor + intervalsUntil(after, 0, 0, refill, dust) * interval - nowUs;
+      admit(out, capacity - after, capacity, reset, nextState3(out, 0, after, anchor));
     } else {
-      out.resetAfterUs = used > 0 ? untilFull(s as State, refill, interval, dust, nowUs) : 0;
-      out.next = undefined;
+      admit(
+        out,
+        capacity - after,
+        capacity,
+        used > 0 ? untilFull(s as State, refill, interval, dust, nowUs) : 0,
+        undefined,
+      );
     }
   } else {
     // Denied: the stored state holds `used` (a bucket that had emptied always admits a cost it can hold).
     const st = s as State;
-    out.allowed = false;
-    out.reason = 'limit';
-    out.remaining = clampRemaining(capacity - used, capacity);
-    out.retryAfterUs =
-      (st[2] as number) + intervalsUntil(st[1] as number, cost, capacity, refill, dust) * interval - nowUs;
-    out.resetAfterUs = untilFull(st, refill, interval, dust, nowUs);
-    out.next = undefined;
+    const retry = (st[2] as number) + intervalsUntil(st[1] as number, cost, capacity, refill, dust) * interval - nowUs;
+    deny(out, capacity - used, capacity, retry, untilFull(st, refill, interval, dust, nowUs));
   }
-}
+};
 
 /** µs until the stored state `s` (which still holds more than dust) has refilled completely. */
 function untilFull(s: State, refill: number, interval: number, dust: number, nowUs: number): number {

@@ -79,6 +79,38 @@ export function nextState4(out: Evaluation, a: number, b: number, c: number, d: 
   return buffer;
 }
 
+/**
+ * Writes an admission into `out`: `left` of `limit` remain (floored into 0…limit), the key is untouched
+ * again after `resetAfterUs`, `next` is the state to store, and the call proceeds after `delayUs`.
+ */
+export function admit(
+  out: Evaluation,
+  left: number,
+  limit: number,
+  resetAfterUs: number,
+  next: State | undefined,
+  delayUs = 0,
+): void {
+  out.allowed = true;
+  out.reason = 'ok';
+  out.remaining = clampRemaining(left, limit);
+  out.retryAfterUs = 0;
+  out.resetAfterUs = resetAfterUs;
+  out.delayUs = delayUs;
+  out.next = next;
+}
+
+/** Writes a denial on the limit into `out`: `left` of `limit` remain, the same call passes after `retryAfterUs`. */
+export function deny(out: Evaluation, left: number, limit: number, retryAfterUs: number, resetAfterUs: number): void {
+  out.allowed = false;
+  out.reason = 'limit';
+  out.remaining = clampRemaining(left, limit);
+  out.retryAfterUs = retryAfterUs;
+  out.resetAfterUs = resetAfterUs;
+  out.delayUs = 0;
+  out.next = undefined;
+}
+
 /** Floors a remaining count into 0…limit. */
 export function clampRemaining(value: number, limit: number): number {
   const floored = Math.floor(value);

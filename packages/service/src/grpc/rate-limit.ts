@@ -1,4 +1,4 @@
-import { definePolicy, type Policy } from 'floodgate';
+import { definePolicy, type Policy, quotaOf } from 'floodgate';
 import type { DecisionRequest, DescriptorOutcome, DescriptorRequest } from '../engine.js';
 import type { RateLimitHeaders } from '../headers.js';
 import type { RateLimitRequestMessage, Writer } from './codec.js';
@@ -141,25 +141,9 @@ export function nameWasGiven(policy: Policy): boolean {
   return given;
 }
 
-/**
- * The policy's sustained rate, in requests per millisecond: what it admits over a long time, whatever its
- * burst. Undefined for a policy without one.
- */
+/** The policy's sustained rate, in requests per millisecond: what it admits over a long time, whatever its burst. */
 export function sustainedRate(policy: Policy): number {
-  switch (policy.algorithm) {
-    case 'gcra':
-      return policy.limit / policy.periodMs;
-    case 'token-bucket':
-      return policy.refillAmount / policy.refillIntervalMs;
-    case 'leaky-bucket':
-      return policy.leakPerSecond / 1000;
-    case 'sliding-log': {
-      const rate = policy.limit / policy.windowMs;
-      return policy.minGapMs > 0 ? Math.min(rate, 1 / policy.minGapMs) : rate;
-    }
-    default:
-      return policy.limit / policy.windowMs;
-  }
+  return quotaOf(policy).ratePerMs;
 }
 
 /** Envoy's `current_limit` for a policy: `requests_per_unit` and the RateLimitUnit number. */

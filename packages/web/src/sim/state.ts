@@ -1,4 +1,10 @@
-import { type CompiledPolicy, readState as readModelState, type State, type StateField } from 'floodgate/model';
+import {
+  algorithmOf,
+  type CompiledPolicy,
+  readState as readModelState,
+  type State,
+  type StateField,
+} from 'floodgate/model';
 
 /** What the state chart of a policy plots, and against which ceiling. */
 export interface LevelScale {
@@ -24,67 +30,36 @@ export interface Readout {
   readonly fields: readonly (readonly [string, string])[];
 }
 
-/** The scale of a policy's state chart. */
+/**
+ * The scale of a policy's state chart: its algorithm's gauge (the words, and which way the level reads),
+ * with the ceiling in the level's unit.
+ */
 export function levelScale(c: CompiledPolicy): LevelScale {
-  const policy = c.policy;
-  switch (policy.algorithm) {
-    case 'gcra':
-      return {
-        label: 'how far the theoretical arrival time (TAT) is ahead of now, ms',
-        axis: 'TAT − now (ms)',
-        ceiling: c.b / 1000,
-        ceilingLabel: 'τ = burst × T',
-        countsDown: false,
-      };
-    case 'token-bucket':
-      return {
-        label: 'tokens in the bucket',
-        axis: 'tokens',
-        ceiling: c.limit,
-        ceilingLabel: 'capacity',
-        countsDown: true,
-      };
-    case 'leaky-bucket':
-      return {
-        label: policy.mode === 'queue' ? 'bucket level (work queued ahead)' : 'bucket level',
-        axis: 'level',
-        ceiling: c.limit,
-        ceilingLabel: 'capacity',
-        countsDown: false,
-      };
-    case 'fixed-window':
-      return {
-        label: 'count in the current window',
-        axis: 'count',
-        ceiling: c.limit,
-        ceilingLabel: 'limit',
-        countsDown: false,
-      };
-    case 'sliding-window':
-      if (policy.precisionMs !== undefined) {
-        return {
-          label: `count in the window's buckets of ${fmt(policy.precisionMs)} ms`,
-          axis: 'count',
-          ceiling: c.limit,
-          ceilingLabel: 'limit',
-          countsDown: false,
-        };
-      }
-      return {
-        label: 'weighted count: previous window × its overlap + current window',
-        axis: 'weighted count',
-        ceiling: c.limit,
-        ceilingLabel: 'limit',
-        countsDown: false,
-      };
-    case 'sliding-log':
-      return {
-        label: 'cost logged in the last window',
-        axis: 'logged',
-        ceiling: c.limit,
-        ceilingLabel: 'limit',
-        countsDown: false,
-      };
+  const { label, axis, ceilingLabel, scale } = algorithmOf(c.policy).gauge(c.policy);
+  return {
+    label,
+    axis,
+    ceiling: scale === 'owed-ms' ? c.b / 1000 : c.limit,
+    ceilingLabel,
+    countsDown: scale === 'left',
+  };
+}
+
+/** The plotted level, from what the kind reads as used (see `Gauge`). */
+function level(c: CompiledPolicy, used: number): number {
+  const scale = algorithmOf(c.policy).gauge(c.policy).scale;
+  switch (scale) {
+    case 'used':
+      return used;
+    case 'left':
+      return c.limit - used;
+    case 'owed-ms':
+      // `used` is the time owed in units of cost: T µs each.
+      return (used * c.a) / 1000;
+    default: {
+      const unknown: never = scale;
+      throw new Error(`unknown gauge scale ${String(unknown)}`);
+    }
   }
 }
 
@@ -107,13 +82,9 @@ export function readState(c: CompiledPolicy, s: State | undefined, nowUs: number
   if (blockedMs > 0)
     fields.push(['penalty box ends', show({ label: '', value: reading.blockedUntilUs, unit: 'time' })]);
   for (const field of reading.fields) fields.push([field.label, show(field)]);
-  // What the chart plots: GCRA's TAT ahead of now in ms; a token bucket's tokens left; else what is used.
-  const algorithm = c.policy.algorithm;
-  let level = reading.used;
-  if (algorithm === 'gcra') level = (reading.used * c.a) / 1000;
-  else if (algorithm === 'token-bucket') level = c.limit - reading.used;
-  fields.push([levelScale(c).label, fmt(level)]);
-  return { level, blockedMs, fields };
+  const plotted = level(c, reading.used);
+  fields.push([levelScale(c).label, fmt(plotted)]);
+  return { level: plotted, blockedMs, fields };
 }
 
 /** A number for people: at most 3 decimals, no trailing zeros. */
