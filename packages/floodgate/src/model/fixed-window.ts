@@ -1,12 +1,7 @@
+import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
+import { windowQuota } from './algorithm.js';
 import { MAX_COST } from './cost.js';
-import {
-  type AlgorithmDescriptor,
-  type CompiledNumbers,
-  type Evaluate,
-  type KindDescriptor,
-  type PolicyBase,
-  windowQuota,
-} from './descriptor.js';
+import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
 import { count, duration, flag, oneOf, toUs, trimNumber } from './fields.js';
 import { admit, deny, nextState3, type State } from './types.js';
 
@@ -24,15 +19,13 @@ export interface FixedWindowPolicy extends PolicyBase {
 }
 
 /** Options of {@link fixedWindow}. */
-export interface FixedWindowOptions {
+export interface FixedWindowOptions extends PolicyBaseOptions {
   limit: number;
   windowMs: number;
   /** @default 'clock' */
   align?: 'clock' | 'first-request';
   /** Count denied calls too (see {@link FixedWindowPolicy.countDenied}). @default false */
   countDenied?: boolean;
-  name?: string;
-  blockMs?: number;
 }
 
 export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowPolicy> = {

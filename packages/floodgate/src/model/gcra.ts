@@ -1,4 +1,4 @@
-import type { AlgorithmDescriptor, PolicyBase } from './descriptor.js';
+import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
 import { count, duration, toUs, trimNumber } from './fields.js';
 import { checkMeter, compileMeter } from './meter.js';
 
@@ -11,13 +11,11 @@ export interface GcraPolicy extends PolicyBase {
 }
 
 /** Options of {@link gcra}. */
-export interface GcraOptions {
+export interface GcraOptions extends PolicyBaseOptions {
   limit: number;
   periodMs: number;
   /** @default limit */
   burst?: number;
-  name?: string;
-  blockMs?: number;
 }
 
 /** GCRA runs on the meter: the emission interval T = periodMs / limit, the tolerance τ = burst · T. */

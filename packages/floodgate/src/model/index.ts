@@ -1,3 +1,4 @@
+export type { AlgorithmDescriptor, Gauge, PolicyBase, PolicyBaseOptions, Quota } from './algorithm.js';
 export { type CompiledPolicy, compilePolicy, toUs } from './compile.js';
 export { MAX_COST, MIN_COST, validateCost } from './cost.js';
 export { type DecideOptions, decide, evaluatePolicy, inspect, settleDenied } from './decide.js';
@@ -10,17 +11,15 @@ export {
   usToMs,
 } from './decision.js';
 export type {
-  AlgorithmDescriptor,
   CompiledNumbers,
-  FieldReader,
-  Gauge,
+  DeniedCount,
+  Evaluate,
   KindDescriptor,
-  PolicyBase,
-  Quota,
   StateField,
   StateLayout,
   StateReading,
 } from './descriptor.js';
+export type { FieldReader } from './fields.js';
 export {
   emptyStateLength,
   exceedsCapacity,

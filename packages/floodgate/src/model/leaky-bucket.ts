@@ -1,4 +1,4 @@
-import type { AlgorithmDescriptor, PolicyBase } from './descriptor.js';
+import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
 import { count, oneOf, positive, trimNumber } from './fields.js';
 import { checkMeter, compileMeter } from './meter.js';
 
@@ -11,13 +11,11 @@ export interface LeakyBucketPolicy extends PolicyBase {
 }
 
 /** Options of {@link leakyBucket}. */
-export interface LeakyBucketOptions {
+export interface LeakyBucketOptions extends PolicyBaseOptions {
   capacity: number;
   leakPerSecond: number;
   /** @default 'meter' */
   mode?: 'meter' | 'queue';
-  name?: string;
-  blockMs?: number;
 }
 
 /** The level of a drip-free leaky bucket, divided by the leak rate, is the time owed: the meter again. */

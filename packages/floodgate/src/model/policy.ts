@@ -1,6 +1,6 @@
 import { FloodgateError } from '../errors.js';
-import type { AlgorithmDescriptor, FieldReader, Quota } from './descriptor.js';
-import { duration, fail, trimNumber } from './fields.js';
+import type { AlgorithmDescriptor, Quota } from './algorithm.js';
+import { duration, type FieldReader, fail, trimNumber } from './fields.js';
 import { FIXED_WINDOW, type FixedWindowOptions, type FixedWindowPolicy } from './fixed-window.js';
 import { GCRA, type GcraOptions, type GcraPolicy } from './gcra.js';
 import { LEAKY_BUCKET, type LeakyBucketOptions, type LeakyBucketPolicy } from './leaky-bucket.js';
@@ -119,51 +119,44 @@ export function isPolicy(value: unknown): value is Policy {
   return typeof value === 'object' && value !== null && POLICIES.has(value);
 }
 
-/** Validates a factory's options as a policy of algorithm `A` (the factory sets the algorithm itself). */
-function define<A extends Algorithm>(algorithm: A, options: unknown): Algorithms[A]['policy'] {
+/**
+ * The factory of algorithm `A`: validates its options as a policy of `A` (the factory sets the algorithm
+ * itself), with errors naming the factory (`gcra.limit`).
+ */
+function factory<A extends Algorithm>(algorithm: A): (options: Algorithms[A]['options']) => Algorithms[A]['policy'] {
   const path = ALGORITHMS[algorithm].factory;
-  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-    fail(path, options, 'an options object');
-  }
-  if ('algorithm' in options) {
-    throw new FloodgateError('ERR_INVALID_POLICY', `${path}.algorithm is set by ${path}() itself; leave it out`, {
-      option: `${path}.algorithm`,
-    });
-  }
-  return definePolicy({ ...options, algorithm }, path) as Algorithms[A]['policy'];
+  return (options) => {
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+      fail(path, options, 'an options object');
+    }
+    if ('algorithm' in options) {
+      throw new FloodgateError('ERR_INVALID_POLICY', `${path}.algorithm is set by ${path}() itself; leave it out`, {
+        option: `${path}.algorithm`,
+      });
+    }
+    return definePolicy({ ...options, algorithm }, path) as Algorithms[A]['policy'];
+  };
 }
 
 /** `limit` per `periodMs` with up to `burst` at once. @example gcra({ limit: 100, periodMs: 60_000 }) */
-export function gcra(options: GcraOptions): GcraPolicy {
-  return define('gcra', options);
-}
+export const gcra = factory('gcra');
 /** A token bucket. @example tokenBucket({ capacity: 10, refillAmount: 1, refillIntervalMs: 1000 }) */
-export function tokenBucket(options: TokenBucketOptions): TokenBucketPolicy {
-  return define('token-bucket', options);
-}
+export const tokenBucket = factory('token-bucket');
 /** A drip-free leaky bucket. @example leakyBucket({ capacity: 1000, leakPerSecond: 1000 / 2_592_000 }) */
-export function leakyBucket(options: LeakyBucketOptions): LeakyBucketPolicy {
-  return define('leaky-bucket', options);
-}
+export const leakyBucket = factory('leaky-bucket');
 /** A fixed window. @example fixedWindow({ limit: 5000, windowMs: 3_600_000 }) */
-export function fixedWindow(options: FixedWindowOptions): FixedWindowPolicy {
-  return define('fixed-window', options);
-}
+export const fixedWindow = factory('fixed-window');
 /**
  * A sliding window: the weighted two-window counter, or with `precisionMs` the bucketed window.
  * @example slidingWindow({ limit: 100, windowMs: 60_000, precisionMs: 1000 })
  */
-export function slidingWindow(options: SlidingWindowOptions): SlidingWindowPolicy {
-  return define('sliding-window', options);
-}
+export const slidingWindow = factory('sliding-window');
 /**
  * A sliding log: never more than `limit` in any `windowMs`. Keeps at most `ceil(limit) + 1` entries per key,
  * coalescing tiny or fractional costs only ever more strictly; `limit` is at most {@link MAX_SLIDING_LOG_LIMIT}.
  * @example slidingLog({ limit: 5, windowMs: 900_000, countDenied: true })
  */
-export function slidingLog(options: SlidingLogOptions): SlidingLogPolicy {
-  return define('sliding-log', options);
-}
+export const slidingLog = factory('sliding-log');
 
 export { MAX_DURATION_US, MAX_LIMIT } from './fields.js';
 export { MAX_SLIDING_LOG_LIMIT } from './sliding-log.js';

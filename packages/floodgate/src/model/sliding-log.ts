@@ -1,11 +1,6 @@
-import {
-  type AlgorithmDescriptor,
-  type CompiledNumbers,
-  type Evaluate,
-  type KindDescriptor,
-  type PolicyBase,
-  windowQuota,
-} from './descriptor.js';
+import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
+import { windowQuota } from './algorithm.js';
+import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
 import { count, duration, flag, toUs, trimNumber } from './fields.js';
 import { appendPair, firstLive, liveSum, takeFromPair, waitToFit } from './pairs.js';
 import { admit, deny, type State } from './types.js';
@@ -22,13 +17,11 @@ export interface SlidingLogPolicy extends PolicyBase {
 }
 
 /** Options of {@link slidingLog}. */
-export interface SlidingLogOptions {
+export interface SlidingLogOptions extends PolicyBaseOptions {
   limit: number;
   windowMs: number;
   minGapMs?: number;
   countDenied?: boolean;
-  name?: string;
-  blockMs?: number;
 }
 
 /**

@@ -1,13 +1,8 @@
 import { describeValue, FloodgateError } from '../errors.js';
+import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
+import { windowQuota } from './algorithm.js';
 import { BUCKETED_WINDOW } from './bucketed-window.js';
-import {
-  type AlgorithmDescriptor,
-  type CompiledNumbers,
-  type Evaluate,
-  type KindDescriptor,
-  type PolicyBase,
-  windowQuota,
-} from './descriptor.js';
+import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
 import { count, duration, optionalDuration, toUs, trimNumber } from './fields.js';
 import { admit, deny, nextState4, type State } from './types.js';
 
@@ -28,13 +23,11 @@ export interface SlidingWindowPolicy extends PolicyBase {
 }
 
 /** Options of {@link slidingWindow}. */
-export interface SlidingWindowOptions {
+export interface SlidingWindowOptions extends PolicyBaseOptions {
   limit: number;
   windowMs: number;
   /** Bucketed window: counts per bucket of this many ms, summed over the window (see {@link SlidingWindowPolicy.precisionMs}). */
   precisionMs?: number;
-  name?: string;
-  blockMs?: number;
 }
 
 /**

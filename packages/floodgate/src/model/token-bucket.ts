@@ -1,5 +1,6 @@
 import { describeValue, FloodgateError } from '../errors.js';
-import type { AlgorithmDescriptor, CompiledNumbers, Evaluate, KindDescriptor, PolicyBase } from './descriptor.js';
+import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
+import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
 import { count, duration, oneOf, positive, toUs, trimNumber } from './fields.js';
 import { checkMeter, compileMeter } from './meter.js';
 import { admit, deny, nextState3, type State } from './types.js';
@@ -15,14 +16,12 @@ export interface TokenBucketPolicy extends PolicyBase {
 }
 
 /** Options of {@link tokenBucket}. */
-export interface TokenBucketOptions {
+export interface TokenBucketOptions extends PolicyBaseOptions {
   capacity: number;
   refillAmount: number;
   refillIntervalMs: number;
   /** @default 'continuous' */
   refill?: 'continuous' | 'interval';
-  name?: string;
-  blockMs?: number;
 }
 
 /**
