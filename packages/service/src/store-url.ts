@@ -1,20 +1,7 @@
-import { type MemoryStoreOptions, memoryStore, type Store } from 'floodgate';
+import { type MemoryStoreOptions, memoryStore } from 'floodgate';
+import { type OpenedStore, redact, StoreUrlError } from './stores/opened.js';
 
-/** A store opened from a URL, with what the service needs to release it. */
-export interface OpenedStore {
-  readonly store: Store;
-  /** The URL without its password, for logs. */
-  readonly description: string;
-  /** Closes the store and the client the service created for it. */
-  close(): Promise<void>;
-  /** Readies the store (creates its tables); retried by readiness probes until it succeeds. */
-  prepare?(): Promise<void>;
-}
-
-/** A store URL the service cannot use (unknown scheme, bad form); the CLI exits with code 4. */
-export class StoreUrlError extends Error {
-  override readonly name = 'StoreUrlError';
-}
+export { type OpenedStore, redact, StoreUrlError } from './stores/opened.js';
 
 /** Store URL schemes, in the form the CLI documents. */
 export const STORE_URL_FORMS: readonly string[] = [
@@ -91,9 +78,4 @@ function openMemory(text: string): OpenedStore {
     description: shown.length === 0 ? 'memory' : `memory (${shown.join(', ')})`,
     close: async () => {},
   };
-}
-
-/** The URL with any password replaced by `***`. */
-export function redact(url: string): string {
-  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
 }

@@ -1,6 +1,6 @@
 import { fromPg, postgresStore } from 'floodgate/postgres';
 import pg from 'pg';
-import { type OpenedStore, redact, StoreUrlError } from '../store-url.js';
+import { type OpenedStore, redact, StoreUrlError } from './opened.js';
 
 /** Parameters of a `postgres://` URL that configure the store rather than the connection. */
 const STORE_PARAMETERS = ['table', 'schema', 'unlogged'];

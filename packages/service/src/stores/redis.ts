@@ -1,6 +1,6 @@
 import { fromIoredis, redisStore } from 'floodgate/redis';
 import { Cluster, Redis } from 'ioredis';
-import { type OpenedStore, redact, StoreUrlError } from '../store-url.js';
+import { type OpenedStore, redact, StoreUrlError } from './opened.js';
 
 /** How long the first connection may take before the service starts unready. */
 const CONNECT_TIMEOUT_MS = 2000;

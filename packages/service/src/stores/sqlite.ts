@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { sqliteStore } from 'floodgate/sqlite';
-import { type OpenedStore, StoreUrlError } from '../store-url.js';
+import { type OpenedStore, StoreUrlError } from './opened.js';
 
 /**
  * Opens `sqlite:<path>[?table=name]` with better-sqlite3 and creates the table if missing. Several

@@ -1,0 +1,22 @@
+import type { Store } from 'floodgate';
+
+/** A store opened from a URL, with what the service needs to release it. */
+export interface OpenedStore {
+  readonly store: Store;
+  /** The URL without its password, for logs. */
+  readonly description: string;
+  /** Closes the store and the client the service created for it. */
+  close(): Promise<void>;
+  /** Readies the store (creates its tables); retried by readiness probes until it succeeds. */
+  prepare?(): Promise<void>;
+}
+
+/** A store URL the service cannot use (unknown scheme, bad form); the CLI exits with code 4. */
+export class StoreUrlError extends Error {
+  override readonly name = 'StoreUrlError';
+}
+
+/** The URL with any password replaced by `***`. */
+export function redact(url: string): string {
+  return url.replace(/\/\/([^:@/]*):([^@/]*)@/, '//$1:***@');
+}
