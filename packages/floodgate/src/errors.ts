@@ -39,11 +39,27 @@ export class FloodgateError extends Error {
   readonly code: FloodgateErrorCode;
   /** The option or argument at fault, when there is one (`'cost'`, `'policies[0].limit'`). */
   readonly option: string | undefined;
+  /**
+   * What is wrong with `option`, as the words that follow its path in the message (`must be a finite
+   * number from 1 to 1000000000000, got 0`): for callers that name the option their own way (a config
+   * file's path). The whole message when it does not start with the option.
+   */
+  readonly problem: string;
+  /** True when `option` is not an option at all (an unknown key), rather than one given a wrong value. */
+  readonly unknownOption: boolean;
 
-  constructor(code: FloodgateErrorCode, message: string, options?: { cause?: unknown; option?: string }) {
+  constructor(
+    code: FloodgateErrorCode,
+    message: string,
+    options?: { cause?: unknown; option?: string; unknownOption?: boolean },
+  ) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
-    this.option = options?.option;
+    const option = options?.option;
+    this.option = option;
+    this.problem =
+      option !== undefined && message.startsWith(`${option} `) ? message.slice(option.length + 1) : message;
+    this.unknownOption = options?.unknownOption === true;
     Object.defineProperty(this, brand, { value: true });
   }
 }

@@ -580,9 +580,57 @@ const NO_RENAMES: ReadonlyMap<string, string> = new Map();
 const ENVOY_RENAMES: ReadonlyMap<string, string> = new Map([['limit', 'requests_per_unit']]);
 
 /** Walks the parsed data of floodgate's own format, collecting every problem with its location. */
-class Checker extends YamlChecker {
+/**
+ * The rule checker both config formats share (floodgate's and envoyproxy/ratelimit's): the nested list of
+ * descriptor rules, their depth, their number and their duplicates. Each format reads one rule its own way
+ * (`descriptor`) and words a duplicate its own way (`duplicate`).
+ */
+export abstract class RuleChecker extends YamlChecker {
   /** Descriptor rules seen so far, aliased ones as often as they are used. */
   private rules = 0;
+
+  /** Reads one rule at `path`, `depth` levels down; undefined when it has a problem (reported). */
+  protected abstract descriptor(data: unknown, path: Segment[], depth: number): DescriptorConfig | undefined;
+
+  /** The problem of a rule whose key and value the rule at `first` already has. */
+  protected abstract duplicate(d: DescriptorConfig, first: string): string;
+
+  /** Counts a rule; past {@link MAX_RULES} the check stops. */
+  protected countRule(path: Segment[]): void {
+    if (++this.rules > MAX_RULES) {
+      this.issue(path, `a config has at most ${MAX_RULES} descriptor rules (aliases count each time they are used)`);
+      throw STOP;
+    }
+  }
+
+  /** The rules under `o.descriptors`, at most {@link MAX_DESCRIPTOR_DEPTH} levels deep, each key and value once. */
+  protected descriptors(o: Data, path: Segment[], depth: number): DescriptorConfig[] {
+    const list = this.list(o, 'descriptors', path, false);
+    if (list === undefined) return [];
+    if (depth > MAX_DESCRIPTOR_DEPTH) {
+      this.issue([...path, 'descriptors'], `descriptors nest at most ${MAX_DESCRIPTOR_DEPTH} levels deep`);
+      return [];
+    }
+    const out: DescriptorConfig[] = [];
+    const seen = new Map<string, number>();
+    list.forEach((item, i) => {
+      const at = [...path, 'descriptors', i];
+      const d = this.descriptor(item, at, depth);
+      if (d === undefined) return;
+      const id = `${d.key}\0${d.value ?? '\0any'}`;
+      const first = seen.get(id);
+      if (first !== undefined) {
+        this.issue(at, this.duplicate(d, pathOf([...path, 'descriptors', first])));
+        return;
+      }
+      seen.set(id, i);
+      out.push(d);
+    });
+    return out;
+  }
+}
+
+class Checker extends RuleChecker {
   private readonly named = new Map<string, Policy>();
   /** Named policies defined with a problem (reported there): a reference to one adds no second problem. */
   private readonly invalidNamed = new Set<string>();
@@ -666,38 +714,12 @@ class Checker extends YamlChecker {
     return { domain: name, shadow, descriptors };
   }
 
-  private descriptors(o: Data, path: Segment[], depth: number): DescriptorConfig[] {
-    const list = this.list(o, 'descriptors', path, false);
-    if (list === undefined) return [];
-    if (depth > MAX_DESCRIPTOR_DEPTH) {
-      this.issue([...path, 'descriptors'], `descriptors nest at most ${MAX_DESCRIPTOR_DEPTH} levels deep`);
-      return [];
-    }
-    const out: DescriptorConfig[] = [];
-    const seen = new Map<string, number>();
-    list.forEach((item, i) => {
-      const d = this.descriptor(item, [...path, 'descriptors', i], depth);
-      if (d === undefined) return;
-      const id = `${d.key}\0${d.value ?? '\0any'}`;
-      const first = seen.get(id);
-      if (first !== undefined) {
-        this.issue(
-          [...path, 'descriptors', i],
-          `a rule for key ${JSON.stringify(d.key)}${d.value === undefined ? ' (any value)' : ` and value ${JSON.stringify(d.value)}`} is already defined at ${pathOf([...path, 'descriptors', first])}`,
-        );
-        return;
-      }
-      seen.set(id, i);
-      out.push(d);
-    });
-    return out;
+  protected override duplicate(d: DescriptorConfig, first: string): string {
+    return `a rule for key ${JSON.stringify(d.key)}${d.value === undefined ? ' (any value)' : ` and value ${JSON.stringify(d.value)}`} is already defined at ${first}`;
   }
 
-  private descriptor(data: unknown, path: Segment[], depth: number): DescriptorConfig | undefined {
-    if (++this.rules > MAX_RULES) {
-      this.issue(path, `a config has at most ${MAX_RULES} descriptor rules (aliases count each time they are used)`);
-      throw STOP;
-    }
+  protected override descriptor(data: unknown, path: Segment[], depth: number): DescriptorConfig | undefined {
+    this.countRule(path);
     const o = this.object(data, path);
     if (o === undefined) return undefined;
     this.known(o, path, ['key', 'value', 'policies', 'rate_limit', 'shadow', 'shared', 'unlimited', 'descriptors']);
@@ -802,12 +824,10 @@ class Checker extends YamlChecker {
         const field = option.slice(label.length + 1);
         segments = [...path, rename.get(field) ?? field];
       }
-      const onKey = error.message.includes('is not an option');
-      // The library's message starts with the option path; the issue carries the path already.
-      let message = error.message;
-      if (option !== undefined && message.startsWith(option)) message = message.slice(option.length).trimStart();
+      // The issue carries the option's path already: only what is wrong with it, in the config's names.
+      let message = error.problem;
       for (const [from, to] of rename) message = message.replaceAll(`.${from}`, `.${to}`);
-      this.issue(segments, message, onKey);
+      this.issue(segments, message, error.unknownOption);
       return undefined;
     }
     const seen = this.algorithms.get(policy.name);

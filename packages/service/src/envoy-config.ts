@@ -1,17 +1,13 @@
 import { fixedWindow, type Policy } from 'floodgate';
 import {
   type ConfigIssue,
-  type Data,
   type DescriptorConfig,
   describe,
   ENVOY_UNITS,
   type EnvoyLimitConfig,
-  MAX_DESCRIPTOR_DEPTH,
-  MAX_RULES,
-  pathOf,
+  RuleChecker,
   type Segment,
   STOP,
-  YamlChecker,
   type YamlDocument,
 } from './config.js';
 
@@ -83,9 +79,7 @@ export function countRules(descriptors: readonly DescriptorConfig[]): number {
   return n;
 }
 
-class EnvoyChecker extends YamlChecker {
-  private rules = 0;
-
+class EnvoyChecker extends RuleChecker {
   constructor(
     locator: YamlDocument['locator'],
     sourceOf: YamlDocument['sourceOf'],
@@ -118,39 +112,12 @@ class EnvoyChecker extends YamlChecker {
     return { domain, line: this.locator(['domain'], true).line, descriptors };
   }
 
-  private descriptors(o: Data, path: Segment[], depth: number): DescriptorConfig[] {
-    const list = this.list(o, 'descriptors', path, false);
-    if (list === undefined) return [];
-    if (depth > MAX_DESCRIPTOR_DEPTH) {
-      this.issue([...path, 'descriptors'], `descriptors nest at most ${MAX_DESCRIPTOR_DEPTH} levels deep`);
-      return [];
-    }
-    const out: DescriptorConfig[] = [];
-    const seen = new Map<string, number>();
-    list.forEach((item, i) => {
-      const at = [...path, 'descriptors', i];
-      const d = this.descriptor(item, at, depth);
-      if (d === undefined) return;
-      const id = `${d.key}\0${d.value ?? ''}`;
-      const first = seen.get(id);
-      if (first !== undefined) {
-        this.issue(
-          at,
-          `duplicate descriptor: key ${JSON.stringify(d.key)}${d.value === undefined ? ' without a value' : ` and value ${JSON.stringify(d.value)}`} is already defined at ${pathOf([...path, 'descriptors', first])}`,
-        );
-        return;
-      }
-      seen.set(id, i);
-      out.push(d);
-    });
-    return out;
+  protected override duplicate(d: DescriptorConfig, first: string): string {
+    return `duplicate descriptor: key ${JSON.stringify(d.key)}${d.value === undefined ? ' without a value' : ` and value ${JSON.stringify(d.value)}`} is already defined at ${first}`;
   }
 
-  private descriptor(data: unknown, path: Segment[], depth: number): DescriptorConfig | undefined {
-    if (++this.rules > MAX_RULES) {
-      this.issue(path, `a config has at most ${MAX_RULES} descriptor rules (aliases count each time they are used)`);
-      throw STOP;
-    }
+  protected override descriptor(data: unknown, path: Segment[], depth: number): DescriptorConfig | undefined {
+    this.countRule(path);
     const o = this.object(data, path);
     if (o === undefined) return undefined;
     this.known(o, path, [

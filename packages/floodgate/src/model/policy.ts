@@ -79,7 +79,7 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
       throw new FloodgateError(
         'ERR_INVALID_POLICY',
         `${path}.${field} is not an option of a ${algorithm} policy (options: ${['name', 'blockMs', ...known].join(', ')})`,
-        { option: `${path}.${field}` },
+        { option: `${path}.${field}`, unknownOption: true },
       );
     }
   }

@@ -26,8 +26,8 @@ export interface SlidingLogOptions extends PolicyBaseOptions {
 
 /**
  * Largest `limit` of a sliding log. The log keeps an entry per event, up to `ceil(limit) + 1`, and one
- * decision reads, sums and rewrites all of them: at this size up to 36 kB per key in Redis and 1.3 to
- * 2.6 ms of Redis script time per decision on a loaded 2-core machine (docs/algorithms.md, "Bounds per
+ * decision reads, sums and rewrites all of them: this bounds a key's state and a decision's work (the
+ * bytes per key and the Redis script time at this size are measured in docs/algorithms.md, "Bounds per
  * key"). `slidingWindow` keeps four numbers whatever the limit.
  */
 export const MAX_SLIDING_LOG_LIMIT = 1000;
