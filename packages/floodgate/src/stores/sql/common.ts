@@ -1,6 +1,7 @@
 import { invalid } from '../../errors.js';
-import { encodeKey, storageKey } from '../../keys.js';
-import type { CompiledPolicy } from '../../model/compile.js';
+import { expiryOf as expiryOnGrain } from '../kit/time.js';
+
+export { stateKey, stateKeys } from '../kit/keys.js';
 
 /**
  * SQL identifiers this project creates or accepts: lower-case letters, digits and `_`, starting with a
@@ -23,21 +24,6 @@ export function quoteIdentifier(name: string): string {
 }
 
 /**
- * The row key of one policy's state for one user key. The algorithm is part of it, like in the
- * reference store, so two limiters that give one name to different algorithms never read each other's
- * state layout.
- */
-export function stateKey(prefix: string, encodedKey: string, c: CompiledPolicy): string {
-  return storageKey(prefix, encodedKey, `${c.name}:${c.kind}`);
-}
-
-/** The row keys of a call, in policy order. */
-export function stateKeys(prefix: string, key: string, policies: readonly CompiledPolicy[]): string[] {
-  const encoded = encodeKey(key);
-  return policies.map((c) => stateKey(prefix, encoded, c));
-}
-
-/**
  * Expiries are kept in whole minutes, rounded up: a row lives at most a minute longer (an expired state
  * decides exactly like no state), and a busy key updated many times within a minute keeps the same
  * expiry, so PostgreSQL updates it in place without touching its indexes (a HOT update).
@@ -46,7 +32,7 @@ export const EXPIRY_GRAIN_US = 60_000_000;
 
 /** When a row may be deleted: the moment its state is back to untouched, rounded up to EXPIRY_GRAIN_US. */
 export function expiryOf(nowUs: number, resetAfterUs: number): number {
-  return Math.ceil((nowUs + resetAfterUs) / EXPIRY_GRAIN_US) * EXPIRY_GRAIN_US;
+  return expiryOnGrain(nowUs, resetAfterUs, EXPIRY_GRAIN_US);
 }
 
 /**

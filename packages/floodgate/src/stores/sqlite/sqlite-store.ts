@@ -1,11 +1,8 @@
 import { FloodgateError, invalid } from '../../errors.js';
-import type { CompiledPolicy } from '../../model/compile.js';
-import { decide, inspect } from '../../model/decide.js';
-import { refundPolicy } from '../../model/refund.js';
-import { cancelReservation } from '../../model/reservation.js';
-import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import { expiryOf, PRUNE_GRACE_US, quoteIdentifier, stateKeys, validateIdentifier } from '../sql/common.js';
-import type { CancelRequest, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
+import type { State } from '../../model/types.js';
+import type { StoredRow } from '../kit/row-store.js';
+import { type SyncRowDatabase, type SyncRowStore, syncRowStore } from '../kit/sync-row-store.js';
+import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier, validateIdentifier } from '../sql/common.js';
 
 /** The part of a better-sqlite3 statement the store uses. */
 export interface SqliteStatement {
@@ -33,7 +30,7 @@ export interface SqliteStoreOptions {
 }
 
 /** The SQLite store: synchronous, so limiters on it offer `limitSync` as well as `limit`. */
-export interface SqliteStore extends SyncStore {
+export interface SqliteStore extends SyncRowStore {
   readonly name: 'sqlite';
   /** The table name. */
   readonly table: string;
@@ -64,10 +61,11 @@ interface Statements {
 const SWEEP_ROWS = 32;
 
 /**
- * State in a SQLite file through better-sqlite3. Each decision is one short `BEGIN IMMEDIATE` transaction
- * that reads the key's rows, runs the TypeScript model itself (so it is exact by construction) and
- * writes the new states: the write lock makes decisions from several processes on one file strictly
- * serial, and WAL mode keeps readers unblocked. State survives restarts.
+ * State in a SQLite file through better-sqlite3: the kit's synchronous transaction store
+ * (`syncRowStore`) on one table. Each decision is one short `BEGIN IMMEDIATE` transaction that reads the
+ * key's rows, runs the TypeScript model itself (so it is exact by construction) and writes the new
+ * states: the write lock makes decisions from several processes on one file strictly serial, and WAL
+ * mode keeps readers unblocked. State survives restarts.
  *
  * Expired rows are deleted by a sweep that moves through the table in key order, a few rows at a time,
  * each time a decision creates a row (only new rows make the table grow, so it keeps up), a minute after
@@ -109,24 +107,25 @@ export function sqliteStore(options: SqliteStoreOptions): SqliteStore {
   if (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
     throw invalid('ERR_INVALID_OPTION', 'busyTimeoutMs', options.busyTimeoutMs, 'an integer number of ms ≥ 0');
   }
-  return new SqliteStoreImpl(database, table, busyTimeoutMs);
+  const rows = new SqliteRows(database, table, busyTimeoutMs);
+  return {
+    ...syncRowStore({ name: 'sqlite', database: rows, expiryGrainUs: EXPIRY_GRAIN_US }),
+    name: 'sqlite',
+    table,
+    migrate: () => rows.migrate(),
+  };
 }
 
-class SqliteStoreImpl implements SqliteStore {
-  readonly name = 'sqlite' as const;
-  readonly hasOwnClock = false;
+/** The table as the kit's `syncRowStore` reads and writes it. */
+class SqliteRows implements SyncRowDatabase {
   private statements: Statements | undefined;
   private readonly quoted: string;
   /** Where the sweep for expired rows goes on (the key it stopped after). */
   private sweepFrom = '';
-  /** Reused by `decideSync`: the limiter reads them before the next call. */
-  private readonly scratch: Evaluation[] = [];
-  /** The verdict of the last `apply`. */
-  private allowed = false;
 
   constructor(
     private readonly database: SqliteDatabase,
-    readonly table: string,
+    private readonly table: string,
     private readonly busyTimeoutMs: number,
   ) {
     this.quoted = quoteIdentifier(table);
@@ -157,176 +156,40 @@ class SqliteStoreImpl implements SqliteStore {
     }
   }
 
-  decide(request: StoreRequest): Promise<StoreResult> {
-    try {
-      const result = this.decideSync(request);
-      const evaluations = result.evaluations.map((e) => ({ ...e }));
-      return Promise.resolve(
-        result.nowUs === undefined
-          ? { allowed: result.allowed, evaluations }
-          : { allowed: result.allowed, evaluations, nowUs: result.nowUs },
-      );
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
-  decideSync(request: StoreRequest): StoreResult {
+  /** A write transaction takes the write lock before reading, so no other process decides in between. */
+  transaction<T>(write: boolean, body: () => T): T {
     const s = this.ready();
-    const evaluations = this.scratch;
-    while (evaluations.length < request.policies.length) evaluations.push(emptyEvaluation());
-    evaluations.length = request.policies.length;
-    // A write decision takes the write lock before reading, so no other process decides in between.
-    // A read of one row is consistent by itself; several rows are read in one (deferred) transaction.
-    const transaction = request.commit || request.policies.length > 1;
-    const nested = transaction && this.database.inTransaction === true;
-    if (transaction) (nested ? s.savepoint : request.commit ? s.beginWrite : s.beginRead).run();
-    try {
-      const nowUs = this.apply(s, request, evaluations);
-      if (transaction) (nested ? s.release : s.commit).run();
-      const allowed = this.allowed;
-      return nowUs === request.nowUs ? { allowed, evaluations } : { allowed, evaluations, nowUs };
-    } catch (error) {
-      if (transaction) this.undo(nested);
-      throw error;
-    }
-  }
-
-  cancel(request: CancelRequest): Promise<boolean> {
-    try {
-      return Promise.resolve(this.cancelSync(request));
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
-  /** Gives back what the model's `cancelReservation` gives back, in one write transaction. */
-  cancelSync(request: CancelRequest): boolean {
-    const { policies } = request;
-    if (request.nowUs === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
-    }
-    const s = this.ready();
-    const keys = stateKeys(request.prefix, request.key, policies);
-    const outs: Evaluation[] = policies.map(() => emptyEvaluation());
     const nested = this.database.inTransaction === true;
-    (nested ? s.savepoint : s.beginWrite).run();
+    (nested ? s.savepoint : write ? s.beginWrite : s.beginRead).run();
     try {
-      const rows = keys.map((key) => s.select.get(key) as Row | undefined);
-      const nowUs = latest(request.nowUs, rows);
-      const states = rows.map(decodeState);
-      const all = cancelReservation(policies, states, nowUs, request.reservation, outs);
-      for (let i = 0; i < keys.length; i++) {
-        const out = outs[i] as Evaluation;
-        if (out.next !== undefined) {
-          s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs), nowUs);
-        }
-      }
+      const result = body();
       (nested ? s.release : s.commit).run();
-      return all;
+      return result;
     } catch (error) {
       this.undo(nested);
       throw error;
     }
   }
 
-  refund(request: RefundRequest): Promise<void> {
-    try {
-      this.refundSync(request);
-      return Promise.resolve();
-    } catch (error) {
-      return Promise.reject(error);
-    }
+  read(key: string): StoredRow | undefined {
+    const row = this.ready().select.get(key) as Row | undefined;
+    return row === undefined ? undefined : { state: decodeState(row.state), atUs: Number(row.at_us) };
   }
 
-  /** Gives back a lease's unused units as the model's `refundPolicy` says, in one write transaction. */
-  refundSync(request: RefundRequest): void {
-    const { policies } = request;
-    if (request.nowUs === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
-    }
-    const s = this.ready();
-    const keys = stateKeys(request.prefix, request.key, policies);
-    const nested = this.database.inTransaction === true;
-    (nested ? s.savepoint : s.beginWrite).run();
-    try {
-      const rows = keys.map((key) => s.select.get(key) as Row | undefined);
-      const nowUs = latest(request.nowUs, rows);
-      for (let i = 0; i < keys.length; i++) {
-        const c = policies[i] as CompiledPolicy;
-        const state = decodeState(rows[i]);
-        const next = refundPolicy(c, state, nowUs, request.leasedAtUs, request.leased, request.unused);
-        if (next !== undefined) {
-          s.upsert.run(keys[i], encodeState(next), expiryOf(nowUs, inspect(c, next, nowUs).resetAfterUs), nowUs);
-        }
-      }
-      (nested ? s.release : s.commit).run();
-    } catch (error) {
-      this.undo(nested);
-      throw error;
-    }
+  write(row: { key: string; state: State; expiresAtUs: number; atUs: number }): void {
+    this.ready().upsert.run(row.key, encodeState(row.state), row.expiresAtUs, row.atUs);
   }
 
-  reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
-    try {
-      this.resetSync(prefix, key, policies);
-      return Promise.resolve();
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
-  resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void {
-    const s = this.ready();
-    const nested = this.database.inTransaction === true;
-    (nested ? s.savepoint : s.beginWrite).run();
-    try {
-      for (const row of stateKeys(prefix, key, policies)) s.remove.run(row);
-      (nested ? s.release : s.commit).run();
-    } catch (error) {
-      this.undo(nested);
-      throw error;
-    }
-  }
-
-  /**
-   * One decision inside an open transaction: read the rows, run the model, write what changed. Returns
-   * the time it decided at (the caller's, or a later one a row was written at); the verdict is left in
-   * `this.allowed`.
-   */
-  private apply(s: Statements, request: StoreRequest, evaluations: Evaluation[]): number {
-    const { policies } = request;
-    if (request.nowUs === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', 'the sqlite store needs the caller’s clock (nowUs)');
-    }
-    const keys = stateKeys(request.prefix, request.key, policies);
-    const rows = keys.map((key) => s.select.get(key) as Row | undefined);
-    const nowUs = latest(request.nowUs, rows);
-    const states = rows.map(decodeState);
-    this.allowed = decide(policies, states, nowUs, request.cost, request, evaluations);
-    if (request.commit) {
-      let created = false;
-      for (let i = 0; i < keys.length; i++) {
-        const out = evaluations[i] as Evaluation;
-        if (out.next === undefined) continue;
-        s.upsert.run(keys[i], encodeState(out.next), expiryOf(nowUs, out.resetAfterUs), nowUs);
-        if (states[i] === undefined) created = true;
-      }
-      if (created) this.sweep(s, nowUs);
-    }
-    return nowUs;
-  }
-
-  /** Never closes the database: it is the caller's. */
-  close(): Promise<void> {
-    return Promise.resolve();
+  remove(key: string): void {
+    this.ready().remove.run(key);
   }
 
   /**
    * Deletes the rows among the next few in key order that expired over a minute ago (see
    * PRUNE_GRACE_US), then remembers where it stopped; past the last row it starts again from the first.
    */
-  private sweep(s: Statements, nowUs: number): void {
+  afterCreate(nowUs: number): void {
+    const s = this.ready();
     const before = nowUs - PRUNE_GRACE_US;
     const end = s.sweepEnd.get(this.sweepFrom, SWEEP_ROWS - 1) as { key: string } | undefined;
     if (end === undefined) {
@@ -410,21 +273,7 @@ interface Row {
   at_us: number | bigint;
 }
 
-/**
- * The time to decide at: the caller's, unless a row was written later (by a process whose clock runs
- * ahead). Time never goes back on a key, so a window that rolled over stays rolled over.
- */
-function latest(nowUs: number, rows: readonly (Row | undefined)[]): number {
-  let at = nowUs;
-  for (const row of rows) {
-    if (row !== undefined && Number(row.at_us) > at) at = Number(row.at_us);
-  }
-  return at;
-}
-
-function decodeState(row: Row | undefined): State | undefined {
-  if (row === undefined || row === null) return undefined;
-  const blob = row.state;
+function decodeState(blob: Uint8Array): State {
   const view = new DataView(blob.buffer, blob.byteOffset, blob.byteLength);
   const state = new Array<number>(blob.byteLength >>> 3);
   for (let i = 0; i < state.length; i++) state[i] = view.getFloat64(i * 8, true);

@@ -1,0 +1,62 @@
+import type { CompiledPolicy } from '../../model/compile.js';
+import { decide, inspect } from '../../model/decide.js';
+import { refundPolicy } from '../../model/refund.js';
+import { cancelReservation } from '../../model/reservation.js';
+import type { Evaluation, State } from '../../model/types.js';
+import type { CancelRequest, RefundRequest, StoreRequest } from '../store.js';
+
+/** What `reset` asks of a store, as a request like the others. */
+export interface ResetRequest {
+  readonly prefix: string;
+  readonly key: string;
+  readonly policies: readonly CompiledPolicy[];
+}
+
+/**
+ * One operation of the store contract on one user key, as data: what the builders queue, batch and run.
+ * Every request names the prefix, the user key and the policies, in the order the states are read.
+ */
+export type StoreCall =
+  | { readonly op: 'decide'; readonly request: StoreRequest }
+  | { readonly op: 'cancel'; readonly request: CancelRequest }
+  | { readonly op: 'refund'; readonly request: RefundRequest }
+  | { readonly op: 'reset'; readonly request: ResetRequest };
+
+/**
+ * Runs one call on the states of its policies (in policy order, `undefined` for a key that holds none),
+ * as the model says, at `nowUs`. The one place where a store's decide, cancel and refund meet the
+ * model: afterwards, for every policy `i`, `outs[i].next` is the state to store (undefined: leave it as
+ * it is) and `outs[i].resetAfterUs` how long after `nowUs` that state is untouched again (its expiry,
+ * see `expiryOf`). A reset sets no `next`: the caller deletes the states. Pure, like the model; `outs`
+ * holds one evaluation per policy, and a `next` may live in its buffers (copy it to keep it).
+ *
+ * Returns the verdict of a decision, whether a cancel gave everything back, and `undefined` for a refund
+ * or a reset.
+ */
+export function runCall(
+  call: StoreCall,
+  states: readonly (State | undefined)[],
+  nowUs: number,
+  outs: Evaluation[],
+): boolean | undefined {
+  switch (call.op) {
+    case 'decide':
+      return decide(call.request.policies, states, nowUs, call.request.cost, call.request, outs);
+    case 'cancel':
+      return cancelReservation(call.request.policies, states, nowUs, call.request.reservation, outs);
+    case 'refund': {
+      const { policies, leasedAtUs, leased, unused } = call.request;
+      for (let i = 0; i < policies.length; i++) {
+        const c = policies[i] as CompiledPolicy;
+        const out = outs[i] as Evaluation;
+        const next = refundPolicy(c, states[i], nowUs, leasedAtUs, leased, unused);
+        out.next = next;
+        out.resetAfterUs = next === undefined ? 0 : inspect(c, next, nowUs).resetAfterUs;
+      }
+      return undefined;
+    }
+    case 'reset':
+      for (const out of outs) out.next = undefined;
+      return undefined;
+  }
+}

@@ -1,0 +1,213 @@
+import { FloodgateError, invalid } from '../../errors.js';
+import type { CompiledPolicy } from '../../model/compile.js';
+import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import { callFailed, createBatcher } from './batcher.js';
+import type { StoreCall } from './calls.js';
+import { policyId, recordKey } from './keys.js';
+import { callerNowUs } from './time.js';
+import { applyCall, type CallOutcome, decodeRecord, encodeRecord, type WorkingSet } from './working-set.js';
+
+/** A record as a {@link CasClient} reads it: its text and its version. */
+export interface Versioned<V> {
+  readonly value: string;
+  /** Whatever the database compares on write: a version number, a revision, an ETag, the old value. */
+  readonly version: V;
+}
+
+/**
+ * What a database must offer for {@link casStore}: a read that returns a version, and a write that
+ * succeeds only if the record is still at that version (DynamoDB's conditional writes, etcd's
+ * transactions on `mod_revision`, Consul's `?cas=`, an `UPDATE … WHERE version = $n`).
+ */
+export interface CasClient<V = unknown> {
+  /** The record under `key` and its version; undefined when there is none. */
+  get(key: string): Promise<Versioned<V> | undefined>;
+  /**
+   * Writes `value` under `key` if the record is still at `expected` (`undefined`: only if there is none),
+   * to expire at `expiresAtMs` (ms since the epoch: the database may delete it from then on); resolves to
+   * false when another writer came first.
+   */
+  compareAndSet(key: string, expected: V | undefined, value: string, expiresAtMs: number): Promise<boolean>;
+  /**
+   * Optional: deletes the record if it is still at `expected`; false when another writer came first.
+   * Without it, a record whose every state was reset is written empty, expiring at once.
+   */
+  compareAndDelete?(key: string, expected: V): Promise<boolean>;
+}
+
+/** Options of {@link casStore}. */
+export interface CasStoreOptions<V> {
+  /** The database, through its compare-and-swap. */
+  readonly client: CasClient<V>;
+  /** The store's name in logs, metrics and errors. @default 'cas' */
+  readonly name?: string;
+  /**
+   * Writes of one record to try before giving up on its calls with `ERR_STORE_REJECTED` (every lost write
+   * means another process wrote that record: calls in this process on one key never compete, they share
+   * a write). @default 16
+   */
+  readonly maxAttempts?: number;
+  /** Batches in flight at once: each reads and writes each of its keys once, in parallel. @default 32 */
+  readonly maxInFlight?: number;
+  /** Most calls in one batch. @default 128 */
+  readonly maxBatchSize?: number;
+  /** Most calls waiting for a batch; one more is refused with `ERR_QUEUE_FULL`. @default 100000 */
+  readonly maxQueued?: number;
+  /**
+   * Added to every record's expiry, ms: a database that expires records on its own clock must not
+   * forget a state while the callers' clocks (which decide) still need it. @default 60000
+   */
+  readonly expiryGraceMs?: number;
+}
+
+/** A store built by {@link casStore}. */
+export interface CasStore extends Store {
+  /** Refuses new calls and resolves once the calls already made are answered. The client stays open. */
+  close(): Promise<void>;
+}
+
+interface Queued {
+  readonly call: StoreCall;
+  /** The record of the call's user key. */
+  readonly record: string;
+  /** The policies' ids in the record, in policy order. */
+  readonly ids: readonly string[];
+}
+
+/**
+ * A store on any database with a compare-and-swap. One record per user key holds every policy's state,
+ * so one write commits a whole call, all-or-nothing. A call reads the record, runs the model on it and
+ * writes it back only if nobody wrote in between; else it runs again on what the other writer left. The
+ * decision is exactly the model's; contention costs retries, never correctness.
+ *
+ * Calls on one key in this process never race each other: while a write of a record is in flight, the
+ * calls on it wait, then run together on one read and one write (in the order they were made). So only
+ * other processes cause retries. Offers `decide`, `cancel`, `refund` and `reset`; no clock of its own
+ * (the limiter passes the caller's).
+ *
+ * @example
+ * ```ts
+ * const store = casStore({ client: { get, compareAndSet } }); // your database's versioned read and write
+ * const limiter = createLimiter({ store, policies: [gcra({ limit: 100, periodMs: 60_000 })] });
+ * ```
+ */
+export function casStore<V>(options: CasStoreOptions<V>): CasStore {
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('ERR_INVALID_OPTION', 'casStore options', options, 'an object');
+  }
+  const client = options.client;
+  if (
+    typeof client !== 'object' ||
+    client === null ||
+    typeof client.get !== 'function' ||
+    typeof client.compareAndSet !== 'function' ||
+    (client.compareAndDelete !== undefined && typeof client.compareAndDelete !== 'function')
+  ) {
+    throw invalid('ERR_INVALID_OPTION', 'client', client, 'an object with get() and compareAndSet()');
+  }
+  const name = options.name ?? 'cas';
+  if (typeof name !== 'string' || name.length === 0) {
+    throw invalid('ERR_INVALID_OPTION', 'name', options.name, 'a non-empty string');
+  }
+  const maxAttempts = options.maxAttempts ?? 16;
+  if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1000) {
+    throw invalid('ERR_INVALID_OPTION', 'maxAttempts', options.maxAttempts, 'an integer from 1 to 1000');
+  }
+  const graceMs = options.expiryGraceMs ?? 60_000;
+  if (!Number.isSafeInteger(graceMs) || graceMs < 0 || graceMs > 2 ** 40) {
+    throw invalid('ERR_INVALID_OPTION', 'expiryGraceMs', options.expiryGraceMs, 'a whole number of ms ≥ 0');
+  }
+
+  /** Runs calls on one record, in order, until one write of the record commits them all. */
+  async function update(
+    record: string,
+    calls: readonly Queued[],
+  ): Promise<(CallOutcome | ReturnType<typeof callFailed>)[]> {
+    for (let attempt = 1; ; attempt++) {
+      const found = await client.get(record);
+      const slots: WorkingSet = found === undefined ? new Map() : decodeRecord(found.value, name);
+      const outcomes = calls.map((q) => {
+        try {
+          return applyCall(q.call, q.ids, slots);
+        } catch (error) {
+          return callFailed(error);
+        }
+      });
+      let dirty = false;
+      for (const slot of slots.values()) dirty ||= slot.dirty;
+      if (!dirty) return outcomes;
+      const { text, expiresAtUs, empty } = encodeRecord(slots);
+      let written: boolean;
+      if (empty && found === undefined) return outcomes;
+      if (empty && client.compareAndDelete !== undefined) {
+        written = await client.compareAndDelete(record, (found as Versioned<V>).version);
+      } else {
+        written = await client.compareAndSet(record, found?.version, text, Math.ceil(expiresAtUs / 1000) + graceMs);
+      }
+      if (written) return outcomes;
+      if (attempt >= maxAttempts) {
+        throw new FloodgateError(
+          'ERR_STORE_REJECTED',
+          `the ${name} store lost ${maxAttempts} writes of one record in a row to other writers (maxAttempts)`,
+        );
+      }
+    }
+  }
+
+  const batcher = createBatcher<Queued, CallOutcome>({
+    name,
+    key: (q) => q.record,
+    maxInFlight: options.maxInFlight ?? 32,
+    maxBatchSize: options.maxBatchSize ?? 128,
+    ...(options.maxQueued === undefined ? {} : { maxQueued: options.maxQueued }),
+    async send(batch) {
+      // One read and one write per record: the calls on one key go together, keys in parallel.
+      const byRecord = new Map<string, number[]>();
+      batch.forEach((q, i) => {
+        const indexes = byRecord.get(q.record);
+        if (indexes === undefined) byRecord.set(q.record, [i]);
+        else indexes.push(i);
+      });
+      const outcomes = new Array<CallOutcome | ReturnType<typeof callFailed>>(batch.length);
+      await Promise.all(
+        [...byRecord].map(async ([record, indexes]) => {
+          try {
+            const results = await update(
+              record,
+              indexes.map((i) => batch[i] as Queued),
+            );
+            indexes.forEach((i, j) => {
+              outcomes[i] = results[j];
+            });
+          } catch (error) {
+            for (const i of indexes) outcomes[i] = callFailed(error);
+          }
+        }),
+      );
+      return outcomes;
+    },
+  });
+
+  function submit(call: StoreCall): Promise<CallOutcome> {
+    const { prefix, key, policies } = call.request;
+    try {
+      if (call.op !== 'reset') callerNowUs(name, call.request.nowUs);
+      return batcher.submit({ call, record: recordKey(prefix, key), ids: policies.map(policyId) });
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  return {
+    name,
+    hasOwnClock: false,
+    decide: (request: StoreRequest) => submit({ op: 'decide', request }) as Promise<StoreResult>,
+    cancel: (request: CancelRequest) => submit({ op: 'cancel', request }) as Promise<boolean>,
+    refund: (request: RefundRequest) => submit({ op: 'refund', request }).then(() => undefined),
+    reset: (prefix: string, key: string, policies: readonly CompiledPolicy[]) =>
+      policies.length === 0
+        ? Promise.resolve()
+        : submit({ op: 'reset', request: { prefix, key, policies } }).then(() => undefined),
+    close: () => batcher.close(),
+  };
+}
