@@ -1,75 +1,96 @@
-import { decide, type Evaluation, emptyEvaluation, inspect, type State } from 'floodgate/model';
-import { encodeKey, type Store, type StoreResult } from 'floodgate/store';
+import { FloodgateError } from 'floodgate';
+import { type CasStore, casStore } from 'floodgate/store';
 
-/** What the database offers: a versioned read, and a write that succeeds only if the version is unchanged. */
-export interface VersionedKv {
-  /** The value under `key` and its version (0 when absent). */
-  get(key: string): Promise<{ value: string | undefined; version: number }>;
-  /**
-   * Writes `value` (deletes with `undefined`) if the key is still at `version`, to expire at `expiresAtMs`;
-   * false when another writer came first.
-   */
-  compareAndSet(key: string, version: number, value: string | undefined, expiresAtMs: number): Promise<boolean>;
+/** What the store needs of a PostgreSQL client: node-postgres's `Pool` has it. */
+export interface Queryable {
+  query(text: string, values: unknown[]): Promise<{ rows: Record<string, unknown>[]; rowCount: number | null }>;
 }
 
-/** One record per user key: each policy's state (`<name>:<kind>`) and when it is untouched again (µs). */
-type Row = Record<string, { s: State; until: number }>;
+/** Options of {@link pgCasStore}. */
+export interface PgCasStoreOptions {
+  /** A node-postgres pool; the store never closes it. */
+  pool: Queryable;
+  /** The table of records, created by `migrate()`: a plain lower-case identifier. @default 'floodgate_records' */
+  table?: string;
+}
+
+/** A compare-and-swap store on a PostgreSQL table of versioned records. */
+export interface PgCasStore extends CasStore {
+  /** Creates the table and its expiry index when missing. Idempotent. */
+  migrate(): Promise<void>;
+  /** Deletes at most `limit` records that expired before `nowMs`; resolves to how many it deleted. */
+  prune(nowMs?: number, limit?: number): Promise<number>;
+}
 
 /**
- * A store on any database with a compare-and-swap: read the key's record, run the model on it, write it
- * back only if nobody wrote in between, else decide again on what the other writer left. One record
- * holds every policy of a user key, so one write commits a whole call, all-or-nothing.
+ * The kit's compare-and-swap store (`casStore`) on a table of versioned records: a record is read with its
+ * version, and written back only `WHERE version` is still the one read, as DynamoDB's conditional writes,
+ * etcd's transactions or Consul's `?cas=` do. The kit runs the model on the record, batches the calls on
+ * one key into one write, and runs the calls again when another process wrote first.
+ *
+ * @example
+ * ```ts
+ * const store = pgCasStore({ pool: new pg.Pool() });
+ * await store.migrate();
+ * const limiter = createLimiter({ store, policies: [gcra({ limit: 100, periodMs: 60_000 })] });
+ * ```
  */
-export function casStore(kv: VersionedKv, name = 'cas'): Store {
-  async function update<T>(
-    prefix: string,
-    userKey: string,
-    change: (row: Row) => { result: T; write: boolean },
-  ): Promise<T> {
-    const key = `${prefix}:{${encodeKey(userKey)}}`;
-    for (;;) {
-      const { value, version } = await kv.get(key);
-      const row: Row = value === undefined ? {} : JSON.parse(value);
-      const { result, write } = change(row);
-      if (!write) return result;
-      // The record lives until its last policy is untouched again; an empty one is deleted.
-      const entries = Object.values(row);
-      const untilUs = Math.max(0, ...entries.map((e) => e.until));
-      const text = entries.length === 0 ? undefined : JSON.stringify(row);
-      if (await kv.compareAndSet(key, version, text, Math.ceil(untilUs / 1000))) return result;
-    }
+export function pgCasStore(options: PgCasStoreOptions): PgCasStore {
+  const { pool } = options;
+  const table = options.table ?? 'floodgate_records';
+  if (!/^[a-z_][a-z0-9_]{0,40}$/.test(table)) {
+    throw new FloodgateError('ERR_INVALID_OPTION', `table must be a plain identifier, got ${table}`, {
+      option: 'table',
+    });
   }
-
+  const t = `"${table}"`;
+  // The version is a bigint, which node-postgres hands over as a string: compared as it came.
+  const store = casStore<string>({
+    name: 'pg-cas',
+    client: {
+      async get(key) {
+        const { rows } = await pool.query(`SELECT value, version FROM ${t} WHERE key = $1`, [key]);
+        const row = rows[0];
+        return row === undefined ? undefined : { value: String(row.value), version: String(row.version) };
+      },
+      async compareAndSet(key, expected, value, expiresAtMs) {
+        const { rowCount } =
+          expected === undefined
+            ? await pool.query(
+                `INSERT INTO ${t} (key, value, version, expires_at) VALUES ($1, $2, 1, $3)
+                 ON CONFLICT (key) DO NOTHING`,
+                [key, value, expiresAtMs],
+              )
+            : await pool.query(
+                `UPDATE ${t} SET value = $2, version = version + 1, expires_at = $3
+                 WHERE key = $1 AND version = $4`,
+                [key, value, expiresAtMs, expected],
+              );
+        return rowCount === 1;
+      },
+      async compareAndDelete(key, expected) {
+        const { rowCount } = await pool.query(`DELETE FROM ${t} WHERE key = $1 AND version = $2`, [key, expected]);
+        return rowCount === 1;
+      },
+    },
+  });
   return {
-    name,
-    // No clock of its own: the limiter passes the caller's in every request (`nowUs`).
-    hasOwnClock: false,
-    decide: (request) =>
-      update(request.prefix, request.key, (row) => {
-        const nowUs = request.nowUs as number;
-        const ids = request.policies.map((c) => `${c.name}:${c.kind}`);
-        // A state past its `until` decides exactly like none.
-        const states = ids.map((id) => {
-          const entry = row[id];
-          return entry !== undefined && entry.until > nowUs ? entry.s : undefined;
-        });
-        const evaluations: Evaluation[] = request.policies.map(() => emptyEvaluation());
-        const allowed = decide(request.policies, states, nowUs, request.cost, request, evaluations);
-        const result: StoreResult = { allowed, evaluations };
-        let write = false;
-        request.policies.forEach((c, i) => {
-          const next = evaluations[i]?.next;
-          if (next === undefined) return;
-          const s = [...next]; // the model's next states live in reused buffers
-          row[ids[i] as string] = { s, until: nowUs + inspect(c, s, nowUs).resetAfterUs };
-          write = true;
-        });
-        return { result, write };
-      }),
-    reset: (prefix, key, policies) =>
-      update(prefix, key, (row) => {
-        for (const c of policies) delete row[`${c.name}:${c.kind}`];
-        return { result: undefined, write: true };
-      }),
+    ...store,
+    async migrate() {
+      await pool.query(
+        `CREATE TABLE IF NOT EXISTS ${t} (
+           key text PRIMARY KEY, value text NOT NULL, version bigint NOT NULL, expires_at bigint NOT NULL)`,
+        [],
+      );
+      await pool.query(`CREATE INDEX IF NOT EXISTS "${table}_expires_at" ON ${t} (expires_at)`, []);
+    },
+    // Expiry is on the callers' clock (plus the kit's grace): a record left past it decides like none.
+    async prune(nowMs = Date.now(), limit = 1000) {
+      const { rowCount } = await pool.query(
+        `DELETE FROM ${t} WHERE key IN (SELECT key FROM ${t} WHERE expires_at < $1 LIMIT $2)`,
+        [nowMs, limit],
+      );
+      return rowCount ?? 0;
+    },
   };
 }

@@ -1,71 +1,92 @@
 import { readFileSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
-import { casStore, type VersionedKv } from '../../examples/cas-store.js';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type PgCasStore, pgCasStore } from '../../examples/cas-store.js';
 import { createLimiter, gcra, slidingLog } from '../../src/index.js';
-import { manualClock, runConformanceSuite, SCENARIO_START_MS, seededRandom } from '../../src/testing/index.js';
+import { recordKey } from '../../src/stores/index.js';
+import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
+import { PG_CONFIG, requirePostgres } from './sql/postgres-env.js';
 
 /**
- * The compare-and-swap template of docs/architecture.md ("How to write a store"), run as a store: the
- * conformance suite on a key-value map whose writes another writer keeps beating, and an exact count
- * under concurrent calls on one key.
+ * The example store of docs/architecture.md ("How to write a store"): the kit's compare-and-swap builder
+ * on a PostgreSQL table of versioned records, run as a store against the real server: the whole
+ * conformance suite, and exact counts when two stores (two processes' worth of writers, each with its
+ * own pool) race on one key.
  */
 
-/** A versioned map in memory; `contention` is the chance that another writer got in before a write. */
-function versionedKv(contention: number, seed: number): VersionedKv & { conflicts: number } {
-  const random = seededRandom(seed);
-  const data = new Map<string, { value: string; version: number; expiresAtMs: number }>();
-  let versions = 0;
-  const kv = {
-    conflicts: 0,
-    async get(key: string) {
-      await Promise.resolve();
-      const entry = data.get(key);
-      return entry === undefined ? { value: undefined, version: 0 } : { value: entry.value, version: entry.version };
-    },
-    async compareAndSet(key: string, version: number, value: string | undefined, expiresAtMs: number) {
-      await Promise.resolve();
-      const current = data.get(key);
-      if (current !== undefined && random() < contention) {
-        // Another writer wrote the same record again: a new version, so this write must decide again.
-        current.version = ++versions;
-        kv.conflicts++;
-      }
-      if ((current?.version ?? 0) !== version) return false;
-      if (value === undefined) data.delete(key);
-      else data.set(key, { value, version: ++versions, expiresAtMs });
-      return true;
-    },
-  };
-  return kv;
+const available = await requirePostgres();
+const table = `fg_cas_${process.pid}_${Date.now().toString(36)}`;
+const pools: pg.Pool[] = [];
+function pool(): pg.Pool {
+  const p = new pg.Pool({ ...PG_CONFIG, max: 4 });
+  pools.push(p);
+  return p;
 }
 
-describe('the compare-and-swap store template', () => {
+let store: PgCasStore;
+beforeAll(async () => {
+  if (!available) return;
+  store = pgCasStore({ pool: pool(), table });
+  await store.migrate();
+  await store.migrate();
+});
+afterAll(async () => {
+  await store?.close();
+  if (available) await pools[0]?.query(`DROP TABLE IF EXISTS "${table}"`);
+  await Promise.all(pools.map((p) => p.end()));
+});
+
+describe('the example store', () => {
   it('is the code docs/architecture.md shows', () => {
     const docs = readFileSync(new URL('../../../../docs/architecture.md', import.meta.url), 'utf8');
     const code = readFileSync(new URL('../../examples/cas-store.ts', import.meta.url), 'utf8');
     expect(docs).toContain(`\`\`\`ts\n${code}\`\`\``);
   });
+});
 
-  it('admits exactly the limit when many calls on one key race, retrying each lost write', async () => {
-    const kv = versionedKv(0.3, 7);
+describe.skipIf(!available)('the example store: compare-and-swap on PostgreSQL', () => {
+  runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8 });
+
+  it('admits exactly the limit when two stores race on one key, each retrying the writes it loses', async () => {
+    const other = pgCasStore({ pool: pool(), table });
     const clock = manualClock({ startMs: SCENARIO_START_MS });
-    const limiter = createLimiter({ store: casStore(kv), clock, policies: [gcra({ limit: 50, periodMs: 60_000 })] });
-    const decisions = await Promise.all(Array.from({ length: 200 }, () => limiter.limit('hot')));
+    const prefix = uniquePrefix('race');
+    const policies = [gcra({ limit: 50, periodMs: 60_000 }), slidingLog({ limit: 60, windowMs: 60_000 })];
+    const limiters = [store, other].map((s) => createLimiter({ store: s, clock, prefix, policies }));
+    const decisions = await Promise.all(
+      Array.from({ length: 200 }, (_, i) => (limiters[i % 2] as (typeof limiters)[0]).limit('hot')),
+    );
     expect(decisions.filter((d) => d.allowed).length).toBe(50);
-    expect(kv.conflicts).toBeGreaterThan(0);
+    const { rows } = await (pools[0] as pg.Pool).query(`SELECT version FROM "${table}" WHERE key = $1`, [
+      recordKey(prefix, 'hot'),
+    ]);
+    // One write per batch of calls that found the record unchanged: far fewer than the 200 calls.
+    expect(Number(rows[0]?.version)).toBeGreaterThan(1);
+    expect(Number(rows[0]?.version)).toBeLessThan(200);
+    await other.close();
   });
 
-  it('keeps several policies of one key in one record: a call is written whole or not at all', async () => {
+  it('prune() deletes the records that expired, and only those', async () => {
     const clock = manualClock({ startMs: SCENARIO_START_MS });
-    const limiter = createLimiter({
-      store: casStore(versionedKv(0.5, 11)),
-      clock,
-      policies: [gcra({ limit: 3, periodMs: 1000, name: 'g' }), slidingLog({ limit: 2, windowMs: 1000, name: 'log' })],
-    });
-    const decisions = await Promise.all(Array.from({ length: 10 }, () => limiter.limit('k')));
-    expect(decisions.filter((d) => d.allowed).length).toBe(2);
-    expect((await limiter.status('k')).policies.map((p) => p.remaining)).toEqual([1, 0]);
+    const prefix = uniquePrefix('prune');
+    const limiter = createLimiter({ store, clock, prefix, policies: [gcra({ limit: 5, periodMs: 1000 })] });
+    await limiter.limit('a');
+    await limiter.limit('b');
+    // Untouched again after 200 ms, plus the kit's minute of grace.
+    expect(await store.prune(SCENARIO_START_MS + 60_000)).toBe(0);
+    clock.advance(120_000);
+    await limiter.limit('b');
+    const deleted = await store.prune(SCENARIO_START_MS + 61_000);
+    expect(deleted).toBeGreaterThanOrEqual(1);
+    const { rows } = await (pools[0] as pg.Pool).query(`SELECT key FROM "${table}" WHERE key = ANY($1)`, [
+      [recordKey(prefix, 'a'), recordKey(prefix, 'b')],
+    ]);
+    expect(rows.map((r) => r.key)).toEqual([recordKey(prefix, 'b')]);
   });
 
-  runConformanceSuite({ describe, it }, { store: () => casStore(versionedKv(0.2, 3)), randomRuns: 6 });
+  it('refuses a table name that is not a plain identifier', () => {
+    expect(() => pgCasStore({ pool: pools[0] as pg.Pool, table: 'x"; DROP TABLE y; --' })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'table' }),
+    );
+  });
 });
