@@ -26,9 +26,9 @@ export type StoreCall =
  * Runs one call on the states of its policies (in policy order, `undefined` for a key that holds none),
  * as the model says, at `nowUs`. The one place where a store's decide, cancel and refund meet the
  * model: afterwards, for every policy `i`, `outs[i].next` is the state to store (undefined: leave it as
- * it is) and `outs[i].resetAfterUs` how long after `nowUs` that state is untouched again (its expiry,
- * see `expiryOf`). A reset sets no `next`: the caller deletes the states. Pure, like the model; `outs`
- * holds one evaluation per policy, and a `next` may live in its buffers (copy it to keep it).
+ * it is), and then `untouchedAfterUs[i]` how long after `nowUs` that state is untouched again (its
+ * expiry, see `expiryOf`). A reset sets no `next`: the caller deletes the states. Pure, like the model;
+ * `outs` holds one evaluation per policy, and a `next` may live in its buffers (copy it to keep it).
  *
  * Returns the verdict of a decision, whether a cancel gave everything back, and `undefined` for a refund
  * or a reset.
@@ -38,20 +38,37 @@ export function runCall(
   states: readonly (State | undefined)[],
   nowUs: number,
   outs: Evaluation[],
+  untouchedAfterUs: number[],
 ): boolean | undefined {
+  const { policies } = call.request;
   switch (call.op) {
-    case 'decide':
-      return decide(call.request.policies, states, nowUs, call.request.cost, call.request, outs);
-    case 'cancel':
-      return cancelReservation(call.request.policies, states, nowUs, call.request.reservation, outs);
+    case 'decide': {
+      const allowed = decide(policies, states, nowUs, call.request.cost, call.request, outs);
+      for (let i = 0; i < policies.length; i++) {
+        const out = outs[i] as Evaluation;
+        if (out.next === undefined) continue;
+        // An admitted call reports the state it leaves. A denied one that still writes (a penalty, a
+        // counted attempt) may report the key as it stood (a cost no policy can take, counted by a
+        // fixed window that counts every call, reports the window before the count): read what it leaves.
+        untouchedAfterUs[i] = allowed
+          ? out.resetAfterUs
+          : Math.max(out.resetAfterUs, inspect(policies[i] as CompiledPolicy, out.next, nowUs).resetAfterUs);
+      }
+      return allowed;
+    }
+    case 'cancel': {
+      const all = cancelReservation(policies, states, nowUs, call.request.reservation, outs);
+      for (let i = 0; i < policies.length; i++) untouchedAfterUs[i] = (outs[i] as Evaluation).resetAfterUs;
+      return all;
+    }
     case 'refund': {
-      const { policies, leasedAtUs, leased, unused } = call.request;
+      const { leasedAtUs, leased, unused } = call.request;
       for (let i = 0; i < policies.length; i++) {
         const c = policies[i] as CompiledPolicy;
         const out = outs[i] as Evaluation;
         const next = refundPolicy(c, states[i], nowUs, leasedAtUs, leased, unused);
         out.next = next;
-        out.resetAfterUs = next === undefined ? 0 : inspect(c, next, nowUs).resetAfterUs;
+        if (next !== undefined) untouchedAfterUs[i] = inspect(c, next, nowUs).resetAfterUs;
       }
       return undefined;
     }

@@ -77,6 +77,8 @@ export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
   const scratch: Evaluation[] = [];
   /** The time the last call ran at: the caller's, or a later one a row was written at. */
   let decidedAt = 0;
+  /** Reused: how long after the call each state it writes is untouched again. */
+  const untouchedAfterUs: number[] = [];
 
   /** Runs one call inside its transaction (or alone, for a read of one row). */
   function apply(call: StoreCall, keys: readonly string[], requested: number, outs: Evaluation[]): boolean | undefined {
@@ -88,7 +90,7 @@ export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
       if (row !== undefined && row.atUs > nowUs) nowUs = row.atUs;
     }
     decidedAt = nowUs;
-    const verdict = runCall(call, states, nowUs, outs);
+    const verdict = runCall(call, states, nowUs, outs, untouchedAfterUs);
     if (call.op === 'decide' && !call.request.commit) return verdict;
     let created = false;
     for (let i = 0; i < keys.length; i++) {
@@ -97,7 +99,7 @@ export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
       db.write({
         key: keys[i] as string,
         state: out.next,
-        expiresAtUs: expiryOf(nowUs, out.resetAfterUs, grainUs),
+        expiresAtUs: expiryOf(nowUs, untouchedAfterUs[i] as number, grainUs),
         atUs: nowUs,
       });
       if (states[i] === undefined) created = true;

@@ -48,13 +48,14 @@ export function applyCall(call: StoreCall, ids: readonly string[], slots: Workin
     if (slot?.state !== undefined && slot.atUs > nowUs) nowUs = slot.atUs;
   }
   const outs: Evaluation[] = ids.map(() => emptyEvaluation());
-  const verdict = runCall(call, states, nowUs, outs);
+  const untouchedAfterUs: number[] = [];
+  const verdict = runCall(call, states, nowUs, outs, untouchedAfterUs);
   for (let i = 0; i < ids.length; i++) {
     const out = outs[i] as Evaluation;
     if (out.next === undefined) continue;
     slots.set(ids[i] as string, {
       state: out.next.slice(),
-      untilUs: nowUs + out.resetAfterUs,
+      untilUs: nowUs + (untouchedAfterUs[i] as number),
       atUs: nowUs,
       dirty: true,
     });

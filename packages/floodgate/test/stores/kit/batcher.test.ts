@@ -304,19 +304,26 @@ describe('request batcher', () => {
 
   it('refuses bad options with a typed error naming the option', () => {
     const send = () => Promise.resolve([]);
-    const cases: [Partial<BatcherOptions<Call, string>>, string][] = [
+    const cases: [Record<string, unknown>, string][] = [
       [{ maxInFlight: 0 }, 'maxInFlight'],
       [{ maxInFlight: 1.5 }, 'maxInFlight'],
       [{ maxBatchSize: 0 }, 'maxBatchSize'],
       [{ maxQueued: -1 }, 'maxQueued'],
       [{ ordered: 'yes' as unknown as boolean }, 'ordered'],
       [{ key: undefined }, 'key'],
-      [{ send: undefined as unknown as BatcherOptions<Call, string>['send'] }, 'send'],
+      [{ send: undefined }, 'send'],
     ];
     for (const [bad, option] of cases) {
       let caught: unknown;
       try {
-        createBatcher<Call, string>({ name: 'x', key: (c) => c.key, maxInFlight: 1, maxBatchSize: 1, send, ...bad });
+        createBatcher<Call, string>({
+          name: 'x',
+          key: (c: Call) => c.key,
+          maxInFlight: 1,
+          maxBatchSize: 1,
+          send,
+          ...bad,
+        } as BatcherOptions<Call, string>);
       } catch (error) {
         caught = error;
       }
