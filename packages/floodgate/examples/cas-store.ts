@@ -28,12 +28,8 @@ export interface PgCasStore extends CasStore {
  * etcd's transactions or Consul's `?cas=` do. The kit runs the model on the record, batches the calls on
  * one key into one write, and runs the calls again when another process wrote first.
  *
- * @example
- * ```ts
- * const store = pgCasStore({ pool: new pg.Pool() });
- * await store.migrate();
- * const limiter = createLimiter({ store, policies: [gcra({ limit: 100, periodMs: 60_000 })] });
- * ```
+ * Use: `const store = pgCasStore({ pool: new pg.Pool() }); await store.migrate();`, then
+ * `createLimiter({ store, policies })` as with any store.
  */
 export function pgCasStore(options: PgCasStoreOptions): PgCasStore {
   const { pool } = options;
