@@ -84,6 +84,19 @@ describe.skipIf(!available)('the example store: compare-and-swap on PostgreSQL',
     expect(rows.map((r) => r.key)).toEqual([recordKey(prefix, 'b')]);
   });
 
+  it('keeps hostile keys apart and stores them as data', async () => {
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const prefix = uniquePrefix('hostile');
+    const limiter = createLimiter({ store, clock, prefix, policies: [gcra({ limit: 3, periodMs: 60_000 })] });
+    const keys = ["o'brien", '"; DROP TABLE x; --', 'a}b{c', 'nul\0byte', '\ud800', '%7B', '{', 'k'.repeat(5000)];
+    for (const [i, key] of keys.entries()) {
+      for (let n = 0; n <= i % 3; n++) await limiter.limit(key);
+    }
+    for (const [i, key] of keys.entries()) expect((await limiter.status(key)).remaining).toBe(3 - ((i % 3) + 1));
+    const { rows } = await (pools[0] as pg.Pool).query(`SELECT key FROM "${table}" WHERE key LIKE $1`, [`${prefix}:%`]);
+    expect(rows.map((r) => r.key).sort()).toEqual(keys.map((key) => recordKey(prefix, key)).sort());
+  });
+
   it('refuses a table name that is not a plain identifier', () => {
     expect(() => pgCasStore({ pool: pools[0] as pg.Pool, table: 'x"; DROP TABLE y; --' })).toThrow(
       expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'table' }),
