@@ -1,11 +1,16 @@
 import { FloodgateError, invalid } from '../../errors.js';
-import type { CompiledPolicy } from '../../model/compile.js';
-import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
-import { callFailed, createBatcher } from './batcher.js';
+import type { Store } from '../store.js';
+import { type CallFailure, callFailed, createBatcher } from './batcher.js';
 import type { StoreCall } from './calls.js';
 import { policyId, recordKey } from './keys.js';
-import { callerNowUs } from './time.js';
-import { applyCall, type CallOutcome, decodeRecord, encodeRecord, type WorkingSet } from './working-set.js';
+import {
+  applyCall,
+  type CallOutcome,
+  decodeRecord,
+  encodeRecord,
+  storeOfCalls,
+  type WorkingSet,
+} from './working-set.js';
 
 /** A record as a {@link CasClient} reads it: its text and its version. */
 export interface Versioned<V> {
@@ -92,6 +97,62 @@ interface Queued {
  * ```
  */
 export function casStore<V>(options: CasStoreOptions<V>): CasStore {
+  const { client, name, maxAttempts, graceMs } = checkOptions(options);
+  const settings = { client, name, maxAttempts, graceMs };
+  const batcher = createBatcher<Queued, CallOutcome>({
+    name,
+    key: (q) => q.record,
+    maxInFlight: options.maxInFlight ?? 32,
+    maxBatchSize: options.maxBatchSize ?? 128,
+    ...(options.maxQueued === undefined ? {} : { maxQueued: options.maxQueued }),
+    async send(batch) {
+      // One read and one write per record: the calls on one key go together, keys in parallel.
+      const byRecord = new Map<string, number[]>();
+      batch.forEach((q, i) => {
+        const indexes = byRecord.get(q.record);
+        if (indexes === undefined) byRecord.set(q.record, [i]);
+        else indexes.push(i);
+      });
+      const outcomes = new Array<CallOutcome | CallFailure>(batch.length);
+      await Promise.all(
+        [...byRecord].map(async ([record, indexes]) => {
+          try {
+            const results = await update(
+              settings,
+              record,
+              indexes.map((i) => batch[i] as Queued),
+            );
+            indexes.forEach((i, j) => {
+              outcomes[i] = results[j];
+            });
+          } catch (error) {
+            for (const i of indexes) outcomes[i] = callFailed(error);
+          }
+        }),
+      );
+      return outcomes;
+    },
+  });
+  return storeOfCalls(
+    name,
+    (call) =>
+      batcher.submit({
+        call,
+        record: recordKey(call.request.prefix, call.request.key),
+        ids: call.request.policies.map(policyId),
+      }),
+    () => batcher.close(),
+  );
+}
+
+interface Settings<V> {
+  readonly client: CasClient<V>;
+  readonly name: string;
+  readonly maxAttempts: number;
+  readonly graceMs: number;
+}
+
+function checkOptions<V>(options: CasStoreOptions<V>): Settings<V> {
   if (typeof options !== 'object' || options === null) {
     throw invalid('ERR_INVALID_OPTION', 'casStore options', options, 'an object');
   }
@@ -117,97 +178,40 @@ export function casStore<V>(options: CasStoreOptions<V>): CasStore {
   if (!Number.isSafeInteger(graceMs) || graceMs < 0 || graceMs > 2 ** 40) {
     throw invalid('ERR_INVALID_OPTION', 'expiryGraceMs', options.expiryGraceMs, 'a whole number of ms ≥ 0');
   }
+  return { client, name, maxAttempts, graceMs };
+}
 
-  /** Runs calls on one record, in order, until one write of the record commits them all. */
-  async function update(
-    record: string,
-    calls: readonly Queued[],
-  ): Promise<(CallOutcome | ReturnType<typeof callFailed>)[]> {
-    for (let attempt = 1; ; attempt++) {
-      const found = await client.get(record);
-      const slots: WorkingSet = found === undefined ? new Map() : decodeRecord(found.value, name);
-      const outcomes = calls.map((q) => {
-        try {
-          return applyCall(q.call, q.ids, slots);
-        } catch (error) {
-          return callFailed(error);
-        }
-      });
-      let dirty = false;
-      for (const slot of slots.values()) dirty ||= slot.dirty;
-      if (!dirty) return outcomes;
-      const { text, expiresAtUs, empty } = encodeRecord(slots);
-      let written: boolean;
-      if (empty && found === undefined) return outcomes;
-      if (empty && client.compareAndDelete !== undefined) {
-        written = await client.compareAndDelete(record, (found as Versioned<V>).version);
-      } else {
-        written = await client.compareAndSet(record, found?.version, text, Math.ceil(expiresAtUs / 1000) + graceMs);
+/** Runs calls on one record, in order, until one write of the record commits them all. */
+async function update<V>(
+  { client, name, maxAttempts, graceMs }: Settings<V>,
+  record: string,
+  calls: readonly Queued[],
+): Promise<(CallOutcome | CallFailure)[]> {
+  for (let attempt = 1; ; attempt++) {
+    const found = await client.get(record);
+    const slots: WorkingSet = found === undefined ? new Map() : decodeRecord(found.value, name);
+    const outcomes = calls.map((q) => {
+      try {
+        return applyCall(q.call, q.ids, slots);
+      } catch (error) {
+        return callFailed(error);
       }
-      if (written) return outcomes;
-      if (attempt >= maxAttempts) {
-        throw new FloodgateError(
-          'ERR_STORE_REJECTED',
-          `the ${name} store lost ${maxAttempts} writes of one record in a row to other writers (maxAttempts)`,
-        );
-      }
-    }
-  }
-
-  const batcher = createBatcher<Queued, CallOutcome>({
-    name,
-    key: (q) => q.record,
-    maxInFlight: options.maxInFlight ?? 32,
-    maxBatchSize: options.maxBatchSize ?? 128,
-    ...(options.maxQueued === undefined ? {} : { maxQueued: options.maxQueued }),
-    async send(batch) {
-      // One read and one write per record: the calls on one key go together, keys in parallel.
-      const byRecord = new Map<string, number[]>();
-      batch.forEach((q, i) => {
-        const indexes = byRecord.get(q.record);
-        if (indexes === undefined) byRecord.set(q.record, [i]);
-        else indexes.push(i);
-      });
-      const outcomes = new Array<CallOutcome | ReturnType<typeof callFailed>>(batch.length);
-      await Promise.all(
-        [...byRecord].map(async ([record, indexes]) => {
-          try {
-            const results = await update(
-              record,
-              indexes.map((i) => batch[i] as Queued),
-            );
-            indexes.forEach((i, j) => {
-              outcomes[i] = results[j];
-            });
-          } catch (error) {
-            for (const i of indexes) outcomes[i] = callFailed(error);
-          }
-        }),
+    });
+    let dirty = false;
+    for (const slot of slots.values()) dirty ||= slot.dirty;
+    if (!dirty) return outcomes;
+    const { text, expiresAtUs, empty } = encodeRecord(slots);
+    if (empty && found === undefined) return outcomes;
+    const written =
+      empty && found !== undefined && client.compareAndDelete !== undefined
+        ? await client.compareAndDelete(record, found.version)
+        : await client.compareAndSet(record, found?.version, text, Math.ceil(expiresAtUs / 1000) + graceMs);
+    if (written) return outcomes;
+    if (attempt >= maxAttempts) {
+      throw new FloodgateError(
+        'ERR_STORE_REJECTED',
+        `the ${name} store lost ${maxAttempts} writes of one record in a row to other writers (maxAttempts)`,
       );
-      return outcomes;
-    },
-  });
-
-  function submit(call: StoreCall): Promise<CallOutcome> {
-    const { prefix, key, policies } = call.request;
-    try {
-      if (call.op !== 'reset') callerNowUs(name, call.request.nowUs);
-      return batcher.submit({ call, record: recordKey(prefix, key), ids: policies.map(policyId) });
-    } catch (error) {
-      return Promise.reject(error);
     }
   }
-
-  return {
-    name,
-    hasOwnClock: false,
-    decide: (request: StoreRequest) => submit({ op: 'decide', request }) as Promise<StoreResult>,
-    cancel: (request: CancelRequest) => submit({ op: 'cancel', request }) as Promise<boolean>,
-    refund: (request: RefundRequest) => submit({ op: 'refund', request }).then(() => undefined),
-    reset: (prefix: string, key: string, policies: readonly CompiledPolicy[]) =>
-      policies.length === 0
-        ? Promise.resolve()
-        : submit({ op: 'reset', request: { prefix, key, policies } }).then(() => undefined),
-    close: () => batcher.close(),
-  };
 }

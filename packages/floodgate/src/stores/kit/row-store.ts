@@ -1,12 +1,11 @@
 import { invalid } from '../../errors.js';
-import type { CompiledPolicy } from '../../model/compile.js';
 import type { State } from '../../model/types.js';
-import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type { Store } from '../store.js';
 import { callFailed, createBatcher } from './batcher.js';
 import type { StoreCall } from './calls.js';
 import { recordKey, stateKeys } from './keys.js';
-import { callerNowUs, expiryOf } from './time.js';
-import { applyCall, type CallOutcome, type WorkingSet } from './working-set.js';
+import { expiryOf } from './time.js';
+import { applyCall, type CallOutcome, storeOfCalls, type WorkingSet } from './working-set.js';
 
 /** One policy's state of one user key, as a row store reads it. */
 export interface StoredRow {
@@ -151,28 +150,16 @@ export function rowStore(options: RowStoreOptions): RowStore {
     },
   });
 
-  function submit(call: StoreCall): Promise<CallOutcome> {
-    const { prefix, key, policies } = call.request;
-    try {
-      if (call.op !== 'reset') callerNowUs(name, call.request.nowUs);
-      return batcher.submit({ call, user: recordKey(prefix, key), keys: stateKeys(prefix, key, policies) });
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  }
-
-  return {
+  return storeOfCalls(
     name,
-    hasOwnClock: false,
-    decide: (request: StoreRequest) => submit({ op: 'decide', request }) as Promise<StoreResult>,
-    cancel: (request: CancelRequest) => submit({ op: 'cancel', request }) as Promise<boolean>,
-    refund: (request: RefundRequest) => submit({ op: 'refund', request }).then(() => undefined),
-    reset: (prefix: string, key: string, policies: readonly CompiledPolicy[]) =>
-      policies.length === 0
-        ? Promise.resolve()
-        : submit({ op: 'reset', request: { prefix, key, policies } }).then(() => undefined),
-    close: () => batcher.close(),
-  };
+    (call) =>
+      batcher.submit({
+        call,
+        user: recordKey(call.request.prefix, call.request.key),
+        keys: stateKeys(call.request.prefix, call.request.key, call.request.policies),
+      }),
+    () => batcher.close(),
+  );
 }
 
 export function checkName(name: unknown): string {

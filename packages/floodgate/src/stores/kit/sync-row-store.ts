@@ -147,25 +147,27 @@ export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
     });
   }
 
+  return withPromises({ name, hasOwnClock: false, decideSync, cancelSync, refundSync, resetSync });
+}
+
+/** The promise methods of a synchronous store, over its synchronous ones. */
+function withPromises(
+  sync: Pick<SyncRowStore, 'name' | 'hasOwnClock' | 'decideSync' | 'cancelSync' | 'refundSync' | 'resetSync'>,
+): SyncRowStore {
   return {
-    name,
-    hasOwnClock: false,
-    decideSync,
-    cancelSync,
-    refundSync,
-    resetSync,
+    ...sync,
     decide: (request) =>
       promised(() => {
-        const result = decideSync(request);
+        const result = sync.decideSync(request);
         // The async caller may hold the result across other calls: its own copies of the evaluations.
         const evaluations = result.evaluations.map((e) => ({ ...e, next: undefined }));
         return result.nowUs === undefined
           ? { allowed: result.allowed, evaluations }
           : { allowed: result.allowed, evaluations, nowUs: result.nowUs };
       }),
-    cancel: (request) => promised(() => cancelSync(request)),
-    refund: (request) => promised(() => refundSync(request)),
-    reset: (prefix, key, policies) => promised(() => resetSync(prefix, key, policies)),
+    cancel: (request) => promised(() => sync.cancelSync(request)),
+    refund: (request) => promised(() => sync.refundSync(request)),
+    reset: (prefix, key, policies) => promised(() => sync.resetSync(prefix, key, policies)),
     close: () => Promise.resolve(),
   };
 }

@@ -1,7 +1,9 @@
 import { FloodgateError } from '../../errors.js';
+import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import type { StoreResult } from '../store.js';
+import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { runCall, type StoreCall } from './calls.js';
+import { callerNowUs } from './time.js';
 
 /** One policy's state of a user key, as a builder holds it while it runs calls on it. */
 export interface Slot {
@@ -124,4 +126,35 @@ function foreign(storeName: string): FloodgateError {
     'ERR_STORE_REJECTED',
     `the ${storeName} store found a value under this key that is not one of its records`,
   );
+}
+
+/**
+ * The `Store` of a builder that queues calls: each operation becomes a {@link StoreCall}, checked for the
+ * caller's clock (a builder's store has none of its own) before `enqueue` sees it.
+ */
+export function storeOfCalls(
+  name: string,
+  enqueue: (call: StoreCall) => Promise<CallOutcome>,
+  close: () => Promise<void>,
+): Store & { close(): Promise<void> } {
+  const submit = (call: StoreCall): Promise<CallOutcome> => {
+    try {
+      if (call.op !== 'reset') callerNowUs(name, call.request.nowUs);
+      return enqueue(call);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  };
+  return {
+    name,
+    hasOwnClock: false,
+    decide: (request: StoreRequest) => submit({ op: 'decide', request }) as Promise<StoreResult>,
+    cancel: (request: CancelRequest) => submit({ op: 'cancel', request }) as Promise<boolean>,
+    refund: (request: RefundRequest) => submit({ op: 'refund', request }).then(() => undefined),
+    reset: (prefix: string, key: string, policies: readonly CompiledPolicy[]) =>
+      policies.length === 0
+        ? Promise.resolve()
+        : submit({ op: 'reset', request: { prefix, key, policies } }).then(() => undefined),
+    close,
+  };
 }
