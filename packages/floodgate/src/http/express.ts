@@ -1,8 +1,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { NextFunction, Request, Response } from 'express';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
   isThenable,
+  type MaybePromise,
   optionalFunction,
   type RateLimitInfo,
   type RateLimitOptions,
@@ -18,25 +20,32 @@ declare module 'node:http' {
   }
 }
 
-/** Options of the Express {@link rateLimit}: the shared options and a denial `handler`. */
-export interface ExpressRateLimitOptions<
-  Req extends IncomingMessage = IncomingMessage,
-  Res extends ServerResponse = ServerResponse,
-> extends RateLimitOptions<Req> {
+/**
+ * Options of the Express {@link rateLimit}: the shared options and a denial `handler`. Every hook sees
+ * Express's own `Request` and `Response` (from `@types/express`, as express-rate-limit types them), so
+ * `key: (req) => req.ip ?? ''` and `handler: (req, res) => res.json(…)` need no annotation; give your own
+ * extension of them as `Req` and `Res` when a middleware before this one adds fields (`req.user`).
+ */
+export interface ExpressRateLimitOptions<Req extends IncomingMessage = Request, Res extends ServerResponse = Response>
+  extends Omit<RateLimitOptions<Req>, 'key'> {
+  /**
+   * The client's key (a user id, an API key). Express types `req.ip` as `string | undefined` (a socket
+   * already gone has no address), so `key: (req) => req.ip` is accepted: `undefined` is counted under the
+   * key `'unknown'`, as the default key counts a request without an address. Default: the client address
+   * under the app's `trust proxy` setting, grouped per `ipv6PrefixLength`.
+   */
+  key?: (request: Req) => MaybePromise<string | undefined>;
   /**
    * Answers a denied request in place of the default denial (like express-rate-limit's `handler`). The
    * status (429, or 503 when degraded), the rate-limit headers and `Retry-After` are already set; the
    * handler writes the body, or passes an error to `next`. A returned promise that rejects goes to `next`.
    */
-  handler?: (request: Req, response: Res, next: (error?: unknown) => void, outcome: RateLimitOutcome) => unknown;
+  handler?: (request: Req, response: Res, next: NextFunction, outcome: RateLimitOutcome) => unknown;
 }
 
 /** An Express middleware (Express 4 and 5); `Req` is Express's `Request` or your extension of it. */
-export interface ExpressRateLimit<
-  Req extends IncomingMessage = IncomingMessage,
-  Res extends ServerResponse = ServerResponse,
-> {
-  (request: Req, response: Res, next: (error?: unknown) => void): void;
+export interface ExpressRateLimit<Req extends IncomingMessage = Request, Res extends ServerResponse = Response> {
+  (request: Req, response: Res, next: NextFunction): void;
   /** The limiter deciding. */
   readonly limiter: Limiter;
 }
@@ -62,19 +71,19 @@ export interface ExpressRateLimit<
  * app.use(rateLimit({ policies: gcra({ limit: 100, periodMs: 60_000 }) }));
  * ```
  */
-export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res extends ServerResponse = ServerResponse>(
+export function rateLimit<Req extends IncomingMessage = Request, Res extends ServerResponse = Response>(
   options: ExpressRateLimitOptions<Req, Res>,
 ): ExpressRateLimit<Req, Res> {
-  const decide = createHttpRateLimiter<Req>(options, expressAccess);
+  const { key, ...shared } = options;
+  optionalFunction(key, 'key');
+  const decide = createHttpRateLimiter<Req>(
+    key === undefined ? shared : { ...shared, key: (request) => definedKey(key(request)) },
+    expressAccess,
+  );
   const handler = options.handler;
   optionalFunction(handler, 'handler');
 
-  const apply = (
-    request: Req,
-    outcome: RateLimitOutcome | undefined,
-    response: Res,
-    next: (error?: unknown) => void,
-  ): void => {
+  const apply = (request: Req, outcome: RateLimitOutcome | undefined, response: Res, next: NextFunction): void => {
     if (outcome === undefined) {
       next();
       return;
@@ -104,7 +113,7 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
     next();
   };
 
-  const middleware = function floodgateRateLimit(request: Req, response: Res, next: (error?: unknown) => void): void {
+  const middleware = function floodgateRateLimit(request: Req, response: Res, next: NextFunction): void {
     let result: ReturnType<typeof decide.decide>;
     try {
       result = decide.decide(request);
@@ -118,6 +127,14 @@ export function rateLimit<Req extends IncomingMessage = IncomingMessage, Res ext
   } as ExpressRateLimit<Req, Res>;
   withLimiter(middleware, decide.limiter);
   return middleware;
+}
+
+/** The key that `undefined` from a `key` hook stands for: the default key's for a request without an address. */
+const NO_KEY = 'unknown';
+
+function definedKey(key: MaybePromise<string | undefined>): MaybePromise<string> {
+  if (isThenable(key)) return key.then((k) => k ?? NO_KEY);
+  return key ?? NO_KEY;
 }
 
 export type { TrustProxy } from './client-address.js';

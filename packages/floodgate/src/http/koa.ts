@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Context } from 'koa';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
@@ -35,8 +36,12 @@ export interface RateLimitState {
   rateLimit?: RateLimitInfo;
 }
 
-/** Options of the Koa {@link rateLimit}. */
-export interface KoaRateLimitOptions<Ctx extends KoaContextLike = KoaContextLike> extends RateLimitOptions<Ctx> {
+/**
+ * Options of the Koa {@link rateLimit}. Every hook sees Koa's own `Context` (from `@types/koa`), so
+ * `key: (ctx) => ctx.ip` and `handler: (ctx) => { ctx.body = … }` need no annotation; give your context
+ * type as `Ctx` when your app extends it (`ParameterizedContext<MyState>`).
+ */
+export interface KoaRateLimitOptions<Ctx extends KoaContextLike = Context> extends RateLimitOptions<Ctx> {
   /**
    * Answers a denied request: `ctx.status` (429, or 503 when degraded), the rate-limit headers and
    * `Retry-After` are set; set `ctx.body`, or throw (`ctx.throw(429)`) for Koa's error handling. When it
@@ -46,7 +51,7 @@ export interface KoaRateLimitOptions<Ctx extends KoaContextLike = KoaContextLike
 }
 
 /** A Koa middleware, with the limiter deciding. */
-export interface KoaRateLimit<Ctx extends KoaContextLike> {
+export interface KoaRateLimit<Ctx extends KoaContextLike = Context> {
   (ctx: Ctx, next: () => Promise<unknown>): Promise<void>;
   readonly limiter: Limiter;
 }
@@ -80,9 +85,7 @@ function sendDenial(ctx: KoaContextLike, outcome: RateLimitOutcome): void {
  * app.use(rateLimit({ policies: gcra({ limit: 100, periodMs: 60_000 }) }));
  * ```
  */
-export function rateLimit<Ctx extends KoaContextLike = KoaContextLike>(
-  options: KoaRateLimitOptions<Ctx>,
-): KoaRateLimit<Ctx> {
+export function rateLimit<Ctx extends KoaContextLike = Context>(options: KoaRateLimitOptions<Ctx>): KoaRateLimit<Ctx> {
   const { handler, ...limitOptions } = options ?? ({} as KoaRateLimitOptions<Ctx>);
   optionalFunction(handler, 'handler');
   const access: RequestAccess<Ctx> = {
