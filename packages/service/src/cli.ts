@@ -17,6 +17,13 @@ import { VERSION } from './version.js';
 /** The web page (simulator and live view), built by the web package next to the compiled CLI. */
 const PAGE_DIR = fileURLToPath(new URL('./web/', import.meta.url));
 
+/**
+ * The config `floodgate serve` runs on when none is named and there is no floodgate.yaml where it runs: the
+ * package's example (shipped in `examples/`, one level above both `src/` and `dist/`), so a first run
+ * serves something to look at instead of stopping on a missing file.
+ */
+export const EXAMPLE_CONFIG = fileURLToPath(new URL('../examples/floodgate.yaml', import.meta.url));
+
 /** Exit codes of the `floodgate` command. */
 export const EXIT = {
   /** Done, or stopped cleanly by SIGTERM/SIGINT. */
@@ -45,7 +52,8 @@ Options of serve (environment variable in brackets):
   -c, --config <path>      YAML config: a file of floodgate's format or envoyproxy/ratelimit's, or a
                            directory of them (*.yaml, *.yml; envoyproxy/ratelimit's layout)
                            [FLOODGATE_CONFIG] (default: floodgate.yaml, or
-                           $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY when RUNTIME_ROOT is set)
+                           $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY when RUNTIME_ROOT is set;
+                           without either, the bundled example config, said so on stderr)
       --merge-domain-config  merge a domain that several files of envoyproxy/ratelimit's format define
                            [FLOODGATE_MERGE_DOMAIN_CONFIG, MERGE_DOMAIN_CONFIG] (default: refuse it)
       --stop-cache-key-increment-when-overlimit  in domains of envoyproxy/ratelimit's format, a request
@@ -323,12 +331,16 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
   if (!(HEADER_FORMATS as readonly string[]).includes(headers)) {
     throw new UsageError(`--headers must be one of ${HEADER_FORMATS.join(', ')}`);
   }
-  const configFile = values.config ?? env.FLOODGATE_CONFIG ?? runtimeDirectory(env) ?? 'floodgate.yaml';
+  const named = values.config ?? env.FLOODGATE_CONFIG ?? runtimeDirectory(env);
+  // A first run names no config: serve the bundled example rather than stop on a missing floodgate.yaml.
+  const builtIn = named === undefined && !existsSync('floodgate.yaml');
+  const configFile = named ?? (builtIn ? EXAMPLE_CONFIG : 'floodgate.yaml');
   const httpPort = values['no-http'] ? false : (port(values.port ?? env.FLOODGATE_PORT, '--port') ?? 8080);
   const grpcPort = values['no-grpc']
     ? false
     : (port(values['grpc-port'] ?? env.FLOODGATE_GRPC_PORT, '--grpc-port') ?? 8081);
   const staticDir = values['static-dir'] ?? (existsSync(PAGE_DIR) ? PAGE_DIR : undefined);
+  const host = values.host ?? env.FLOODGATE_HOST ?? '127.0.0.1';
   const grpcTls = tlsOptions('grpc', values, env);
   const httpTls = tlsOptions('http', values, env);
   let service: Service;
@@ -340,7 +352,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
         values['stop-cache-key-increment-when-overlimit'] ?? envFlag(env, 'STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT'),
       shadowMode: values['shadow-mode'] ?? envFlag(env, 'SHADOW_MODE'),
       store: values.store ?? env.FLOODGATE_STORE ?? 'memory',
-      host: values.host ?? env.FLOODGATE_HOST ?? '127.0.0.1',
+      host,
       httpPort,
       grpcPort,
       watch: !values['no-watch'],
@@ -377,6 +389,17 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
     }
     throw error;
   }
+  if (builtIn) {
+    io.err(
+      `floodgate: no --config and no floodgate.yaml here: serving the built-in example config (${configFile}) ` +
+        `on the ${service.storeName} store. Copy it to floodgate.yaml and edit it, or pass --config <file>.\n`,
+    );
+  }
+  if (service.httpPort !== 0) {
+    io.err(
+      `floodgate: ${staticDir === undefined ? 'HTTP API' : 'web page'} at ${pageUrl(host, service.httpPort, httpTls)}\n`,
+    );
+  }
   return new Promise<number>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {
@@ -410,6 +433,16 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onInt);
   });
+}
+
+/**
+ * The URL a person opens for the page: a wildcard listen address is reached through localhost, and an IPv6
+ * address goes in brackets.
+ */
+function pageUrl(host: string, port: number, tls: TlsOptions | undefined): string {
+  const reachable = host === '0.0.0.0' || host === '::' || host === '' ? 'localhost' : host;
+  const bracketed = reachable.includes(':') ? `[${reachable}]` : reachable;
+  return `${tls === undefined ? 'http' : 'https'}://${bracketed}:${port}/`;
 }
 
 /** The command line's name of each TLS option. */

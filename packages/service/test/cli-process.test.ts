@@ -42,13 +42,18 @@ interface Running {
 }
 
 /** Runs `floodgate <args>` and reads its JSON log lines. */
-function run(args: string[]): {
+function run(
+  args: string[],
+  cwd?: string,
+): {
   child: ChildProcess;
   logs: Record<string, unknown>[];
   stderr: () => string;
   exit: Promise<number | null>;
 } {
-  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const env = { ...process.env };
+  for (const name of ['FLOODGATE_CONFIG', 'RUNTIME_ROOT', 'FLOODGATE_PORT', 'FLOODGATE_GRPC_PORT']) delete env[name];
+  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], cwd, env });
   children.push(child);
   const logs: Record<string, unknown>[] = [];
   let buffer = '';
@@ -70,8 +75,8 @@ function run(args: string[]): {
   return { child, logs, stderr: () => stderr, exit };
 }
 
-async function serve(args: string[]): Promise<Running> {
-  const started = run(['serve', '--port', '0', '--grpc-port', '0', ...args]);
+async function serve(args: string[], cwd?: string): Promise<Running> {
+  const started = run(['serve', '--port', '0', '--grpc-port', '0', ...args], cwd);
   const waitForLog = async (msg: string): Promise<Record<string, unknown>> => {
     const deadline = Date.now() + 10_000;
     for (;;) {
@@ -132,6 +137,45 @@ describe('floodgate serve (a real process)', () => {
     service.child.kill('SIGTERM');
     expect(await service.exit).toBe(EXIT.OK);
     expect(service.logs.some((l) => l.msg === 'floodgate stopped')).toBe(true);
+  });
+
+  it('serves the bundled example on the memory store when no config is named, says so, and prints the page URL', async () => {
+    // A fresh directory: no floodgate.yaml, no --config, as a newcomer's first `floodgate serve`.
+    const empty = mkdtempSync(join(dir, 'fresh-'));
+    const service = await serve([], empty);
+    try {
+      const serving = service.logs.find((l) => l.msg === 'floodgate is serving') as Record<string, unknown>;
+      expect(serving.store).toBe('memory');
+      expect(serving.domains).toEqual(['api', 'envoy']);
+      // The example's per-ip rule: 100 a minute in bursts of 20.
+      expect(await decide(service.httpPort)).toMatchObject({ allowed: true, limit: 20 });
+      await expect.poll(() => service.stderr(), { timeout: 5000 }).toContain('web page at');
+      const stderr = service.stderr();
+      expect(stderr).toContain('built-in example config');
+      expect(stderr).toContain('memory store');
+      const url = /web page at (\S+)/.exec(stderr)?.[1];
+      expect(url).toBe(`http://127.0.0.1:${service.httpPort}/`);
+      const page = await fetch(url as string);
+      expect(page.status).toBe(200);
+      expect(page.headers.get('content-type')).toContain('text/html');
+    } finally {
+      service.child.kill('SIGTERM');
+      await service.exit;
+    }
+  });
+
+  it('serves ./floodgate.yaml when there is one, without the built-in notice', async () => {
+    const here = mkdtempSync(join(dir, 'own-'));
+    writeFileSync(join(here, 'floodgate.yaml'), config(4));
+    const service = await serve([], here);
+    try {
+      expect(await decide(service.httpPort)).toMatchObject({ limit: 4, remaining: 3 });
+      await expect.poll(() => service.stderr(), { timeout: 5000 }).toContain('at http://');
+      expect(service.stderr()).not.toContain('built-in');
+    } finally {
+      service.child.kill('SIGTERM');
+      await service.exit;
+    }
   });
 
   it('stops on SIGTERM when whatever read its logs has gone away', async () => {
