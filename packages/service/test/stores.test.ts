@@ -69,7 +69,7 @@ describe('stores by URL', () => {
 
   it.skipIf(!runRedis)('redis+cluster (a real 6-node cluster)', { timeout: 120_000 }, async () => {
     // Ports 7200–7299: the library's cluster tests, which may run at the same time, use 7000–7099.
-    const cluster = await startCluster(7200);
+    const cluster = await startCluster();
     try {
       await scenario(
         `redis+cluster://${cluster.ports

@@ -52,7 +52,7 @@ async function onOwnRedis(
   }
 }
 
-describe('Redis faults, on redis-server processes this test starts on ports 7100–7199', () => {
+describe('Redis faults, on redis-server processes this test starts on ports the OS picks', () => {
   for (const driver of DRIVERS) {
     it(`${driver}: Redis killed (SIGKILL) mid-load and restarted`, async () => {
       // Durable: acknowledged writes survive the kill, so admissions count exactly across it.

@@ -31,8 +31,15 @@ export const TIMEOUT_MS = 500;
  * runs other test files at the same time. Far below what a call stuck on a dead store would wait.
  */
 export const SLACK_MS = 150;
-/** Service must come back this soon after the store does. */
+/** Service must come back this soon after the store does (plus the worst event-loop lag seen). */
 export const RECOVERY_MS = 2000;
+/**
+ * Once recovered, the share of calls that may still time out: a healthy server on a machine at load 20
+ * can miss the 500 ms timeout now and then (the reply sits in a queue behind other processes), which is
+ * the machine's noise, not the fault under test. A store that did not come back, a breaker stuck open or
+ * a connection that keeps failing makes far more than this, and every such error is not a timeout.
+ */
+export const LATE_TIMEOUT_SHARE = 0.02;
 /** Each key admits this many calls over the whole test (the period is long: nothing refills). */
 export const LIMIT = 40;
 /** What the fallback limiter (memory store) admits per key while the store is down. */
@@ -81,9 +88,9 @@ export async function faultScenario(
       breaker: { failureThreshold: 3, cooldownMs: 500 },
     });
   }
-  const storeErrors: { atMs: number; message: string }[] = [];
+  const storeErrors: { atMs: number; code: string; message: string }[] = [];
   for (const limiter of Object.values(limiters)) {
-    limiter.on('storeError', (e) => storeErrors.push({ atMs: now(), message: e.error.message }));
+    limiter.on('storeError', (e) => storeErrors.push({ atMs: now(), code: e.error.code, message: e.error.message }));
   }
   const keys = Array.from({ length: 16 }, (_, i) => `user-${i}`);
   const names = Object.keys(limiters) as PolicyName[];
@@ -92,7 +99,7 @@ export async function faultScenario(
   try {
     await sleep(300);
     run = await fault();
-    await sleep(RECOVERY_MS + 500);
+    await sleep(RECOVERY_MS + 1500);
   } finally {
     await Promise.all(loads.map((load) => load.stop()));
     unhandled.dispose();
@@ -117,21 +124,38 @@ export async function faultScenario(
     const during = list.filter((c) => c.startMs >= run.faultAt && c.startMs < run.backAt);
     expect(during.length, `${name}: calls made during the fault`).toBeGreaterThan(0);
     expect(longestWait(list), `${name}: longest wait, ms`).toBeLessThanOrEqual(timeoutMs + SLACK_MS + lagMs);
-    // Service is back within RECOVERY_MS of the store, and stays back.
+    // Service is back within RECOVERY_MS of the store (the event loop's lag added: no timer of the
+    // limiter runs earlier than the loop gets to it), and stays back.
+    const recoveredBy = run.backAt + RECOVERY_MS + lagMs;
     const back = firstStoreDecisionAfter(list, run.backAt);
     expect(back, `${name}: a store decision after the store came back`).toBeDefined();
-    expect((back as number) - run.backAt, `${name}: recovery, ms`).toBeLessThanOrEqual(RECOVERY_MS);
-    const late = list.filter((c) => c.startMs > run.backAt + RECOVERY_MS);
+    expect((back as number) - run.backAt, `${name}: recovery, ms`).toBeLessThanOrEqual(RECOVERY_MS + lagMs);
+    const late = list.filter((c) => c.startMs > recoveredBy);
     expect(late.length).toBeGreaterThan(0);
-    // When, after the store came back, each late error happened: a failure says whether it was one stall.
+    // Stays back: once recovered, the only failures are the odd timeout of a healthy but busy server,
+    // a small share of the calls, each a whole timeout long, and the last call is the store's again.
+    // When each happened says whether they were one stall.
     const lateErrors = storeErrors
-      .filter((e) => e.atMs > run.backAt + RECOVERY_MS)
-      .map((e) => `${e.message} (${(e.atMs - run.backAt).toFixed(0)} ms after the store was back)`);
-    expect(lateErrors, 'store errors once recovered').toEqual([]);
-    for (const c of late) {
-      expect(c.error, `${name}: no error once recovered`).toBeUndefined();
-      expect(c.decision?.reason, `${name}: no degraded decision once recovered`).not.toBe('degraded');
+      .filter((e) => e.atMs > recoveredBy)
+      .map((e) => `${e.code}: ${e.message} (${(e.atMs - run.backAt).toFixed(0)} ms after the store was back)`);
+    expect(
+      lateErrors.filter((e) => !e.startsWith('ERR_TIMEOUT:')),
+      'store errors but timeouts once recovered',
+    ).toEqual([]);
+    const missed = late.filter((c) => c.error !== undefined || c.decision?.reason === 'degraded');
+    expect(missed.length, `${name}: calls not decided by the store once recovered`).toBeLessThanOrEqual(
+      Math.max(2, Math.ceil(LATE_TIMEOUT_SHARE * late.length)),
+    );
+    for (const c of missed) {
+      expect(
+        c.endMs - c.startMs,
+        `${name}: a call that failed once recovered waited its timeout`,
+      ).toBeGreaterThanOrEqual(timeoutMs - 1);
+      if (c.error !== undefined) expect((c.error as { code?: string }).code).toBe('ERR_TIMEOUT');
     }
+    const last = late.at(-1) as Call;
+    expect(last.error, `${name}: the last call has no error`).toBeUndefined();
+    expect(last.decision?.reason, `${name}: the last call is the store's`).not.toBe('degraded');
     // Never more than the policy allows, counting every store admission.
     for (const [key, admitted] of storeAdmissions(list)) {
       expect(admitted, `${name}: store admissions of ${key}`).toBeLessThanOrEqual(LIMIT);

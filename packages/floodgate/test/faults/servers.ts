@@ -1,40 +1,34 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createConnection, createServer, type Server, type Socket } from 'node:net';
+import { type AddressInfo, createConnection, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { withFreePorts } from '../free-ports.js';
 
 const run = promisify(execFile);
 
-/** Fault tests start their own servers on ports in this range, so they never touch the shared ones. */
-export const FAULT_PORTS = { from: 7100, to: 7199 } as const;
 const HOST = '127.0.0.1';
 
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, HOST, () => server.close(() => resolve(true)));
-  });
-}
-
-/** A free port in 7100–7199, starting at a random spot so parallel runs rarely pick the same one. */
-export async function sparePort(taken: ReadonlySet<number> = new Set()): Promise<number> {
-  const span = FAULT_PORTS.to - FAULT_PORTS.from + 1;
-  const start = Math.floor(Math.random() * span);
-  for (let i = 0; i < span; i++) {
-    const port = FAULT_PORTS.from + ((start + i) % span);
-    if (!taken.has(port) && (await portFree(port))) return port;
+/** A server that exited before it answered: its port was taken, or it could not start at all. */
+export class StartFailed extends Error {
+  constructor(readonly port: number) {
+    super(`the server on port ${port} exited while starting (port taken?)`);
   }
-  throw new Error(`no free port in ${FAULT_PORTS.from}–${FAULT_PORTS.to}`);
 }
 
+/** Polls `test` until it holds; a {@link StartFailed} it throws ends the wait at once. */
 export async function waitFor(what: string, test: () => Promise<boolean>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (await test().catch(() => false)) return;
+    if (
+      await test().catch((error: unknown) => {
+        if (error instanceof StartFailed) throw error;
+        return false;
+      })
+    )
+      return;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
@@ -63,9 +57,13 @@ export interface TestRedis {
  * (/dev/shm) where there is one: it outlives the process all the same, and an fsync to a disk that other
  * tests keep busy can stall Redis past the limiter's timeout, which is not the fault under test.
  */
-export async function startRedis(options: { durable?: boolean } = {}): Promise<TestRedis> {
+export function startRedis(options: { durable?: boolean } = {}): Promise<TestRedis> {
+  // On a port the OS says is free (not a fixed range that clones testing side by side would share).
+  return withFreePorts(1, ([port]) => startRedisOn(port as number, options));
+}
+
+async function startRedisOn(port: number, options: { durable?: boolean }): Promise<TestRedis> {
   const dir = await mkdtemp(join(existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), 'floodgate-fault-redis-'));
-  const port = await sparePort();
   let child: ChildProcess | undefined;
   const killNow = () => child?.kill('SIGKILL');
   process.once('exit', killNow);
@@ -99,8 +97,17 @@ export async function startRedis(options: { durable?: boolean } = {}): Promise<T
       child = undefined;
     },
     async start() {
-      child = spawn('redis-server', args, { stdio: 'ignore' });
-      await waitFor(`redis-server on ${port}`, async () => (await redisCli(port, 'ping')) === 'PONG', 10_000);
+      const c = spawn('redis-server', args, { stdio: 'ignore' });
+      child = c;
+      // A server that exits while starting (its port taken meanwhile) fails at once, not after 10 s.
+      await waitFor(
+        `redis-server on ${port}`,
+        async () => {
+          if (c.exitCode !== null || c.signalCode !== null) throw new StartFailed(port);
+          return (await redisCli(port, 'ping')) === 'PONG';
+        },
+        10_000,
+      );
     },
     async stop() {
       process.removeListener('exit', killNow);
@@ -169,11 +176,11 @@ export async function stallingProxy(targetPort: number): Promise<StallingProxy> 
     client.on('close', drop);
     upstream.on('close', drop);
   });
-  const port = await sparePort();
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, HOST, () => resolve());
+    server.listen(0, HOST, () => resolve());
   });
+  const port = (server.address() as AddressInfo).port;
   return {
     port,
     stall() {

@@ -1,10 +1,10 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
+import { withFreePorts } from '../../free-ports.js';
 
 const run = promisify(execFile);
 
@@ -43,18 +43,9 @@ export function requireServer(available: boolean, what: string): boolean {
   return false;
 }
 
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, REDIS_HOST, () => server.close(() => resolve(true)));
-  });
-}
-
 /**
- * A Redis Cluster of redis-server processes on spare ports in 7000–7099 (or the 100 ports from `basePort`:
- * test files that run at the same time take distinct ranges, so two clusters never grab one port), owned
- * by this test run.
+ * A Redis Cluster of redis-server processes on ports the OS says are free, each node's cluster bus on a
+ * free port of its own (`cluster-port`, not port + 10000), owned by this test run.
  */
 export interface TestCluster {
   readonly ports: readonly number[];
@@ -75,38 +66,48 @@ export interface ClusterOptions {
   nodeTimeoutMs?: number;
 }
 
-async function sparePorts(count: number, base: number): Promise<number[]> {
-  // Start at a random spot so parallel runs rarely race; the cluster bus needs port + 10000 as well.
-  const start = base + Math.floor(Math.random() * 100);
-  const ports: number[] = [];
-  for (let i = 0; i < 100 && ports.length < count; i++) {
-    const port = base + ((start - base + i) % 100);
-    if ((await portFree(port)) && (await portFree(port + 10_000))) ports.push(port);
-  }
-  if (ports.length < count) throw new Error(`fewer than ${count} free ports in ${base}–${base + 99}`);
-  return ports;
-}
-
 export async function redisCli(port: number, ...args: string[]): Promise<string> {
   const { stdout } = await run('redis-cli', ['-h', REDIS_HOST, '-p', String(port), ...args]);
   return stdout.trim();
 }
 
-/** Polls `test` until it holds (a server coming up, a failover completing), failing after `timeoutMs`. */
+/** A cluster node that exited before it answered. */
+class NodeExited extends Error {
+  constructor(readonly port: number) {
+    super(`the redis-server on port ${port} exited while starting (port taken?)`);
+  }
+}
+
+/**
+ * Polls `test` until it holds (a server coming up, a failover completing), failing after `timeoutMs`, or
+ * at once when a node it waits for has exited.
+ */
 export async function waitFor(what: string, test: () => Promise<boolean>, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    if (await test().catch(() => false)) return;
+    if (
+      await test().catch((error: unknown) => {
+        if (error instanceof NodeExited) throw error;
+        return false;
+      })
+    )
+      return;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
 
-/** Starts 3 primaries and 3 replicas, waits for `cluster_state:ok` everywhere. Stops them on failure. */
-export async function startCluster(basePort = 7000, options: ClusterOptions = {}): Promise<TestCluster> {
+/**
+ * Starts 3 primaries and 3 replicas, waits for `cluster_state:ok` everywhere. Stops them on failure, and
+ * starts again on new ports when a node could not start (a port taken between its choice and its use).
+ */
+export function startCluster(options: ClusterOptions = {}): Promise<TestCluster> {
+  return withFreePorts(12, (free) => startClusterOn(free.slice(0, 6), free.slice(6), options));
+}
+
+async function startClusterOn(ports: number[], busPorts: number[], options: ClusterOptions): Promise<TestCluster> {
   const dir = await mkdtemp(join(tmpdir(), 'floodgate-cluster-'));
   const children: ChildProcess[] = [];
-  const ports = await sparePorts(6, basePort);
   // A test run that dies still takes its servers down with it.
   const killAll = () => {
     for (const child of children) child.kill('SIGKILL');
@@ -127,12 +128,14 @@ export async function startCluster(basePort = 7000, options: ClusterOptions = {}
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    for (const port of ports) {
+    for (const [i, port] of ports.entries()) {
       const child = spawn(
         'redis-server',
         [
           '--port',
           String(port),
+          '--cluster-port',
+          String(busPorts[i]),
           '--bind',
           REDIS_HOST,
           '--cluster-enabled',
@@ -159,8 +162,18 @@ export async function startCluster(basePort = 7000, options: ClusterOptions = {}
       );
       children.push(child);
     }
-    for (const port of ports)
-      await waitFor(`redis-server on ${port}`, async () => (await redisCli(port, 'ping')) === 'PONG', 10_000);
+    for (const [i, port] of ports.entries()) {
+      const child = children[i] as ChildProcess;
+      await waitFor(
+        `redis-server on ${port}`,
+        async () => {
+          // A node that exited while starting (its port taken) fails the start at once, not after 10 s.
+          if (child.exitCode !== null || child.signalCode !== null) throw new NodeExited(port);
+          return (await redisCli(port, 'ping')) === 'PONG';
+        },
+        10_000,
+      );
+    }
     await run('redis-cli', [
       '--cluster',
       'create',
