@@ -10,21 +10,43 @@ export function uniqueSchema(label: string): string {
   return `fg_${label}_${process.pid}_${Date.now().toString(36)}`;
 }
 
-/** True when the server answers; under CI=true an unreachable server fails the run instead. */
+/**
+ * What is wrong when the test database cannot be used, in the words a newcomer needs: the server is not
+ * running, the `test` database is missing, or the login is refused, each with its fix. Reads the
+ * driver's `code` (a PostgreSQL SQLSTATE or a Node.js system error code), never its message.
+ */
+export function describePostgresProblem(
+  error: unknown,
+  config: { host: string; port: number; user: string; database: string } = PG_CONFIG,
+): string {
+  const where = `PostgreSQL at ${config.host}:${config.port}`;
+  const code = (error as { code?: unknown } | null)?.code;
+  const setup = 'scripts/setup-debian.sh sets it all up';
+  switch (code) {
+    case 'ECONNREFUSED':
+      return `${where} refuses connections: no server is running there (start it: pg_ctlcluster --skip-systemctl-redirect <version> main start; ${setup})`;
+    case '3D000':
+      return `${where} answers, but its database "${config.database}" does not exist (create it: createdb -h ${config.host} -U ${config.user} ${config.database}; ${setup})`;
+    case '28000':
+    case '28P01':
+      return `${where} refuses the login of user "${config.user}" without a password (the tests expect trust authentication for 127.0.0.1 in pg_hba.conf; ${setup})`;
+    case 'ETIMEDOUT':
+      return `${where} does not answer within 3 s (a firewall, or a server too busy to accept)`;
+    default:
+      return `${where} cannot be used: ${error instanceof Error ? error.message : String(error)}${typeof code === 'string' ? ` (${code})` : ''}`;
+  }
+}
+
+/** True when the server answers; under CI=true an unusable server fails the run instead. */
 export async function requirePostgres(): Promise<boolean> {
   const pool = new pg.Pool({ ...PG_CONFIG, max: 1, connectionTimeoutMillis: 3000 });
   try {
     await pool.query('SELECT 1');
     return true;
   } catch (error) {
-    if (process.env.CI === 'true') {
-      throw new Error(
-        `PostgreSQL at 127.0.0.1:5432 is not reachable, and CI=true: its tests cannot be skipped (${String(error)})`,
-      );
-    }
-    console.warn(
-      `\n!!! PostgreSQL at 127.0.0.1:5432 is not reachable: SKIPPING the PostgreSQL tests (they fail under CI=true) !!!\n`,
-    );
+    const problem = describePostgresProblem(error);
+    if (process.env.CI === 'true') throw new Error(`${problem}, and CI=true: the PostgreSQL tests cannot be skipped`);
+    console.warn(`\n!!! ${problem}: SKIPPING the PostgreSQL tests (they fail under CI=true) !!!\n`);
     return false;
   } finally {
     await pool.end();
