@@ -1,6 +1,7 @@
 import {
   algorithmOf,
   type CompiledPolicy,
+  kindOf,
   readState as readModelState,
   type State,
   type StateField,
@@ -81,9 +82,27 @@ export function readState(c: CompiledPolicy, s: State | undefined, nowUs: number
   const fields: [string, string][] = [];
   if (blockedMs > 0)
     fields.push(['penalty box ends', show({ label: '', value: reading.blockedUntilUs, unit: 'time' })]);
-  for (const field of reading.fields) fields.push([field.label, show(field)]);
+  const algorithm = algorithmOf(c.policy);
+  const gauge = algorithm.gauge(c.policy);
   const plotted = level(c, reading.used);
-  fields.push([levelScale(c).label, fmt(plotted)]);
+  if (kindOf(c).name === 'meter' && gauge.scale !== 'owed-ms') {
+    // A bucket that runs on the meter (GCRA's state machine, a TAT): its state in the bucket's own terms
+    // (level or tokens, capacity, rate, when it is back to untouched), not in GCRA's.
+    const quota = algorithm.quota(c.policy);
+    fields.push(
+      [gauge.label, fmt(plotted)],
+      [gauge.ceilingLabel, fmt(c.limit)],
+      [gauge.scale === 'left' ? 'refills' : 'leaks', `${fmt(quota.ratePerMs * 1000)} per second`],
+      [
+        gauge.scale === 'left' ? 'full again in' : 'empty in',
+        show({ label: '', value: reading.used * c.a, unit: 'duration' }),
+      ],
+    );
+  } else {
+    for (const field of reading.fields) fields.push([field.label, show(field)]);
+    // The meter's own fields already say its TAT ahead of now, which is what GCRA's chart plots: once.
+    if (gauge.scale !== 'owed-ms') fields.push([gauge.label, fmt(plotted)]);
+  }
   return { level: plotted, blockedMs, fields };
 }
 

@@ -26,9 +26,16 @@ export function policyLabel(p: Pick<PolicyRate, 'domain' | 'rule' | 'policy'>): 
   return `${p.domain} / ${p.rule} / ${p.policy}`;
 }
 
+/** A time of day as the charts' axes show it: 24-hour, to the second, whatever the browser's locale. */
+export function clockTime(date: Date): string {
+  // Built by hand: a locale's own 24-hour form may say 24:05 for 00:05.
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
 /** Clock time for the x axis, in whole seconds. */
 function clockTicks(_u: uPlot, values: number[]): string[] {
-  return values.map((v) => new Date(v * 1000).toLocaleTimeString([], { hour12: false }));
+  return values.map((v) => clockTime(new Date(v * 1000)));
 }
 
 /** Whole-second tick steps: a poll a second never needs finer. */
@@ -266,7 +273,7 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
       polls++;
       root.dataset.polls = String(polls);
       status.className = 'live-status ok';
-      status.textContent = `Live: ${stats.store} store, updated ${new Date().toLocaleTimeString()}, every ${POLL_MS / 1000} s.`;
+      status.textContent = `Live: ${stats.store} store, updated ${clockTime(new Date())}, every ${POLL_MS / 1000} s.`;
     } catch (error) {
       status.className = 'live-status bad';
       status.textContent = `Not connected to a floodgate service (${error instanceof Error ? error.message : String(error)}). The live view needs the page to be served by \`floodgate serve\`; retrying.`;

@@ -109,3 +109,15 @@ export function renderPolicyForm(root: HTMLElement, state: PolicyFormState, chan
     ...renderFields(COMMON_FIELDS, state.common, changed),
   );
 }
+
+/**
+ * The first option the form requires that is empty, as `policy.<name>`: a number field without a default
+ * (no placeholder). The library would call it `undefined`; the page says it is empty.
+ */
+export function missingField(state: PolicyFormState): string | undefined {
+  const values = state.values[state.algorithm];
+  const field = ALGORITHM_FIELDS[state.algorithm].find(
+    (f) => f.kind === 'number' && f.placeholder === undefined && String(values[f.name] ?? '').trim() === '',
+  );
+  return field === undefined ? undefined : `policy.${field.name}`;
+}

@@ -51,9 +51,11 @@ export const PRESETS: readonly Preset[] = [
     traffic: { kind: 'random', values: { ratePerSecond: '14', seed: '7' }, common: { durationS: '15' } },
   },
   {
-    title: 'Shaping: a leaky bucket as a queue (calls wait) vs as a meter',
+    // Bursts larger than the bucket: the meter admits a burst's first 10 at once and denies the rest; the
+    // queue admits about as many and spreads them out (its delay chart), so what leaves is a steady flow.
+    title: 'Shaping: a leaky bucket as a queue (requests wait) vs as a meter',
     a: { algorithm: 'leaky-bucket', values: { capacity: '10', leakPerSecond: '10', mode: 'queue' } },
     b: { algorithm: 'leaky-bucket', values: { capacity: '10', leakPerSecond: '10', mode: 'meter' } },
-    traffic: { kind: 'bursts', values: { size: '8', everyMs: '1000' }, common: { durationS: '10' } },
+    traffic: { kind: 'bursts', values: { size: '15', everyMs: '2000' }, common: { durationS: '10' } },
   },
 ];

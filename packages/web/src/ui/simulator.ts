@@ -1,15 +1,24 @@
+import type { Algorithm } from 'floodgate';
 import { isFloodgateError } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
 import { binCalls } from '../sim/bins.js';
 import { type Probe, probe, SIM_START_MS, type SideInput, type Simulation, simulate } from '../sim/simulate.js';
 import type { Readout } from '../sim/state.js';
 import { fmt } from '../sim/state.js';
-import type { Traffic } from '../sim/traffic.js';
+import type { Traffic, TrafficKind } from '../sim/traffic.js';
 import { CountsChart, LevelChart } from './charts.js';
 import { debounce, h } from './dom.js';
-import { type PolicyFormState, policyFormState, readPolicy, renderPolicyForm } from './policy-form.js';
+import type { Values } from './fields.js';
+import {
+  ALGORITHMS,
+  missingField,
+  type PolicyFormState,
+  policyFormState,
+  readPolicy,
+  renderPolicyForm,
+} from './policy-form.js';
 import { PRESETS, type Preset } from './presets.js';
-import { readTraffic, renderTrafficForm, type TrafficFormState, trafficFormState } from './traffic-form.js';
+import { PATTERNS, readTraffic, renderTrafficForm, type TrafficFormState, trafficFormState } from './traffic-form.js';
 
 const START_US = SIM_START_MS * 1000;
 const HEADER_FORMATS: readonly HeaderFormat[] = ['ietf', 'draft-7', 'draft-6', 'legacy'];
@@ -36,13 +45,18 @@ function fromPreset(preset: Preset): SimulatorState {
   };
 }
 
-/** The state in the URL's fragment, when there is a readable one. */
+/**
+ * The state in the URL's fragment, when there is a readable one: the compact form that {@link stateToUrl}
+ * writes, or the JSON of earlier versions of the page (links already shared keep working).
+ */
 function stateFromUrl(): SimulatorState | undefined {
   const match = /^#sim=(.+)$/.exec(location.hash);
   if (match === null) return undefined;
+  const fresh = fromPreset(PRESETS[0] as Preset);
+  const text = match[1] as string;
+  if (!text.startsWith('%7B')) return compactState(text, fresh);
   try {
-    const parsed = JSON.parse(decodeURIComponent(match[1] as string)) as SimulatorState;
-    const fresh = fromPreset(PRESETS[0] as Preset);
+    const parsed = JSON.parse(decodeURIComponent(text)) as SimulatorState;
     // Merge over a fresh state so a link from an older page still opens with every field present.
     return {
       a: { ...fresh.a, ...parsed.a, values: { ...fresh.a.values, ...parsed.a?.values } },
@@ -54,6 +68,66 @@ function stateFromUrl(): SimulatorState | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The state as a short query string for the fragment: each side's algorithm and the values it shows, the
+ * traffic's pattern and its values, the instant and the header format (`a=gcra&a.limit=10&…`). Only what
+ * is on screen goes in (not the values kept for the other algorithms), so a link is a few hundred bytes.
+ */
+export function stateToUrl(state: SimulatorState): string {
+  const params = new URLSearchParams();
+  const put = (prefix: string, kind: string, values: Values, common: Values) => {
+    params.set(prefix, kind);
+    for (const [name, value] of [...Object.entries(values), ...Object.entries(common)]) {
+      if (value === '' || value === false) continue;
+      params.set(`${prefix}.${name}`, value === true ? '1' : value);
+    }
+  };
+  put('a', state.a.algorithm, state.a.values[state.a.algorithm], state.a.common);
+  put('b', state.b.algorithm, state.b.values[state.b.algorithm], state.b.common);
+  put('t', state.traffic.kind, state.traffic.values[state.traffic.kind], state.traffic.common);
+  params.set('at', String(state.instantS));
+  if (state.headers !== 'ietf') params.set('h', state.headers);
+  return params.toString();
+}
+
+/** Reads {@link stateToUrl}'s form over a fresh state; anything unknown is left at its default. */
+function compactState(text: string, fresh: SimulatorState): SimulatorState | undefined {
+  const params = new URLSearchParams(text);
+  const side = (prefix: 'a' | 'b'): PolicyFormState => {
+    const algorithm = params.get(prefix);
+    const base = fresh[prefix];
+    if (algorithm === null || !(ALGORITHMS as readonly string[]).includes(algorithm)) return base;
+    const chosen = algorithm as Algorithm;
+    const state = policyFormState(chosen);
+    for (const [key, value] of params) {
+      if (!key.startsWith(`${prefix}.`)) continue;
+      const name = key.slice(2);
+      const target = name in state.common ? state.common : state.values[chosen];
+      target[name] = typeof target[name] === 'boolean' ? value === '1' : value;
+    }
+    return state;
+  };
+  const kind = params.get('t');
+  let traffic = fresh.traffic;
+  if (kind !== null && (PATTERNS as readonly string[]).includes(kind)) {
+    traffic = trafficFormState(kind as TrafficKind);
+    for (const [key, value] of params) {
+      if (!key.startsWith('t.')) continue;
+      const name = key.slice(2);
+      (name in traffic.common ? traffic.common : traffic.values[traffic.kind])[name] = value;
+    }
+  }
+  const at = Number(params.get('at'));
+  const headers = params.get('h') as HeaderFormat | null;
+  return {
+    a: side('a'),
+    b: side('b'),
+    traffic,
+    instantS: Number.isFinite(at) && at >= 0 ? at : fresh.instantS,
+    headers: headers !== null && HEADER_FORMATS.includes(headers) ? headers : 'ietf',
+  };
 }
 
 /** Clock-aligned window boundaries of the policy (or of a stampede), seconds after the start. */
@@ -84,6 +158,12 @@ class Side {
   private readonly counts: CountsChart;
   private readonly level: LevelChart;
   private readonly levelTitle = h('h3', {});
+  /** Queue mode: when each admitted request may proceed (an empty row for other policies). */
+  private readonly delays: LevelChart;
+  private readonly delayTitle = h('h3', { 'data-delays-title': '' });
+  private readonly delayElement = h('div', { class: 'chart', 'data-chart': 'delays' });
+  /** Why there is no simulation: the policy's own error. */
+  problem: string | undefined;
   simulation: Simulation | undefined;
 
   constructor(
@@ -104,11 +184,14 @@ class Side {
       countsElement,
       this.levelTitle,
       levelElement,
+      this.delayTitle,
+      this.delayElement,
     );
     this.probeElement = h('article', { class: 'probe', 'data-probe': id });
     renderPolicyForm(this.form, state, changed);
     this.counts = new CountsChart(countsElement, pick);
     this.level = new LevelChart(levelElement, pick);
+    this.delays = new LevelChart(this.delayElement, pick);
   }
 
   /** Re-renders the form (after a preset replaced the state). */
@@ -120,7 +203,12 @@ class Side {
   run(traffic: Traffic | undefined, version: number): void {
     let simulation: Simulation | undefined;
     let message: string | undefined;
-    if (traffic !== undefined) {
+    // An empty input is a value not given yet: say so in the page's words, not the library's
+    // "got undefined" (the library leaves out options it does not receive).
+    const missing = missingField(this.state);
+    if (missing !== undefined) {
+      message = `${missing} is empty: enter a number`;
+    } else if (traffic !== undefined) {
       try {
         simulation = simulate({ policy: readPolicy(this.state) } satisfies SideInput, traffic);
       } catch (error) {
@@ -129,6 +217,7 @@ class Side {
       }
     }
     this.simulation = simulation;
+    this.problem = message;
     this.error.textContent = message ?? '';
     this.element.dataset.version = String(version);
     if (simulation === undefined || traffic === undefined) {
@@ -173,16 +262,51 @@ class Side {
       blocked: curve.blocked,
       boundariesS: lines,
     });
+    this.drawDelays(simulation, lines);
+  }
+
+  /**
+   * A queue (the leaky bucket's `mode: 'queue'`) admits requests that must wait: their waits are what
+   * tells it from a meter, so they get a chart of their own, against the longest wait the policy allows.
+   */
+  private drawDelays(simulation: Simulation, boundariesS: readonly number[]): void {
+    const policy = simulation.policy;
+    const queued = policy.algorithm === 'leaky-bucket' && policy.mode === 'queue';
+    this.element.dataset.queue = String(queued);
+    this.delayTitle.textContent = queued ? 'Wait before each admitted request proceeds (delayMs)' : '';
+    this.delayElement.hidden = !queued;
+    if (!queued) return;
+    const admitted = simulation.calls.filter((call) => call.allowed);
+    this.delays.update({
+      label: 'wait (ms)',
+      ceiling: (policy.capacity / policy.leakPerSecond) * 1000,
+      ceilingLabel: 'longest wait: capacity ÷ leakPerSecond',
+      atS: admitted.map((call) => call.atUs / 1e6),
+      level: admitted.map((call) => call.delayMs),
+      denied: admitted.map(() => null),
+      blocked: admitted.map(() => 0),
+      boundariesS,
+    });
   }
 
   set instant(s: number) {
     this.counts.instant = s;
     this.level.instant = s;
+    if (!this.delayElement.hidden) this.delays.instant = s;
   }
 
-  renderProbe(result: Probe | undefined): void {
+  /** What the probe says when there is no answer: the traffic's problem, else this policy's. */
+  renderProbe(result: Probe | undefined, trafficProblem?: string): void {
     if (result === undefined) {
-      this.probeElement.replaceChildren(h('h3', {}, `Policy ${this.id.toUpperCase()}`), h('p', {}, 'No valid policy.'));
+      const why =
+        trafficProblem !== undefined
+          ? `No answer while the traffic is not valid: ${trafficProblem}`
+          : `No answer while the policy is not valid${this.problem === undefined ? '' : `: ${this.problem}`}`;
+      this.probeElement.dataset.status = '';
+      this.probeElement.replaceChildren(
+        h('h3', {}, `Policy ${this.id.toUpperCase()}`),
+        h('p', { 'data-no-answer': '' }, why),
+      );
       return;
     }
     const outcome = result.outcome;
@@ -306,10 +430,13 @@ export function mountSimulator(root: HTMLElement): void {
     const first = sides[0].simulation;
     trafficSummary.textContent =
       first === undefined ? '' : `${first.calls.length} requests over ${fmt(first.durationUs / 1e6)} s`;
-    const durationS = traffic === undefined ? 1 : traffic.durationMs / 1000;
-    instant.max = String(durationS);
-    state.instantS = Math.min(state.instantS, durationS);
-    instant.value = String(state.instantS);
+    // Invalid traffic has no duration: the instant stays where it was until the traffic is valid again.
+    if (traffic !== undefined) {
+      const durationS = traffic.durationMs / 1000;
+      instant.max = String(durationS);
+      state.instantS = Math.min(state.instantS, durationS);
+      instant.value = String(state.instantS);
+    }
     root.dataset.version = String(version);
     reprobe();
   };
@@ -319,7 +446,7 @@ export function mountSimulator(root: HTMLElement): void {
     const atUs = Math.round(state.instantS * 1e6);
     instantOutput.textContent = `${fmt(state.instantS)} s`;
     // The fragment carries the simulator's state (a shareable link) unless another view is shown.
-    if (!root.hidden) history.replaceState(null, '', `#sim=${encodeURIComponent(JSON.stringify(state))}`);
+    if (!root.hidden) history.replaceState(null, '', `#sim=${stateToUrl(state)}`);
     for (const side of sides) side.instant = state.instantS;
     const t = traffic;
     void Promise.all(
@@ -331,15 +458,22 @@ export function mountSimulator(root: HTMLElement): void {
     ).then((results) => {
       // A newer instant was chosen while these ran: theirs wins.
       if (run !== probeRun) return;
+      const trafficProblem = traffic === undefined ? trafficError.textContent : undefined;
       results.forEach((result, i) => {
-        sides[i]?.renderProbe(result);
+        sides[i]?.renderProbe(result, trafficProblem ?? undefined);
       });
       root.dataset.probed = String(run);
       root.dataset.probedVersion = String(version);
     });
   };
 
-  const changed = debounce(recompute, 60);
+  const recomputeSoon = debounce(recompute, 60);
+  // An edit makes the comparison the user's own: the preset's title no longer describes it.
+  const changed = () => {
+    presetSelect.value = '';
+    presetSelect.title = '';
+    recomputeSoon();
+  };
   const moved = debounce(reprobe, 30);
 
   presetSelect.addEventListener('change', () => {
@@ -351,6 +485,7 @@ export function mountSimulator(root: HTMLElement): void {
     Object.assign(state.traffic, next.traffic);
     for (const side of sides) side.renderForm(() => changed());
     renderTrafficForm(trafficForm, state.traffic, changed);
+    presetSelect.title = preset.title;
     recompute();
   });
   instant.addEventListener('input', () => {
@@ -369,7 +504,7 @@ export function mountSimulator(root: HTMLElement): void {
     h(
       'div',
       { class: 'toolbar' },
-      h('label', { class: 'field' }, h('span', {}, 'compare'), presetSelect),
+      h('label', { class: 'field preset' }, h('span', {}, 'compare'), presetSelect),
       trafficForm,
       trafficSummary,
     ),
