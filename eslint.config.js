@@ -10,7 +10,7 @@ export default tseslint.config(
     languageOptions: {
       parser: tseslint.parser,
       parserOptions: {
-        projectService: { allowDefaultProject: ['vitest.config.ts'] },
+        projectService: { allowDefaultProject: ['vitest.config.ts', 'docs/.vitepress/config.ts'] },
         tsconfigRootDir: import.meta.dirname,
       },
     },

@@ -240,9 +240,12 @@ describe('the packed packages', () => {
   });
 });
 
-/** The READMEs that the packages' users read: the repository's and each published package's. */
+/**
+ * The READMEs that the packages' users read (the repository's and each published package's), and the
+ * pages the README's reference moved to: the API by export and the middleware.
+ */
 const readmes: Snippet[] = pages()
-  .filter((page) => page.endsWith('README.md'))
+  .filter((page) => page.endsWith('README.md') || page === 'docs/api.md' || page === 'docs/middleware.md')
   .flatMap((page) => snippetsOf(page, readFileSync(join(ROOT, page), 'utf8')));
 
 /** What each README example that starts a server must answer, by the section it is in. */

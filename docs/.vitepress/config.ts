@@ -11,6 +11,15 @@ export const SITE = 'https://floodgate-dev.github.io/floodgate/';
 const HTML_TAG =
   /^<\/?(a|abbr|b|br|code|del|details|div|em|i|img|kbd|p|pre|s|small|span|strong|sub|summary|sup|table|tbody|td|th|thead|tr|u)(\s[^>]*)?\/?>$/i;
 
+/** GitHub's anchor of a heading: lower case, punctuation dropped (`_` and `-` kept), spaces as `-`. */
+export function githubSlug(heading: string): string {
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '')
+    .replace(/ /g, '-');
+}
+
 const docs = fileURLToPath(new URL('..', import.meta.url));
 
 /** The TypeDoc pages (generated into docs/reference by `npm run docs`), one sidebar entry per module. */
@@ -30,6 +39,7 @@ export default defineConfig({
   title: 'floodgate',
   description: 'Exact, fast rate limiting for TypeScript: a library and a drop-in envoyproxy/ratelimit service.',
   base: '/floodgate/',
+  head: [['link', { rel: 'icon', type: 'image/svg+xml', href: '/floodgate/favicon.svg' }]],
   cleanUrls: false,
   // Pages mention the local service (http://localhost:8080/); every other dead link fails the build.
   ignoreDeadLinks: 'localhostLinks',
@@ -38,6 +48,9 @@ export default defineConfig({
   // contributors stay there too, reachable from the contributing section.
   srcExclude: ['**/README.md'],
   markdown: {
+    // GitHub's heading anchors, so a link such as stores.md#postgresql-floodgatepostgres works on GitHub and
+    // on the site alike.
+    anchor: { slugify: githubSlug },
     config(md) {
       // The pages are read on GitHub too, where `<key>` in prose is text; here it would be a Vue element
       // (and break the build). Inline HTML stays HTML only for real HTML tags and comments.
