@@ -82,10 +82,16 @@ export function createHttpRateLimiter<Req>(
   return build(options, access, { warned: new Set(), proxyChecked: false });
 }
 
-function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, shared: Shared): HttpRateLimiter<Req> {
+/** Refuses options that are not an object, before an adapter reads them. */
+export function requireOptions<T>(options: T): NonNullable<T> {
   if (typeof options !== 'object' || options === null) {
     throw invalid('ERR_INVALID_OPTION', 'rateLimit options', options, 'an object');
   }
+  return options as NonNullable<T>;
+}
+
+function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, shared: Shared): HttpRateLimiter<Req> {
+  requireOptions(options);
   // Per-call policies are checked for refunds when first seen, by the refunds built with the limiter.
   let refund: Refunds<Req> | undefined;
   const { limiter, policiesOf, defaultPolicies } = resolvePolicies(options, (list) => refund?.check(list));

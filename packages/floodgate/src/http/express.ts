@@ -3,6 +3,7 @@ import type { NextFunction, Request, Response } from 'express';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
+  requireOptions,
   isThenable,
   type MaybePromise,
   optionalFunction,
@@ -74,7 +75,7 @@ export interface ExpressRateLimit<Req extends IncomingMessage = Request, Res ext
 export function rateLimit<Req extends IncomingMessage = Request, Res extends ServerResponse = Response>(
   options: ExpressRateLimitOptions<Req, Res>,
 ): ExpressRateLimit<Req, Res> {
-  const { key, ...shared } = options;
+  const { key, ...shared } = requireOptions(options);
   optionalFunction(key, 'key');
   const decide = createHttpRateLimiter<Req>(
     key === undefined ? shared : { ...shared, key: (request) => definedKey(key(request)) },

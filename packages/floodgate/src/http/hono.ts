@@ -2,6 +2,7 @@ import type { Context, MiddlewareHandler } from 'hono';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
+  requireOptions,
   optionalFunction,
   type RateLimitInfo,
   type RateLimitOptions,
@@ -77,7 +78,7 @@ function peer(c: Context): string | undefined {
  * ```
  */
 export function rateLimit(options: HonoRateLimitOptions): HonoRateLimit {
-  const { getConnInfo, handler, ...limitOptions } = options ?? ({} as HonoRateLimitOptions);
+  const { getConnInfo, handler, ...limitOptions } = requireOptions(options);
   optionalFunction(getConnInfo, 'getConnInfo');
   optionalFunction(handler, 'handler');
   const access: RequestAccess<Context> = {

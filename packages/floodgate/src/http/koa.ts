@@ -3,6 +3,7 @@ import type { Context } from 'koa';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
+  requireOptions,
   optionalFunction,
   type RateLimitInfo,
   type RateLimitOptions,
@@ -86,7 +87,7 @@ function sendDenial(ctx: KoaContextLike, outcome: RateLimitOutcome): void {
  * ```
  */
 export function rateLimit<Ctx extends KoaContextLike = Context>(options: KoaRateLimitOptions<Ctx>): KoaRateLimit<Ctx> {
-  const { handler, ...limitOptions } = options ?? ({} as KoaRateLimitOptions<Ctx>);
+  const { handler, ...limitOptions } = requireOptions(options);
   optionalFunction(handler, 'handler');
   const access: RequestAccess<Ctx> = {
     peer: (ctx) => incomingMessageAccess.peer(ctx.req),
