@@ -3,13 +3,13 @@ import type { NextFunction, Request, Response } from 'express';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
-  requireOptions,
   isThenable,
   type MaybePromise,
   optionalFunction,
   type RateLimitInfo,
   type RateLimitOptions,
   type RateLimitOutcome,
+  requireOptions,
   withLimiter,
 } from './core.js';
 import { expressAccess, sendDenial, setDenialHeaders, setOutcomeHeaders, settleOnClose } from './node-access.js';

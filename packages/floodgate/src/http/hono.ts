@@ -2,12 +2,12 @@ import type { Context, MiddlewareHandler } from 'hono';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
-  requireOptions,
   optionalFunction,
   type RateLimitInfo,
   type RateLimitOptions,
   type RateLimitOutcome,
   type RequestAccess,
+  requireOptions,
   withLimiter,
 } from './core.js';
 

@@ -3,12 +3,12 @@ import type { Context } from 'koa';
 import type { Limiter } from '../limiter/limiter.js';
 import {
   createHttpRateLimiter,
-  requireOptions,
   optionalFunction,
   type RateLimitInfo,
   type RateLimitOptions,
   type RateLimitOutcome,
   type RequestAccess,
+  requireOptions,
   withLimiter,
 } from './core.js';
 import { incomingMessageAccess, settleOnClose } from './node-access.js';
