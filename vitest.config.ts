@@ -28,14 +28,20 @@ function librarySources(): Plugin {
 export default defineConfig({
   plugins: [librarySources()],
   test: {
-    testTimeout: 30_000,
+    testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
     projects: [
       {
         // Packing rebuilds the packages' dist folders, which the other tests import: it runs first, alone.
         extends: true,
-        test: { name: 'packages', include: ['test/packages.test.ts'], sequence: { groupOrder: 0 } },
+        // Each of its steps runs npm or a checker on the tarballs: minutes on a busy machine, not seconds.
+        test: {
+          name: 'packages',
+          include: ['test/packages.test.ts'],
+          sequence: { groupOrder: 0 },
+          testTimeout: 300_000,
+        },
       },
       {
         extends: true,
