@@ -529,14 +529,13 @@ describe('HpackDecoder: header list size limit', () => {
     expect(() => new HpackDecoder().decode(Buffer.from(block), 10)).toThrow(HpackError);
   });
 
-  it('answers 10,000 one-byte references to a 4,000-byte entry quickly and without copies', () => {
+  it('answers 10,000 one-byte references to a 4,000-byte entry without copies', () => {
+    // Work, not time, is asserted: no copy of the value per reference (time belongs to benchmarks).
     const decoder = new HpackDecoder();
     decoder.decode(Buffer.from([0x40, ...str('x'), ...str('y'.repeat(4000))]), Infinity);
     const block = Buffer.alloc(10_000, 0xbe);
     const heapBefore = process.memoryUsage().heapUsed;
-    const started = performance.now();
     expect(decoder.decode(block, 65_536)).toBeUndefined();
-    expect(performance.now() - started).toBeLessThan(50);
     // 10,000 copies of the value would be 40 MB.
     expect(process.memoryUsage().heapUsed - heapBefore).toBeLessThan(4_000_000);
     expect(pairs(decoder.decode(Buffer.from([0xbe]), 65_536))).toEqual([['x', 'y'.repeat(4000)]]);
