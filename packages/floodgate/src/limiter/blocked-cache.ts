@@ -1,7 +1,7 @@
 import { invalid } from '../errors.js';
 import { localKey } from '../keys.js';
 import type { CompiledPolicy } from '../model/compile.js';
-import { changedDecision, type Decision } from '../model/decision.js';
+import type { Decision } from '../model/decision.js';
 import { kindOf } from '../model/kinds.js';
 
 /** Options of the local cache of denied keys. */
@@ -161,8 +161,7 @@ function asBlocked(policies: readonly CompiledPolicy[], decision: Decision): Dec
     p.reason === 'limit' && (policies[i] as CompiledPolicy).blockUs > 0 ? { ...p, reason: 'blocked' as const } : p,
   );
   const bound = parts.find((p) => p.policy === decision.policy);
-  return changedDecision(decision, {
-    policies: parts,
-    ...(bound?.reason === undefined ? {} : { reason: bound.reason }),
-  });
+  return bound?.reason === undefined
+    ? { ...decision, policies: parts }
+    : { ...decision, policies: parts, reason: bound.reason };
 }

@@ -2,7 +2,7 @@ import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
 import { MIN_COST, validateCost } from '../model/cost.js';
-import { changedDecision, type Decision } from '../model/decision.js';
+import type { Decision } from '../model/decision.js';
 import { kindOf } from '../model/kinds.js';
 import { giveBack, takeLease } from './leasing.js';
 import type { Limiter } from './limiter.js';
@@ -224,7 +224,7 @@ export class LeasedLimiter {
         entry.denied = undefined;
         this.stats.leases++;
         this.schedule();
-        return changedDecision(decision, { remaining: Math.floor(size - cost) });
+        return { ...decision, remaining: Math.floor(size - cost) };
       }
       // What every policy still has: a smaller lease of that, if the call fits in it.
       const left = Math.min(...decision.policies.map((p) => p.remaining));

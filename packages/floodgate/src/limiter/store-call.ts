@@ -1,7 +1,7 @@
 import { systemClock } from '../clock.js';
 import { FloodgateError } from '../errors.js';
 import { decide } from '../model/decide.js';
-import { changedDecision, type Decision, toDecision } from '../model/decision.js';
+import { type Decision, toDecision } from '../model/decision.js';
 import { emptyEvaluation } from '../model/types.js';
 import type { Store, StoreRequest, StoreResult, SyncStore } from '../stores/store.js';
 import { classifyStoreError, toStoreError } from '../stores/store-errors.js';
@@ -206,7 +206,7 @@ export class StoreCall {
     return asked.then((decision) => ({
       degraded: true,
       request,
-      decision: changedDecision(decision, { reason: 'degraded' }),
+      decision: { ...decision, reason: 'degraded' },
     }));
   }
 }
@@ -220,8 +220,9 @@ function degradeLocally(failure: 'throw' | 'open' | 'closed', request: StoreRequ
   const allowed = decide(request.policies, [], nowUs, request.cost, { commit: false }, evaluations);
   const decision = toDecision(request.policies, evaluations, allowed);
   if (decision.reason === 'exceeds-capacity') return decision;
-  if (failure === 'open') return changedDecision(decision, { allowed: true, reason: 'degraded' });
-  return changedDecision(decision, {
+  if (failure === 'open') return { ...decision, allowed: true, reason: 'degraded' };
+  return {
+    ...decision,
     allowed: false,
     remaining: 0,
     retryAfterMs: DEGRADED_RETRY_MS,
@@ -233,5 +234,5 @@ function degradeLocally(failure: 'throw' | 'open' | 'closed', request: StoreRequ
       retryAfterMs: DEGRADED_RETRY_MS,
       reason: 'degraded',
     })),
-  });
+  };
 }

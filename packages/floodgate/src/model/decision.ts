@@ -27,7 +27,10 @@ export interface PolicyDecision {
   reason?: DecisionReason;
 }
 
-/** The answer to a call. A denial is data, not an exception. */
+/**
+ * The answer to a call. A denial is data, not an exception. Every limiter returns plain data: spread,
+ * `structuredClone` and `JSON.stringify` keep every field.
+ */
 export interface Decision {
   allowed: boolean;
   /** Largest cost admitted at once under the binding policy. */
@@ -43,11 +46,7 @@ export interface Decision {
   /** The binding policy: the one that denied (the longest wait of those), or else the one with least left. */
   policy: string;
   reason?: DecisionReason;
-  /**
-   * One entry per policy, in the order the policies were given. Under one policy it repeats the
-   * decision's own fields and is built when first read: spread and `structuredClone` copy own fields
-   * only, so copy a decision with `{ ...decision, policies: decision.policies }`.
-   */
+  /** One entry per policy, in the order the policies were given (under one policy, the decision's own fields). */
   policies: PolicyDecision[];
   /** Admitted with a delay: what `limiter.cancel` needs to give the booked capacity back. */
   reservation?: Reservation;
@@ -130,89 +129,41 @@ export function toDecision(
 
 /**
  * The decision of a call under one policy, the common case: that policy's own report, with the same
- * report as its one entry in `policies`, built when first read (a {@link OnePolicyDecision}, as the
- * memory store's lane builds it).
+ * report as its one entry in `policies`. Plain data, like every decision.
  */
 function singleDecision(c: CompiledPolicy, e: Evaluation, allowed: boolean): Decision {
-  const policy = c.name;
-  const limit = c.limit;
-  const remaining = e.remaining;
-  const retryAfterMs = usToMs(e.retryAfterUs);
-  const resetAfterMs = usToMs(e.resetAfterUs);
-  // The form the memory store's lane builds too: `policies` built when first read.
-  if (e.allowed === allowed) {
-    const decision = new OnePolicyDecision(allowed, limit, remaining, retryAfterMs, resetAfterMs, policy);
-    if (e.delayUs > 0) decision.delayMs = usToMs(e.delayUs);
-    if (e.reason !== 'ok') decision.reason = e.reason;
-    return decision;
-  }
   const part = toPolicyDecision(c, e);
-  const decision: Decision = { allowed, limit, remaining, retryAfterMs, resetAfterMs, policy, policies: [part] };
+  const decision: Decision = {
+    allowed,
+    limit: part.limit,
+    remaining: part.remaining,
+    retryAfterMs: part.retryAfterMs,
+    resetAfterMs: part.resetAfterMs,
+    policy: part.policy,
+    policies: [part],
+  };
   if (part.delayMs !== undefined) decision.delayMs = part.delayMs;
   if (part.reason !== undefined) decision.reason = part.reason;
   return decision;
 }
 
 /**
- * A decision under one policy whose `policies` is built when first read: the memory store's lane
- * (`MeterLane`) returns these, so that the in-process hot path allocates one object per call, not three.
- * `policies` (its one entry has the decision's own fields) is a getter, built once and kept; it can be
- * assigned as any field. The copies that read properties see it (`decision.policies`, `JSON.stringify`,
- * `toJSON()`, Node's `util.inspect`, field by field), in the order of the fields of other decisions;
- * spread and `structuredClone`, which copy own fields only, do not: `{ ...decision, policies:
- * decision.policies }` copies any decision whole.
+ * A fast path's admitted decision under one policy (no delay, no reason): what `toDecision` builds for
+ * such an evaluation, field for field and in the same order, in two object literals and one array.
  */
-export class OnePolicyDecision implements Decision {
-  declare delayMs?: number;
-  declare reason?: DecisionReason;
-  #policies: PolicyDecision[] | undefined;
-
-  constructor(
-    public allowed: boolean,
-    public limit: number,
-    public remaining: number,
-    public retryAfterMs: number,
-    public resetAfterMs: number,
-    public policy: string,
-  ) {}
-
-  get policies(): PolicyDecision[] {
-    let policies = this.#policies;
-    if (policies === undefined) {
-      const { policy, allowed, limit, remaining, retryAfterMs, resetAfterMs, delayMs, reason } = this;
-      const part: PolicyDecision = { policy, allowed, limit, remaining, retryAfterMs, resetAfterMs };
-      if (delayMs !== undefined) part.delayMs = delayMs;
-      if (reason !== undefined) part.reason = reason;
-      policies = [part];
-      this.#policies = policies;
-    }
-    return policies;
-  }
-
-  set policies(value: PolicyDecision[]) {
-    this.#policies = value;
-  }
-
-  /** The decision as plain data, its fields in the order of other decisions' (`policies` after `policy`). */
-  toJSON(): Decision {
-    const { allowed, limit, remaining, retryAfterMs, resetAfterMs, policy, delayMs, reason, ...rest } = this;
-    const plain: Decision = { allowed, limit, remaining, retryAfterMs, resetAfterMs, policy, policies: this.policies };
-    if (delayMs !== undefined) plain.delayMs = delayMs;
-    if (reason !== undefined) plain.reason = reason;
-    return Object.assign(plain, rest);
-  }
-
-  [Symbol.for('nodejs.util.inspect.custom')](): Decision {
-    return this.toJSON();
-  }
-}
-
-/** The lane's admitted decision: `singleDecision`'s, for an evaluation with no delay and no reason. */
 export function admittedDecision(policy: string, limit: number, remaining: number, resetAfterMs: number): Decision {
-  return new OnePolicyDecision(true, limit, remaining, 0, resetAfterMs, policy);
+  return {
+    allowed: true,
+    limit,
+    remaining,
+    retryAfterMs: 0,
+    resetAfterMs,
+    policy,
+    policies: [{ policy, allowed: true, limit, remaining, retryAfterMs: 0, resetAfterMs }],
+  };
 }
 
-/** The lane's denial by the policy's limit: `singleDecision`'s, for an evaluation with no delay. */
+/** A fast path's denial by one policy's limit (no delay): what `toDecision` builds for that evaluation. */
 export function deniedDecision(
   policy: string,
   limit: number,
@@ -220,16 +171,14 @@ export function deniedDecision(
   retryAfterMs: number,
   resetAfterMs: number,
 ): Decision {
-  const decision = new OnePolicyDecision(false, limit, remaining, retryAfterMs, resetAfterMs, policy);
-  decision.reason = 'limit';
-  return decision;
-}
-
-/**
- * A decision as plain data with `changes` made: what `{ ...decision, ...changes }` means, for every form of
- * decision (spread alone skips the `policies` of a {@link OnePolicyDecision}).
- */
-export function changedDecision(decision: Decision, changes: Partial<Decision>): Decision {
-  const plain = decision instanceof OnePolicyDecision ? decision.toJSON() : { ...decision };
-  return Object.assign(plain, changes);
+  return {
+    allowed: false,
+    limit,
+    remaining,
+    retryAfterMs,
+    resetAfterMs,
+    policy,
+    policies: [{ policy, allowed: false, limit, remaining, retryAfterMs, resetAfterMs, reason: 'limit' }],
+    reason: 'limit',
+  };
 }
