@@ -6,7 +6,8 @@ import { validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import { exceedsCapacity } from '../model/kinds.js';
 import type { Policy } from '../model/policy.js';
-import { type Limiter, normalizePolicies } from './limiter.js';
+import type { Limiter } from './limiter.js';
+import { normalizePolicies } from './validation.js';
 
 /** Options of `limiter.acquire`. */
 export interface AcquireOptions {

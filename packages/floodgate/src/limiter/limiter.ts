@@ -4,11 +4,9 @@ import { isPlainKey, validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
-import { isPlainMeter } from '../model/meter.js';
 import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
-import { type MeterLane, meterLane } from '../stores/memory/memory-store.js';
-import { isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
+import { type FastPath, isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
 import { toStoreError } from '../stores/store-errors.js';
 import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
@@ -144,8 +142,8 @@ export class Limiter {
   private readonly compiled: readonly CompiledPolicy[];
   private readonly clock: Clock | undefined;
   private readonly syncStore: SyncStore | undefined;
-  /** The memory store's lane for the sync methods without options, when the limiter's one policy is a plain meter. */
-  private readonly lane: MeterLane | undefined;
+  /** The store's fast path for calls without options (`SyncStore.fastPath`), when it offers one. */
+  private readonly fast: FastPath | undefined;
   private readonly perCall = new WeakMap<object, readonly CompiledPolicy[]>();
   /** Names seen with their state layout: a name reused for another algorithm would corrupt state. */
   private readonly kinds = new Map<string, number>();
@@ -178,10 +176,9 @@ export class Limiter {
     });
     this.policies = config.policies;
     this.compiled = this.register(this.policies);
-    const only = this.compiled[0] as CompiledPolicy;
-    this.lane =
-      this.compiled.length === 1 && isPlainMeter(only) && this.clock !== undefined
-        ? meterLane(config.store, this.prefix, only, this.clock)
+    this.fast =
+      this.clock !== undefined && this.compiled.length > 0
+        ? this.syncStore?.fastPath?.(this.prefix, this.compiled, this.clock)
         : undefined;
     INTERNALS.set(this, {
       calls: this.calls,
@@ -283,15 +280,15 @@ export class Limiter {
 
   /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
   limitSync(key: string, options?: CallOptions): Decision {
-    const lane = this.lane;
-    if (lane !== undefined && options === undefined) return this.laneSync(lane, key, true);
+    const fast = this.fast;
+    if (fast !== undefined && options === undefined) return this.fastSync(fast, key, true);
     return this.decideSync(key, options, true);
   }
 
   /** `check` without a promise. */
   checkSync(key: string, options?: CallOptions): Decision {
-    const lane = this.lane;
-    if (lane !== undefined && options === undefined) return this.laneSync(lane, key, false);
+    const fast = this.fast;
+    if (fast !== undefined && options === undefined) return this.fastSync(fast, key, false);
     return this.decideSync(key, options, false);
   }
 
@@ -339,17 +336,17 @@ export class Limiter {
   }
 
   /**
-   * The sync methods without options under a plain meter, the in-process hot path: the memory store's
-   * lane decides the call (see `MeterLane`), else the general path does, at the time the lane read.
+   * The sync methods without options, when the store offers a fast path (the in-process hot path): it
+   * decides the call, else the general path does, at the time the fast path read.
    */
-  private laneSync(lane: MeterLane, key: string, commit: boolean): Decision {
-    const decision = lane.decide(key, commit);
-    if (decision === undefined) return this.decideSync(key, undefined, commit, lane.nowUs);
-    return this.laneDecided(key, commit, decision, 0);
+  private fastSync(fast: FastPath, key: string, commit: boolean): Decision {
+    const decision = fast.decide(key, commit);
+    if (decision === undefined) return this.decideSync(key, undefined, commit, fast.nowUs);
+    return this.fastDecided(key, commit, decision, 0);
   }
 
-  /** What `conclude` does with a store's decision, for one the lane made (cost 1, the limiter's policies). */
-  private laneDecided(key: string, commit: boolean, decision: Decision, nowMs: number): Decision {
+  /** What `conclude` does with a store's decision, for one the fast path made (cost 1, the limiter's policies). */
+  private fastDecided(key: string, commit: boolean, decision: Decision, nowMs: number): Decision {
     if (this.blockedCache === undefined && this.listeners.decision === undefined) return decision;
     this.blockedCache?.remember(key, this.compiled, 1, 0, decision, nowMs, commit);
     return this.emitDecision(key, 1, commit, decision, 'store');
@@ -370,19 +367,19 @@ export class Limiter {
     const cache = this.blockedCache;
     const nowMs = cache === undefined ? 0 : this.localMs();
     let readUs: number | undefined;
-    // Whether the cache was asked already (by the lane's way, which then left the call to the path below).
+    // Whether the cache was asked already (by the fast path's way, which then left the call to the path below).
     let asked = false;
-    const lane = this.lane;
+    const fast = this.fast;
     const gate = this.breaker;
     if (
-      lane !== undefined &&
+      fast !== undefined &&
       options === undefined &&
       isPlainKey(key) &&
       (gate === undefined || gate.state === 'closed')
     ) {
-      // The memory store's lane, as for `limitSync`, in the order of the path below: the blocked-key
+      // The store's fast path, as for `limitSync`, in the order of the path below: the blocked-key
       // cache, the store (a closed breaker lets every call through and hears of each success), then what
-      // `conclude` does. A call the lane leaves goes that path, at the time the lane read. Only a plain
+      // `conclude` does. A call the fast path leaves goes that path, at the time it read. Only a plain
       // key (a string the stores hold as it is) comes this way: any other is validated below first.
       try {
         const cached = cache?.get(key, this.compiled, 1, 0, nowMs);
@@ -392,15 +389,15 @@ export class Limiter {
           if (!Number.isInteger(us)) wholeClockUs(us);
           return Promise.resolve(this.emitDecision(key, 1, commit, cached, 'cache'));
         }
-        const decision = lane.decide(key, commit);
+        const decision = fast.decide(key, commit);
         if (decision !== undefined) {
           gate?.success();
-          return Promise.resolve(this.laneDecided(key, commit, decision, nowMs));
+          return Promise.resolve(this.fastDecided(key, commit, decision, nowMs));
         }
       } catch (error) {
         return Promise.reject(error);
       }
-      readUs = lane.nowUs;
+      readUs = fast.nowUs;
       asked = true;
     }
     try {

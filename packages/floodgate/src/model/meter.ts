@@ -36,8 +36,8 @@ export const evaluateMeter: Evaluate = (c, s, nowUs, cost, maxDelayUs, out) => {
 };
 
 /**
- * Whether the memory store's lane may decide this policy's cost-1 calls with no reservation (see
- * `MeterLane`): a meter not in queue mode (GCRA, the continuous token bucket, the leaky bucket as a
+ * Whether the memory store's meter fast path may decide this policy's cost-1 calls with no reservation (see
+ * `MeterFastPath`): a meter not in queue mode (GCRA, the continuous token bucket, the leaky bucket as a
  * meter) whose charge for one unit is its emission interval T and fits its tolerance.
  */
 export function isPlainMeter(c: CompiledNumbers): boolean {

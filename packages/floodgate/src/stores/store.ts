@@ -1,4 +1,6 @@
+import type { Clock } from '../clock.js';
 import type { CompiledPolicy } from '../model/compile.js';
+import type { Decision } from '../model/decision.js';
 import type { Reservation } from '../model/reservation.js';
 import type { Evaluation } from '../model/types.js';
 
@@ -89,8 +91,30 @@ export interface Store {
   close?(): Promise<void>;
 }
 
+/**
+ * A store's fast path for one limiter: it decides that limiter's calls that carry no options (cost 1, the
+ * limiter's own policies, no reservation, its clock) the way the general path would, or leaves a call to
+ * the general path having changed nothing. The limiter asks it first, and only for such calls; the
+ * conformance and fast-path suites of `floodgate/testing` hold it to the general path and the model.
+ */
+export interface FastPath {
+  /**
+   * The decision of a call on `key` (`commit`: a `limit`, else a `check`), or `undefined` when the general
+   * path must decide it: at `nowUs`, when the fast path read the clock for it (`key` is then a valid key).
+   */
+  decide(key: string, commit: boolean): Decision | undefined;
+  /** After `decide` left a call: the time it read for it, µs, or undefined when it read none. */
+  readonly nowUs: number | undefined;
+}
+
 /** A store that can also decide synchronously, for hot in-process paths. */
 export interface SyncStore extends Store {
+  /**
+   * Optional: a fast path for a limiter's calls without options under `policies` (its compiled policies),
+   * keys under `prefix`, time from `clock`; undefined when the store has none for these policies. Asked
+   * once, when the limiter is made (the memory store offers its meter fast path for one plain meter).
+   */
+  fastPath?(prefix: string, policies: readonly CompiledPolicy[], clock: Clock): FastPath | undefined;
   decideSync(request: StoreRequest): StoreResult;
   resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void;
   /** Optional: `cancel` without a promise (the limiter uses it when present, else `cancel`). */

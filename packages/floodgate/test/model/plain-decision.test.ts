@@ -80,7 +80,13 @@ describe('a one-policy decision', () => {
     const built = admittedDecision(c.name, c.limit, 2, 7);
     deepStrictEqual(built, toDecision([c], [admitted], true));
     strictEqual(JSON.stringify(built), JSON.stringify(toDecision([c], [admitted], true)));
-    const denied = evaluation({ allowed: false, remaining: 0, retryAfterUs: 250_001, resetAfterUs: 900_000, reason: 'limit' });
+    const denied = evaluation({
+      allowed: false,
+      remaining: 0,
+      retryAfterUs: 250_001,
+      resetAfterUs: 900_000,
+      reason: 'limit',
+    });
     const refused = deniedDecision(c.name, c.limit, 0, 251, 900);
     deepStrictEqual(refused, toDecision([c], [denied], false));
     strictEqual(JSON.stringify(refused), JSON.stringify(toDecision([c], [denied], false)));

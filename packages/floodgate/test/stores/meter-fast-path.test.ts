@@ -18,20 +18,20 @@ import {
 import { localKey, MAX_KEY_LENGTH } from '../../src/keys.js';
 import { compilePolicy, isReservable } from '../../src/model/index.js';
 import { isPlainMeter } from '../../src/model/meter.js';
-import { MeterLane } from '../../src/stores/memory/memory-store.js';
+import { MeterFastPath } from '../../src/stores/memory/meter-fast-path.js';
 import { type ManualClock, manualClock, modelStore, randomPolicySets, seededRandom } from '../../src/testing/index.js';
 
 /**
- * The memory store's lane (`MeterLane`) decides `limitSync(key)` and `checkSync(key)` under one plain
+ * The memory store's meter fast path (`MeterFastPath`) decides `limitSync(key)` and `checkSync(key)` under one plain
  * meter by its own port of the model, and `limit(key)` and `check(key)` after the blocked-key cache while
- * the breaker is closed. Every call below goes three ways: through the lane (`limitSync(key)`, `limit(key)`),
+ * the breaker is closed. Every call below goes three ways: through the fast path (`limitSync(key)`, `limit(key)`),
  * through the general path on an identical store (`limitSync(key, {})`, `limit(key, {})`), and, while no key is evicted or
  * refused, through the reference model store; every decision, every event and every store counter must be
  * the same, down to the order of the decision's fields.
  */
 
-/** Policies the lane decides (and a few it must leave to the general path). */
-const LANE_SETS: Policy[][] = [
+/** Policies the fast path decides (and a few it must leave to the general path). */
+const FAST_SETS: Policy[][] = [
   [gcra({ limit: 5, periodMs: 1000 })],
   [gcra({ limit: 1000, periodMs: 1000 })],
   [gcra({ limit: 3, periodMs: 1000, burst: 2, blockMs: 1500 })],
@@ -45,7 +45,7 @@ const LANE_SETS: Policy[][] = [
   [leakyBucket({ capacity: 5, leakPerSecond: 3 })],
   // Named: the calls of the `tier` step share its state under another meter of the same name.
   [gcra({ limit: 4, periodMs: 800, name: 'api' })],
-  // Not for the lane: a meter in queue mode.
+  // Not for the fast path: a meter in queue mode.
   [leakyBucket({ capacity: 4, leakPerSecond: 2.5, mode: 'queue' })],
 ];
 
@@ -73,7 +73,7 @@ const KEYS: unknown[] = [
   undefined,
 ];
 
-/** The steps of a sequence, with their weights: mostly the lane's (`limit`, `check`). */
+/** The steps of a sequence, with their weights: mostly the fast path's (`limit`, `check`). */
 const STEPS = [
   ['limit', 45],
   ['check', 15],
@@ -117,7 +117,7 @@ function subject(run: Run, clock: Clock, reference: boolean): Subject {
     store: store ?? modelStore(),
     policies: run.policies,
     clock,
-    prefix: 'lane',
+    prefix: 'fast',
     failure: run.failure ?? 'throw',
     blockedCache: run.blockedCache ?? false,
   });
@@ -158,7 +158,7 @@ afterEach(() => {
 });
 
 /**
- * Runs one random sequence; returns how many calls the lane decided itself. The stores sample at random
+ * Runs one random sequence; returns how many calls the fast path decided itself. The stores sample at random
  * when they evict: before each store's call, Math.random restarts from the same seed, so identical stores
  * sample identically.
  */
@@ -168,12 +168,12 @@ async function compare(run: Run): Promise<number> {
   const sampling = (seed: number) => {
     vi.spyOn(Math, 'random').mockImplementation(seededRandom(seed));
   };
-  const laneDecide = vi.spyOn(MeterLane.prototype, 'decide');
+  const fastDecide = vi.spyOn(MeterFastPath.prototype, 'decide');
   const manual: ManualClock = manualClock({ startMs: Date.UTC(2031, 0, 1) + Math.floor(random() * 10_000) });
   const clock: Clock = run.fractionalClock
     ? { nowUs: () => manual.nowUs() + 0.75, sleep: (ms, signal) => manual.sleep(ms, signal) }
     : manual;
-  const lane = subject(run, clock, false);
+  const fast = subject(run, clock, false);
   const general = subject(run, clock, false);
   const model = subject(run, clock, true);
   const reservable = run.policies.map(compilePolicy).every(isReservable);
@@ -205,9 +205,9 @@ async function compare(run: Run): Promise<number> {
     let want: Outcome;
     let reference: Outcome | undefined;
     if (op === 'limit' || op === 'check') {
-      // The lane's calls: no options.
+      // The fast path's calls: no options.
       sampling(stepSeed);
-      got = outcome(() => (op === 'limit' ? lane.limiter.limitSync(key) : lane.limiter.checkSync(key)));
+      got = outcome(() => (op === 'limit' ? fast.limiter.limitSync(key) : fast.limiter.checkSync(key)));
       sampling(stepSeed);
       want = outcome(() => (op === 'limit' ? general.limiter.limitSync(key, {}) : general.limiter.checkSync(key, {})));
       if (!bounded) {
@@ -219,16 +219,16 @@ async function compare(run: Run): Promise<number> {
       const options =
         op === 'tier' ? { cost, policies: TIER } : op === 'reserve' && reservable ? { cost: 1, maxDelayMs } : { cost };
       sampling(stepSeed);
-      got = outcome(() => lane.limiter.limitSync(key, options));
+      got = outcome(() => fast.limiter.limitSync(key, options));
       sampling(stepSeed);
       want = outcome(() => general.limiter.limitSync(key, options));
       if (!bounded) reference = await settled(() => model.limiter.limit(key, options));
     } else if (op === 'async' || op === 'async-check') {
-      // The promise methods without options: the lane too, after the blocked-key cache, while the
+      // The promise methods without options: the fast path too, after the blocked-key cache, while the
       // breaker is closed.
       const commit = op === 'async';
       sampling(stepSeed);
-      got = await settled(() => (commit ? lane.limiter.limit(key) : lane.limiter.check(key)));
+      got = await settled(() => (commit ? fast.limiter.limit(key) : fast.limiter.check(key)));
       sampling(stepSeed);
       want = await settled(() => (commit ? general.limiter.limit(key, {}) : general.limiter.check(key, {})));
       if (!bounded) {
@@ -237,7 +237,7 @@ async function compare(run: Run): Promise<number> {
         );
       }
     } else if (op === 'status') {
-      got = outcome(() => lane.limiter.statusSync(key));
+      got = outcome(() => fast.limiter.statusSync(key));
       want = outcome(() => general.limiter.statusSync(key));
       if (!bounded) reference = await settled(() => model.limiter.status(key));
     } else {
@@ -250,7 +250,7 @@ async function compare(run: Run): Promise<number> {
           return { error: `${error.code}: ${error.message}` };
         }
       };
-      got = reset(lane.limiter);
+      got = reset(fast.limiter);
       want = reset(general.limiter);
       if (!bounded) {
         reference = await model.limiter.reset(key).then(
@@ -264,46 +264,46 @@ async function compare(run: Run): Promise<number> {
     }
     same(got, want, () => `the general path, ${where()}`);
     if (reference !== undefined) same(got, reference, () => `the model, ${where()}`);
-    deepStrictEqual(lane.events, general.events, where());
+    deepStrictEqual(fast.events, general.events, where());
     const counters = (store: MemoryStore | undefined) =>
       store && [store.size, store.forcedEvictions, store.refusedKeys, store.expiredRemoved, store.sweeps];
-    deepStrictEqual(counters(lane.store), counters(general.store), where());
-    lane.events.length = 0;
+    deepStrictEqual(counters(fast.store), counters(general.store), where());
+    fast.events.length = 0;
     general.events.length = 0;
   }
-  const decided = laneDecide.mock.results.filter((r) => r.type === 'return' && r.value !== undefined).length;
+  const decided = fastDecide.mock.results.filter((r) => r.type === 'return' && r.value !== undefined).length;
   vi.restoreAllMocks();
   return decided;
 }
 
-describe('the memory store lane decides exactly as the general path and the model', () => {
-  const sets = [...LANE_SETS, ...randomPolicySets()];
+describe('the meter fast path decides exactly as the general path and the model', () => {
+  const sets = [...FAST_SETS, ...randomPolicySets()];
   for (const [i, policies] of sets.entries()) {
     const plain = policies.length === 1 && isPlainMeter(compilePolicy(policies[0] as Policy));
-    it(`${policies.map((p) => p.name).join(' + ')}${plain ? ' (the lane)' : ' (not for the lane)'}`, async () => {
+    it(`${policies.map((p) => p.name).join(' + ')}${plain ? ' (the fast path)' : ' (not for the fast path)'}`, async () => {
       let decided = 0;
       for (let seed = 0; seed < 3; seed++)
         decided += await compare({ seed: i * 100 + seed, policies, operations: 300 });
-      // The lane decides most of the calls without options under a plain meter, and none under others.
+      // The fast path decides most of the calls without options under a plain meter, and none under others.
       if (plain) expect(decided).toBeGreaterThan(150);
       else expect(decided).toBe(0);
     });
   }
 
   it('with a custom clock that reads fractions of a µs', async () => {
-    for (const [i, policies] of LANE_SETS.entries()) {
+    for (const [i, policies] of FAST_SETS.entries()) {
       await compare({ seed: 5000 + i, policies, operations: 300, fractionalClock: true });
     }
   });
 
   it('with the blocked-key cache and its listeners', async () => {
-    for (const [i, policies] of LANE_SETS.entries()) {
+    for (const [i, policies] of FAST_SETS.entries()) {
       await compare({ seed: 6000 + i, policies, operations: 300, blockedCache: true });
     }
   });
 
   it('in a store of 4 keys that evicts, over every failure policy', async () => {
-    for (const [i, policies] of LANE_SETS.entries()) {
+    for (const [i, policies] of FAST_SETS.entries()) {
       for (const failure of ['throw', 'open', 'closed'] as const) {
         await compare({ seed: 7000 + i, policies, operations: 400, maxKeys: 4, failure });
       }
@@ -311,7 +311,7 @@ describe('the memory store lane decides exactly as the general path and the mode
   });
 
   it("in a store of 4 keys that refuses new ones ('refuse'), over every failure policy", async () => {
-    for (const [i, policies] of LANE_SETS.entries()) {
+    for (const [i, policies] of FAST_SETS.entries()) {
       for (const failure of ['throw', 'open', 'closed'] as const) {
         await compare({ seed: 8000 + i, policies, operations: 400, maxKeys: 4, whenFull: 'refuse', failure });
       }
@@ -319,8 +319,8 @@ describe('the memory store lane decides exactly as the general path and the mode
   });
 });
 
-describe('the promise methods without options go through the lane as the general path goes', () => {
-  /** Two limiters on identical memory stores: `limit(key)` (the lane) and `limit(key, {})` (the general path). */
+describe('the promise methods without options go through the meter fast path as the general path goes', () => {
+  /** Two limiters on identical memory stores: `limit(key)` (the fast path) and `limit(key, {})` (the general path). */
   function pair(policies: Policy[], clock: Clock, failure: FailurePolicy = 'throw') {
     const make = () => {
       const store = memoryStore();
@@ -338,57 +338,57 @@ describe('the promise methods without options go through the lane as the general
       limiter.on('decision', (event) => events.push(event));
       return { store, limiter, events, clock: counted };
     };
-    return { lane: make(), general: make() };
+    return { fast: make(), general: make() };
   }
 
-  /** The same calls on both limiters, the clock advanced by `steps` (ms) before each: the sources of the lane's. */
-  async function sequence(policies: Policy[], steps: number[]): Promise<{ sources: string[]; laneDecided: number }> {
+  /** The same calls on both limiters, the clock advanced by `steps` (ms) before each: the sources of the fast path's. */
+  async function sequence(policies: Policy[], steps: number[]): Promise<{ sources: string[]; fastDecided: number }> {
     const clock = manualClock({ startMs: Date.UTC(2031, 0, 1) });
-    const { lane, general } = pair(policies, clock);
-    const laneDecide = vi.spyOn(MeterLane.prototype, 'decide');
+    const { fast, general } = pair(policies, clock);
+    const fastDecide = vi.spyOn(MeterFastPath.prototype, 'decide');
     const sources: string[] = [];
     for (const step of steps) {
       clock.advance(step);
-      const got = await lane.limiter.limit('k');
+      const got = await fast.limiter.limit('k');
       const want = await general.limiter.limit('k', {});
       same({ decision: got }, { decision: want }, () => `at ${clock.nowUs()} µs`);
-      strictEqual(lane.clock.reads, general.clock.reads, `clock reads at ${clock.nowUs()} µs`);
-      sources.push((lane.events.at(-1) as LimiterEvents['decision']).source);
+      strictEqual(fast.clock.reads, general.clock.reads, `clock reads at ${clock.nowUs()} µs`);
+      sources.push((fast.events.at(-1) as LimiterEvents['decision']).source);
     }
     deepStrictEqual(
-      lane.events.map((e) => [e.source, JSON.stringify(e.decision)]),
+      fast.events.map((e) => [e.source, JSON.stringify(e.decision)]),
       general.events.map((e) => [e.source, JSON.stringify(e.decision)]),
     );
-    const laneDecided = laneDecide.mock.results.filter((r) => r.value !== undefined).length;
+    const fastDecided = fastDecide.mock.results.filter((r) => r.value !== undefined).length;
     vi.restoreAllMocks();
-    return { sources, laneDecided };
+    return { sources, fastDecided };
   }
 
   it('a denial: the blocked-key cache answers first, as for the general path', async () => {
-    // Admitted and denied by the lane; the denial answered by the cache until its retry time; the lane again.
-    const { sources, laneDecided } = await sequence([gcra({ limit: 1, periodMs: 1000 })], [0, 0, 100, 899, 1]);
+    // Admitted and denied by the fast path; the denial answered by the cache until its retry time; the fast path again.
+    const { sources, fastDecided } = await sequence([gcra({ limit: 1, periodMs: 1000 })], [0, 0, 100, 899, 1]);
     deepStrictEqual(sources, ['store', 'store', 'cache', 'cache', 'store']);
-    strictEqual(laneDecided, 3);
+    strictEqual(fastDecided, 3);
   });
 
   it('a penalty box: the blocked-key cache answers first, as for the general path', async () => {
-    // Admitted by the lane; denied and boxed by the general path (the lane leaves a penalty box to it);
-    // then answered by the cache until the box ends; then the lane again.
-    const { sources, laneDecided } = await sequence(
+    // Admitted by the fast path; denied and boxed by the general path (it leaves a penalty box to it);
+    // then answered by the cache until the box ends; then the fast path again.
+    const { sources, fastDecided } = await sequence(
       [gcra({ limit: 1, periodMs: 1000, blockMs: 5000 })],
       [0, 0, 100, 2000, 2899, 1],
     );
     deepStrictEqual(sources, ['store', 'store', 'cache', 'cache', 'cache', 'store']);
-    strictEqual(laneDecided, 2);
+    strictEqual(fastDecided, 2);
   });
 
-  it("a closed breaker hears of the lane's successes; an open one is never passed", async () => {
+  it("a closed breaker hears of the fast path's successes; an open one is never passed", async () => {
     const clock = manualClock({ startMs: Date.UTC(2031, 0, 1) });
-    const { lane, general } = pair([gcra({ limit: 100, periodMs: 1000 })], clock, 'open');
-    // The store fails (a fault the breaker counts) for one key, one the lane leaves to the general path (it
+    const { fast, general } = pair([gcra({ limit: 100, periodMs: 1000 })], clock, 'open');
+    // The store fails (a fault the breaker counts) for one key, one the fast path leaves to the general path (it
     // is not plain: over 200 characters, held hashed), so both limiters see the same failures.
     const bad = 'b'.repeat(201);
-    for (const { store } of [lane, general]) {
+    for (const { store } of [fast, general]) {
       const original = store.decideSync.bind(store);
       vi.spyOn(store, 'decideSync').mockImplementation((request) => {
         if (request.key === bad) throw new Error('disk on fire');
@@ -396,23 +396,23 @@ describe('the promise methods without options go through the lane as the general
       });
     }
     const run = async (key: string) => {
-      const got = await lane.limiter.limit(key);
+      const got = await fast.limiter.limit(key);
       const want = await general.limiter.limit(key, {});
       same({ decision: got }, { decision: want }, () => key.slice(0, 8));
-      strictEqual(lane.limiter.breakerState, general.limiter.breakerState, key.slice(0, 8));
+      strictEqual(fast.limiter.breakerState, general.limiter.breakerState, key.slice(0, 8));
     };
     await run('a');
     for (let i = 0; i < 4; i++) await run(bad);
     // A success between failures starts their count again: four more keep the breaker closed.
     await run('a');
     for (let i = 0; i < 4; i++) await run(bad);
-    strictEqual(lane.limiter.breakerState, 'closed');
-    // The fifth in a row opens it: calls on a good key skip the store (answered per `failure`), lane or not.
+    strictEqual(fast.limiter.breakerState, 'closed');
+    // The fifth in a row opens it: calls on a good key skip the store (answered per `failure`), fast path or not.
     await run(bad);
-    strictEqual(lane.limiter.breakerState, 'open');
-    const before = lane.store.size;
+    strictEqual(fast.limiter.breakerState, 'open');
+    const before = fast.store.size;
     await run('c');
-    strictEqual(lane.store.size, before);
-    strictEqual((lane.events.at(-1) as LimiterEvents['decision']).decision.reason, 'degraded');
+    strictEqual(fast.store.size, before);
+    strictEqual((fast.events.at(-1) as LimiterEvents['decision']).decision.reason, 'degraded');
   });
 });

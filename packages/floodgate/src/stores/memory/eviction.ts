@@ -1,0 +1,303 @@
+import { FloodgateError } from '../../errors.js';
+import { inspect } from '../../model/decide.js';
+import { emptyEvaluation } from '../../model/types.js';
+import type { Table } from './tables.js';
+
+/**
+ * Entries looked at per eviction. Each one costs a cost-0 evaluation. The chance that an eviction picks a
+ * key at its limit while a fraction f of the held keys are less consumed is at most (1 − f)^5: 1e-10 when
+ * f = 0.99 (a flood against a hundred keys in ten thousand), 3% when f = 0.5, where the pool below does
+ * better. Redis samples 5 for its approximate LRU, for the same trade.
+ */
+const SAMPLES = 5;
+
+/**
+ * Candidates remembered between evictions (Redis keeps 16 too): each eviction takes the least consumed of
+ * the pool and the new sample, so the good candidates that earlier samples found are not lost.
+ */
+const POOL_SIZE = 16;
+
+/** A remembered eviction candidate: slot `slot` of table `table`, while it still holds `key`. */
+interface Candidate {
+  table: number;
+  slot: number;
+  key: string;
+  consumed: number;
+  expiresAt: number;
+}
+
+/**
+ * The memory store's held keys and the rule that makes room among them. The store's side of it:
+ * - `add(table, slot)` when a table gives a new key a slot, `remove(i)` to forget entry `i` (a reset);
+ * - on every write, `earliestExpiry` lowered to the write's expiry when it is earlier (inline: the hot path);
+ * - `makeRoom(needed, nowUs, key)` before writing `needed` new keys of `key` when `count + needed > maxKeys`:
+ *   it drops expired keys, then evicts or refuses (`ERR_STORE_FULL`) as `whenFull` says;
+ * - the counters (`forcedEvictions`, `refusedKeys`, `expiredRemoved`, `sweeps`) and `clear()`.
+ * Everything else (sampling, the candidate pool, sweeps) stays in this file, so the rule can change alone.
+ */
+export class Eviction {
+  forcedEvictions = 0;
+  refusedKeys = 0;
+  expiredRemoved = 0;
+  sweeps = 0;
+  /**
+   * Every held key in one list, so that a uniform sample over all tables is one random index: entry `i`
+   * is slot `entries[2i + 1]` of table `entries[2i]` (side by side: one cache line per sample), and the
+   * table's `pos[slot]` is `i`. A key leaves by swapping the last entry into its place.
+   */
+  private entries = new Int32Array(2048);
+  /** Keys held. */
+  count = 0;
+  /** No held key expires before this (a lower bound: the least expiry at the last sweep and since). */
+  earliestExpiry = Number.POSITIVE_INFINITY;
+  /** New keys (stored or refused) since the last sweep; the first time the store fills, a sweep is due. */
+  private newSinceSweep: number;
+  private readonly sweepEvery: number;
+  private readonly pool: Candidate[] = Array.from({ length: POOL_SIZE }, () => ({
+    table: 0,
+    slot: 0,
+    key: '',
+    consumed: 0,
+    expiresAt: 0,
+  }));
+  private poolSize = 0;
+  private readonly probe = emptyEvaluation();
+
+  /** `tables`: the store's tables by id (the store appends to it). */
+  constructor(
+    private readonly tables: readonly Table[],
+    readonly maxKeys: number,
+    readonly whenFull: 'evict' | 'refuse',
+  ) {
+    this.sweepEvery = Math.max(1, Math.floor(maxKeys / 10));
+    this.newSinceSweep = this.sweepEvery;
+  }
+
+  /** Forgets every entry (the tables are cleared by the store). */
+  clear(): void {
+    this.count = 0;
+    this.poolSize = 0;
+    this.earliestExpiry = Number.POSITIVE_INFINITY;
+  }
+
+  /** Lists a new entry: slot `slot` of `table`, which the table has just given a key. */
+  add(table: Table, slot: number): void {
+    if (this.count * 2 === this.entries.length) this.growEntries();
+    this.entries[this.count * 2] = table.id;
+    this.entries[this.count * 2 + 1] = slot;
+    table.pos[slot] = this.count;
+    this.count++;
+    this.newSinceSweep++;
+  }
+
+  private growEntries(): void {
+    const entries = new Int32Array(this.entries.length * 2);
+    entries.set(this.entries);
+    this.entries = entries;
+  }
+
+  /** Drops entry `i`: its table forgets the key, and the last entry takes its place in the list. */
+  remove(i: number): void {
+    const entries = this.entries;
+    (this.tables[entries[i * 2] as number] as Table).removeSlot(entries[i * 2 + 1] as number);
+    const last = --this.count;
+    if (i !== last) {
+      const table = entries[last * 2] as number;
+      const slot = entries[last * 2 + 1] as number;
+      entries[i * 2] = table;
+      entries[i * 2 + 1] = slot;
+      (this.tables[table] as Table).pos[slot] = i;
+    }
+  }
+
+  /**
+   * Makes room for `needed` new entries of `key` (whose own entries are never dropped for it). Expired
+   * keys go first; then, when the store is full of live keys, `'evict'` forgets the least consumed of a
+   * sample and `'refuse'` throws `ERR_STORE_FULL`. Should every held entry be this key's own (a cap below
+   * the number of policies of one call), the call is stored anyway: the cap is then exceeded by at most
+   * that many entries.
+   */
+  makeRoom(needed: number, nowUs: number, key: string | undefined): void {
+    if (nowUs >= this.earliestExpiry && this.newSinceSweep >= this.sweepEvery) this.sweep(nowUs);
+    while (this.count + needed > this.maxKeys) {
+      if (this.whenFull === 'evict') {
+        if (!this.evictOne(nowUs, key)) return;
+      } else if (!this.dropExpiredSample(nowUs, key)) {
+        this.refusedKeys++;
+        this.newSinceSweep++;
+        throw this.refusal();
+      }
+    }
+  }
+
+  /**
+   * The error of a refused key. A flood makes one per call, so it carries no stack trace: capturing one
+   * costs more than the decision, and the place it would show is always this one.
+   */
+  private refusal(): FloodgateError {
+    const limit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
+    try {
+      return new FloodgateError(
+        'ERR_STORE_FULL',
+        `the memory store is full: maxKeys is ${this.maxKeys} and whenFull is 'refuse', so a new key is refused`,
+        { option: 'maxKeys' },
+      );
+    } finally {
+      Error.stackTraceLimit = limit;
+    }
+  }
+
+  /** Drops every expired key: one pass over the list, from the end, so a swapped-in entry was already seen. */
+  private sweep(nowUs: number): void {
+    this.sweeps++;
+    this.newSinceSweep = 0;
+    let removed = 0;
+    let earliest = Number.POSITIVE_INFINITY;
+    for (let i = this.count - 1; i >= 0; i--) {
+      const expiresAt = (this.tables[this.entries[i * 2] as number] as Table).expiresAt(
+        this.entries[i * 2 + 1] as number,
+      );
+      if (expiresAt <= nowUs) {
+        this.remove(i);
+        removed++;
+      } else if (expiresAt < earliest) earliest = expiresAt;
+    }
+    this.earliestExpiry = earliest;
+    this.expiredRemoved += removed;
+  }
+
+  /**
+   * How much of its quota a held key has used, from a cost-0 evaluation through the model (so the same
+   * notion for every algorithm): 1 − remaining / limit, 1 in a penalty block. -1 when the entry holds
+   * nothing worth keeping (expired, or back to the untouched state).
+   */
+  private consumed(table: Table, slot: number, nowUs: number): number {
+    if (table.expiresAt(slot) <= nowUs) return -1;
+    const out = inspect(table.policy, table.stateAt(slot), nowUs, this.probe);
+    if (out.resetAfterUs <= 0) return -1;
+    const whole = Math.floor(table.policy.limit);
+    return whole >= 1 ? 1 - out.remaining / whole : 1;
+  }
+
+  /**
+   * Frees one entry: an expired one met in the sample, or else the least consumed of the sample and the
+   * pool (ties: the nearest expiry, which gives the least back). Returns false when nothing but `key`'s
+   * own entries is held.
+   */
+  private evictOne(nowUs: number, key: string | undefined): boolean {
+    const entries = this.entries;
+    for (let s = 0; s < SAMPLES; s++) {
+      const i = Math.floor(Math.random() * this.count);
+      const table = this.tables[entries[i * 2] as number] as Table;
+      const slot = entries[i * 2 + 1] as number;
+      if (key !== undefined && table.keys[slot] === key) continue;
+      const consumed = this.consumed(table, slot, nowUs);
+      if (consumed < 0) {
+        this.remove(i);
+        this.expiredRemoved++;
+        return true;
+      }
+      this.offer(table, slot, consumed);
+    }
+    const pool = this.pool;
+    while (this.poolSize > 0) {
+      let best = 0;
+      for (let j = 1; j < this.poolSize; j++) if (less(pool[j] as Candidate, pool[best] as Candidate)) best = j;
+      const candidate = pool[best] as Candidate;
+      const table = this.tables[candidate.table] as Table;
+      if (table.keys[candidate.slot] !== candidate.key || candidate.key === key) {
+        this.dropCandidate(best);
+        continue;
+      }
+      // The score may be stale: time only lowers consumption, but calls since may have raised it.
+      const consumed = this.consumed(table, candidate.slot, nowUs);
+      const expiresAt = table.expiresAt(candidate.slot);
+      const i = table.pos[candidate.slot] as number;
+      if (
+        consumed >= 0 &&
+        (consumed > candidate.consumed || (consumed === candidate.consumed && expiresAt > candidate.expiresAt))
+      ) {
+        candidate.consumed = consumed;
+        candidate.expiresAt = expiresAt;
+        continue;
+      }
+      this.dropCandidate(best);
+      this.remove(i);
+      if (consumed < 0) this.expiredRemoved++;
+      else this.forcedEvictions++;
+      return true;
+    }
+    // Every sampled entry was this key's own (a tiny store): look for any other.
+    for (let i = 0; i < this.count; i++) {
+      const table = this.tables[entries[i * 2] as number] as Table;
+      const slot = entries[i * 2 + 1] as number;
+      if (table.keys[slot] === key) continue;
+      const consumed = this.consumed(table, slot, nowUs);
+      this.remove(i);
+      if (consumed < 0) this.expiredRemoved++;
+      else this.forcedEvictions++;
+      return true;
+    }
+    return false;
+  }
+
+  /** Remembers a sampled entry if the pool has room or it beats the pool's worst. */
+  private offer(from: Table, slot: number, consumed: number): void {
+    const pool = this.pool;
+    const table = from.id;
+    const expiresAt = from.expiresAt(slot);
+    let worst = 0;
+    for (let j = 0; j < this.poolSize; j++) {
+      const c = pool[j] as Candidate;
+      if (c.table === table && c.slot === slot) {
+        c.key = from.keys[slot] as string;
+        c.consumed = consumed;
+        c.expiresAt = expiresAt;
+        return;
+      }
+      if (less(pool[worst] as Candidate, c)) worst = j;
+    }
+    let target: Candidate;
+    if (this.poolSize < POOL_SIZE) target = pool[this.poolSize++] as Candidate;
+    else {
+      target = pool[worst] as Candidate;
+      if (consumed > target.consumed || (consumed === target.consumed && expiresAt >= target.expiresAt)) return;
+    }
+    target.table = table;
+    target.slot = slot;
+    target.key = from.keys[slot] as string;
+    target.consumed = consumed;
+    target.expiresAt = expiresAt;
+  }
+
+  private dropCandidate(j: number): void {
+    const pool = this.pool;
+    const last = --this.poolSize;
+    const gone = pool[j] as Candidate;
+    pool[j] = pool[last] as Candidate;
+    pool[last] = gone;
+    gone.key = '';
+  }
+
+  /** Refuse mode: drops the expired (or untouched again) entries of a sample; true if any went. */
+  private dropExpiredSample(nowUs: number, key: string | undefined): boolean {
+    let dropped = false;
+    for (let s = 0; s < SAMPLES && this.count > 0; s++) {
+      const i = Math.floor(Math.random() * this.count);
+      const table = this.tables[this.entries[i * 2] as number] as Table;
+      const slot = this.entries[i * 2 + 1] as number;
+      if ((key === undefined || table.keys[slot] !== key) && this.consumed(table, slot, nowUs) < 0) {
+        this.remove(i);
+        this.expiredRemoved++;
+        dropped = true;
+      }
+    }
+    return dropped;
+  }
+}
+
+/** Whether candidate `a` should be evicted before `b`: less consumed, then nearer expiry. */
+function less(a: Candidate, b: Candidate): boolean {
+  return a.consumed < b.consumed || (a.consumed === b.consumed && a.expiresAt < b.expiresAt);
+}
