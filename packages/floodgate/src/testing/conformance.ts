@@ -16,6 +16,7 @@ import {
 import { leaseRefusal } from '../model/refund.js';
 import { isReservable } from '../model/reservation.js';
 import type { Store } from '../stores/store.js';
+import { type CallStyle, callerOf, GENERAL_CALLS } from './calls.js';
 import { EXTREME_COSTS, extremeCostTables, runExtremeCostTable, runRefusedCosts } from './cost-domain.js';
 import { type ManualClock, manualClock } from './manual-clock.js';
 import { modelStore } from './model-store.js';
@@ -272,10 +273,14 @@ async function refusesWithout(store: Store, op: 'cancel' | 'refund'): Promise<vo
   );
 }
 
-/** Runs one table against a store and asserts every expectation. */
-export async function runScenario(store: Store, scenario: Scenario): Promise<void> {
+/**
+ * Runs one table against a store and asserts every expectation, its calls made in `style` (by default
+ * with an options object, through the promise methods).
+ */
+export async function runScenario(store: Store, scenario: Scenario, style: CallStyle = GENERAL_CALLS): Promise<void> {
   const clock = manualClock({ startMs: SCENARIO_START_MS });
   const limiter = createLimiter({ store, policies: scenario.policies, clock, prefix: uniquePrefix() });
+  const calls = callerOf(limiter, style);
   let index = 0;
   const decisions: (Decision | undefined)[] = [];
   for (const step of scenario.steps) {
@@ -294,16 +299,16 @@ export async function runScenario(store: Store, scenario: Scenario): Promise<voi
       let decision: Decision | undefined;
       switch (step.op ?? 'limit') {
         case 'limit':
-          decision = await limiter.limit(key, callOptions);
+          decision = await calls.limit(key, callOptions);
           break;
         case 'check':
-          decision = await limiter.check(key, callOptions);
+          decision = await calls.check(key, callOptions);
           break;
         case 'status':
-          decision = await limiter.status(key);
+          decision = await calls.status(key);
           break;
         case 'reset':
-          await limiter.reset(key);
+          await calls.reset(key);
           break;
         case 'cancel': {
           const booked = decisions[(step.cancels ?? 0) - 1];
@@ -430,15 +435,21 @@ function countDeniedSets(): Policy[][] {
   ];
 }
 
+/** Costs of the randomized comparison; calls with no options object draw cost 1 more often. */
+const COSTS = [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100, 0.1, 1e-7, 0.3];
+const BARE_COSTS = [...COSTS, 1, 1, 1, 1, 1, 1];
+
 /**
  * Feeds one random sequence of calls (time steps down to 1 µs, several keys, fractional and
  * impossible costs, limit/check/status/reset, reservations) through the store and through the
- * reference model, and asserts that every decision is identical.
+ * reference model, and asserts that every decision is identical. The store's calls are made in `style`
+ * (by default with an options object, through the promise methods); the model's always so.
  */
 export async function compareWithModel(
   store: Store,
-  options: { seed: number; operations?: number; costs?: readonly number[]; policies?: Policy[] },
+  options: { seed: number; operations?: number; costs?: readonly number[]; policies?: Policy[]; style?: CallStyle },
 ): Promise<void> {
+  const style = options.style ?? GENERAL_CALLS;
   const random = seededRandom(options.seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
   const sets = randomPolicySets();
@@ -447,11 +458,12 @@ export async function compareWithModel(
   const clock: ManualClock = manualClock({ startMs: SCENARIO_START_MS + Math.floor(random() * 10_000) });
   const prefix = uniquePrefix('cmp');
   const subject = createLimiter({ store, policies, clock, prefix });
+  const calls = callerOf(subject, style);
   const model = modelStore();
   const reference = createLimiter({ store: model, policies, clock, prefix });
   const keys = ['a', 'b', 'key:{c}', 'ключ'];
   // Tiny and fractional costs make sliding logs longer than their bound, so the ports' coalescing is compared.
-  const costs = options.costs ?? [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100, 0.1, 1e-7, 0.3];
+  const costs = options.costs ?? (style.bare ? BARE_COSTS : COSTS);
   const operations = options.operations ?? 400;
   // Reservations (maxDelayMs) only where every policy can book ahead; queue mode books on its own.
   const reservable = policies.every((p) => isReservable(compilePolicy(p)));
@@ -506,16 +518,16 @@ export async function compareWithModel(
     }
     log.push(`${clock.nowUs()} ${op} ${JSON.stringify(key)} ${JSON.stringify(callOptions)}`);
     if (op === 'reset') {
-      await subject.reset(key);
+      await calls.reset(key);
       await reference.reset(key);
       continue;
     }
     const [got, want] =
       op === 'limit'
-        ? [await subject.limit(key, callOptions), await reference.limit(key, callOptions)]
+        ? [await calls.limit(key, callOptions), await reference.limit(key, callOptions)]
         : op === 'check'
-          ? [await subject.check(key, callOptions), await reference.check(key, callOptions)]
-          : [await subject.status(key), await reference.status(key)];
+          ? [await calls.check(key, callOptions), await reference.check(key, callOptions)]
+          : [await calls.status(key), await reference.status(key)];
     deepStrictEqual(got, want, where());
     if (op === 'limit' && leasable && want.allowed && cost > 0) {
       granted.push({ key, atUs: clock.nowUs(), cost });

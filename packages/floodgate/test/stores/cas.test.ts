@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PgCasStore, pgCasStore } from '../../examples/cas-store.js';
 import { createLimiter, gcra, slidingLog } from '../../src/index.js';
 import { recordKey } from '../../src/stores/index.js';
-import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
+import { manualClock, runConformanceSuite, runPlainDataSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
 import { PG_CONFIG, requirePostgres } from './sql/postgres-env.js';
 
 /**
@@ -46,6 +46,7 @@ describe('the example store', () => {
 
 describe.skipIf(!available)('the example store: compare-and-swap on PostgreSQL', () => {
   runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8 });
+  runPlainDataSuite({ describe, it }, { store: () => store });
 
   it('admits exactly the limit when two stores race on one key, each retrying the writes it loses', async () => {
     const other = pgCasStore({ pool: pool(), table });

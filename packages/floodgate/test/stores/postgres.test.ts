@@ -16,7 +16,7 @@ import { compilePolicy } from '../../src/model/compile.js';
 import { encodeKey } from '../../src/stores/index.js';
 import { fromPg, type PostgresClient, type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js';
 import { stateKey } from '../../src/stores/sql/common.js';
-import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
+import { manualClock, runConformanceSuite, runPlainDataSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
 import { type Connection, connect, DRIVERS, PG_CONFIG, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
 
 const available = await requirePostgres();
@@ -68,6 +68,7 @@ for (const driver of DRIVERS) {
     });
 
     runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 12, seed: driver === 'pg' ? 1 : 101 });
+    runPlainDataSuite({ describe, it }, { store: () => store });
 
     it('stores keys holding quotes, semicolons, backslashes, Unicode and SQL as data', async () => {
       const policy = gcra({ limit: 3, periodMs: 60_000 });

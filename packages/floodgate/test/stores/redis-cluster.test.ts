@@ -3,7 +3,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createLimiter, fixedWindow, gcra, slidingLog } from '../../src/index.js';
 import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { DECIDE_SCRIPT_SHA, hashSlot, METER_SCRIPT_SHA } from '../../src/stores/redis/index.js';
-import { runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
+import { runConformanceSuite, runPlainDataSuite, uniquePrefix } from '../../src/testing/index.js';
 import { connectCluster, DRIVERS, type Driver, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
 import { requireServer, startCluster, type TestCluster, waitFor } from './redis/servers.js';
@@ -38,6 +38,7 @@ for (const driver of [...DRIVERS, ...OLDER_CLUSTER_DRIVERS]) {
     });
 
     runConformanceSuite({ describe, it }, { store: () => held.store, randomRuns: installed ? 8 : 3, seed: 100 });
+    runPlainDataSuite({ describe, it }, { store: () => held.store });
 
     it('hostile keys under two policies: one slot each, no CROSSSLOT, no collision', async () => {
       const policies = [

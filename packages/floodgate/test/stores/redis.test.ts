@@ -12,7 +12,7 @@ import {
   type RedisScriptClient,
   redisStore,
 } from '../../src/stores/redis/index.js';
-import { manualClock, runConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
+import { manualClock, runConformanceSuite, runPlainDataSuite, uniquePrefix } from '../../src/testing/index.js';
 import { ALL_DRIVERS, connectSingle, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
@@ -107,6 +107,7 @@ describe.skipIf(!available)('redis store', () => {
       });
 
       runConformanceSuite({ describe, it }, { store: () => held.store, randomRuns: 16 });
+      runPlainDataSuite({ describe, it }, { store: () => held.store });
 
       it('decides calls queued behind a script call together, in arrival order per key', async () => {
         const client = counting(held.connection.client);

@@ -21,7 +21,14 @@ import { encodeKey } from '../../src/keys.js';
 import { compilePolicy } from '../../src/model/compile.js';
 import { stateKey } from '../../src/stores/sql/common.js';
 import { sqliteStore } from '../../src/stores/sqlite/index.js';
-import { manualClock, runConformanceSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
+import {
+  manualClock,
+  runConformanceSuite,
+  runFastPathSuite,
+  runPlainDataSuite,
+  SCENARIO_START_MS,
+  uniquePrefix,
+} from '../../src/testing/index.js';
 
 const run = promisify(execFile);
 const directory = mkdtempSync(join(tmpdir(), 'floodgate-sqlite-'));
@@ -48,6 +55,9 @@ describe('sqlite store (file on disk)', () => {
   const store = sqliteStore({ database, table: 'conformance' });
   store.migrate();
   runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 24 });
+  runPlainDataSuite({ describe, it }, { store: () => store });
+  // No fast path of its own: the general path, with and without options objects, sync and promise methods.
+  runFastPathSuite({ describe, it }, { variants: [{ name: 'sqlite store', store: () => store }], randomOperations: 120 });
 });
 
 describe('sqlite store', () => {
