@@ -43,10 +43,10 @@ interface Waiter {
   gated: boolean;
 }
 
-/** The waiters of one key, in arrival order; the first one holds the key. */
-type Lane = Waiter[];
+/** The acquire queue of one key: its waiters, in arrival order; the first one holds the key. */
+type AcquireQueue = Waiter[];
 
-const lanes = new WeakMap<Limiter, Map<string, Lane>>();
+const queues = new WeakMap<Limiter, Map<string, AcquireQueue>>();
 
 /**
  * Counts a call that waits: behind another call on its key (from the moment it arrives), or asleep for
@@ -107,18 +107,18 @@ export async function acquire(
 
   const deadlineUs = clock.nowUs() + timeoutMs * 1000;
   const callOptions = options.policies === undefined ? { cost } : { cost, policies: options.policies };
-  const byKey = lanesOf(limiter);
-  let lane = byKey.get(key);
-  if (lane === undefined) {
-    lane = [];
-    byKey.set(key, lane);
+  const byKey = queuesOf(limiter);
+  let queue = byKey.get(key);
+  if (queue === undefined) {
+    queue = [];
+    byKey.set(key, queue);
   }
   const gate = gates.get(options);
   const me: Waiter = { wake: undefined, refuse: undefined, gate, gated: false };
-  lane.push(me);
+  queue.push(me);
   let decision: Decision;
   try {
-    if (lane[0] !== me) {
+    if (queue[0] !== me) {
       passGate(me);
       await waitForTurn(me, clock, deadlineUs, timeoutMs, signal);
     }
@@ -139,13 +139,13 @@ export async function acquire(
       // Booking ahead, a denial on the limit itself means the slot lies beyond the deadline.
       if (waitMs > leftMs || (reserve && decision.reason === 'limit')) throw timeout(timeoutMs, decision);
       if (signal?.aborted) throw abortError(signal);
-      startsWaiting(lane, me);
+      startsWaiting(queue, me);
       await clock.sleep(waitMs, signal);
     }
   } finally {
     // Admitted or given up, the waiter leaves; if it held the key, the next one gets it. (An admitted
     // call hands the key on at once: its slot is booked, the next may book behind it.)
-    leave(byKey, key, lane, me);
+    leave(byKey, key, queue, me);
   }
   const delayMs = decision.delayMs ?? 0;
   if (delayMs > 0) {
@@ -200,18 +200,18 @@ function passGate(w: Waiter): void {
 }
 
 /**
- * The head of a lane goes to sleep: it waits now, and counts from here (the calls behind it already
+ * The head of an acquire queue goes to sleep: it waits now, and counts from here (the calls behind it already
  * count, from their arrival). When its gate has no room, the newest counted waiter behind it on the key
  * gives its room up (it is refused), so the earlier call keeps its turn; with none, the head is refused.
  */
-function startsWaiting(lane: Lane, me: Waiter): void {
+function startsWaiting(queue: AcquireQueue, me: Waiter): void {
   if (me.gated || me.gate === undefined) return;
   try {
     passGate(me);
     return;
   } catch (error) {
-    for (let i = lane.length - 1; i > 0; i--) {
-      const w = lane[i] as Waiter;
+    for (let i = queue.length - 1; i > 0; i--) {
+      const w = queue[i] as Waiter;
       if (!w.gated || w.gate === undefined || w.refuse === undefined) continue;
       w.gated = false;
       w.gate.leave();
@@ -256,25 +256,25 @@ async function waitForTurn(
   }
 }
 
-function lanesOf(limiter: Limiter): Map<string, Lane> {
-  let byKey = lanes.get(limiter);
+function queuesOf(limiter: Limiter): Map<string, AcquireQueue> {
+  let byKey = queues.get(limiter);
   if (byKey === undefined) {
     byKey = new Map();
-    lanes.set(limiter, byKey);
+    queues.set(limiter, byKey);
   }
   return byKey;
 }
 
-/** Takes a waiter out of its lane; when it held the key, wakes the next one. */
-function leave(byKey: Map<string, Lane>, key: string, lane: Lane, me: Waiter): void {
-  const index = lane.indexOf(me);
+/** Takes a waiter out of its acquire queue; when it held the key, wakes the next one. */
+function leave(byKey: Map<string, AcquireQueue>, key: string, queue: AcquireQueue, me: Waiter): void {
+  const index = queue.indexOf(me);
   if (index === 0) {
-    lane.shift();
-    lane[0]?.wake?.();
+    queue.shift();
+    queue[0]?.wake?.();
   } else if (index > 0) {
-    lane.splice(index, 1);
+    queue.splice(index, 1);
   }
-  if (lane.length === 0) byKey.delete(key);
+  if (queue.length === 0) byKey.delete(key);
 }
 
 /** A cost no policy can ever admit is refused before waiting, by the model's own test, without the store. */

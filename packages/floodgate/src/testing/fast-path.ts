@@ -93,24 +93,26 @@ function defineStyle(
   style: CallStyle,
   skipWhenAsync: boolean,
 ): void {
-  const withStore = (fn: (store: Store) => Promise<void>, cancels = false) => async (context?: TestContext) => {
-    const store = await variant.store();
-    try {
-      if (style.sync && !isSyncStore(store)) {
-        if (!skipWhenAsync) throw new Error(`${variant.name}: the ${store.name} store has no sync methods`);
-        context?.skip?.(`the ${store.name} store decides asynchronously: no sync methods`);
-        return;
+  const withStore =
+    (fn: (store: Store) => Promise<void>, cancels = false) =>
+    async (context?: TestContext) => {
+      const store = await variant.store();
+      try {
+        if (style.sync && !isSyncStore(store)) {
+          if (!skipWhenAsync) throw new Error(`${variant.name}: the ${store.name} store has no sync methods`);
+          context?.skip?.(`the ${store.name} store decides asynchronously: no sync methods`);
+          return;
+        }
+        if (cancels && store.cancel === undefined) {
+          // The conformance suite checks the limiter's refusal of a store without cancel().
+          context?.skip?.(`the ${store.name} store has no cancel(), an optional operation`);
+          return;
+        }
+        await fn(store);
+      } finally {
+        await variant.release?.(store);
       }
-      if (cancels && store.cancel === undefined) {
-        // The conformance suite checks the limiter's refusal of a store without cancel().
-        context?.skip?.(`the ${store.name} store has no cancel(), an optional operation`);
-        return;
-      }
-      await fn(store);
-    } finally {
-      await variant.release?.(store);
-    }
-  };
+    };
   api.describe('algorithm tables', () => {
     for (const scenario of scenarios) {
       api.it(

@@ -4,7 +4,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type PgCasStore, pgCasStore } from '../../examples/cas-store.js';
 import { createLimiter, gcra, slidingLog } from '../../src/index.js';
 import { recordKey } from '../../src/stores/index.js';
-import { manualClock, runConformanceSuite, runPlainDataSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
+import {
+  manualClock,
+  runConformanceSuite,
+  runPlainDataSuite,
+  SCENARIO_START_MS,
+  uniquePrefix,
+} from '../../src/testing/index.js';
 import { PG_CONFIG, requirePostgres } from './sql/postgres-env.js';
 
 /**

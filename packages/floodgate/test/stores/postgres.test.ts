@@ -16,7 +16,13 @@ import { compilePolicy } from '../../src/model/compile.js';
 import { encodeKey } from '../../src/stores/index.js';
 import { fromPg, type PostgresClient, type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js';
 import { stateKey } from '../../src/stores/sql/common.js';
-import { manualClock, runConformanceSuite, runPlainDataSuite, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
+import {
+  manualClock,
+  runConformanceSuite,
+  runPlainDataSuite,
+  SCENARIO_START_MS,
+  uniquePrefix,
+} from '../../src/testing/index.js';
 import { type Connection, connect, DRIVERS, PG_CONFIG, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
 
 const available = await requirePostgres();

@@ -57,7 +57,10 @@ describe('sqlite store (file on disk)', () => {
   runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 24 });
   runPlainDataSuite({ describe, it }, { store: () => store });
   // No fast path of its own: the general path, with and without options objects, sync and promise methods.
-  runFastPathSuite({ describe, it }, { variants: [{ name: 'sqlite store', store: () => store }], randomOperations: 120 });
+  runFastPathSuite(
+    { describe, it },
+    { variants: [{ name: 'sqlite store', store: () => store }], randomOperations: 120 },
+  );
 });
 
 describe('sqlite store', () => {
