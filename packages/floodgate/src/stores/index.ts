@@ -44,6 +44,7 @@ export {
 export { callerNowUs, checkNowUs, expiryOf } from './kit/time.js';
 export {
   type CancelRequest,
+  type FastPath,
   isSyncStore,
   type RefundRequest,
   type Store,

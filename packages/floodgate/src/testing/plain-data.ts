@@ -64,6 +64,107 @@ export function assertPlainDecision(decision: Decision, policies: number, where:
   strictEqual((json.policies as unknown[]).length, policies, `${where}: JSON.stringify keeps every policy`);
 }
 
+function limiterOn(store: Store, policies: readonly Policy[], blockedCache = false) {
+  const clock = manualClock({ startMs: SCENARIO_START_MS });
+  const limiter = createLimiter({ store, policies, clock, prefix: uniquePrefix('plain'), blockedCache });
+  return { clock, limiter };
+}
+
+/** The plain limiter: promise and sync methods, with and without options, from the store and the cache. */
+async function plainLimiter(store: Store, policies: readonly Policy[]): Promise<void> {
+  const n = policies.length;
+  const { limiter, clock } = limiterOn(store, policies, true);
+  for (let i = 0; i < 4; i++) {
+    assertPlainDecision(await limiter.limit('k'), n, `limit #${i + 1}`);
+    assertPlainDecision(await limiter.limit('j', { cost: 1 }), n, `limit with options #${i + 1}`);
+    assertPlainDecision(await limiter.check('k'), n, `check #${i + 1}`);
+    assertPlainDecision(await limiter.status('k'), n, `status #${i + 1}`);
+  }
+  clock.advance(100_000);
+  if (!isSyncStore(store)) return;
+  for (let i = 0; i < 4; i++) {
+    assertPlainDecision(limiter.limitSync('s'), n, `limitSync #${i + 1}`);
+    assertPlainDecision(limiter.limitSync('t', {}), n, `limitSync with options #${i + 1}`);
+    assertPlainDecision(limiter.checkSync('s'), n, `checkSync #${i + 1}`);
+    assertPlainDecision(limiter.statusSync('s'), n, `statusSync #${i + 1}`);
+  }
+}
+
+/** The leased limiter: leases taken, spent, and denials remembered. */
+async function leased(store: Store, policies: readonly Policy[]): Promise<void> {
+  const { limiter, clock } = limiterOn(store, policies);
+  const leasing = leasedLimiter(limiter, { size: 2, clock });
+  try {
+    for (let i = 0; i < 6; i++) {
+      assertPlainDecision(await leasing.limit('k'), policies.length, `leased limit #${i + 1}`);
+    }
+  } finally {
+    await leasing.close();
+  }
+}
+
+/** The synced limiter: local admissions and the store's decisions, around a sync. */
+async function synced(store: Store, policies: readonly Policy[]): Promise<void> {
+  const { limiter, clock } = limiterOn(store, policies);
+  const syncing = syncedLimiter(limiter, { syncMs: 1000, clock, autoSync: false, localBudget: 1 });
+  try {
+    for (let i = 0; i < 5; i++) {
+      assertPlainDecision(await syncing.limit('k'), policies.length, `synced limit #${i + 1}`);
+      if (i === 1) await syncing.sync();
+    }
+  } finally {
+    await syncing.close();
+  }
+}
+
+/** `acquire` (at once and after a wait), and a reservation with its `reservation`. */
+async function acquired(store: Store): Promise<void> {
+  const { limiter, clock } = limiterOn(store, [
+    gcra({ limit: 2, periodMs: 1000, name: 'a' }),
+    tokenBucket({ capacity: 3, refillAmount: 1, refillIntervalMs: 500, name: 'b' }),
+  ]);
+  // The first calls pass at once, the later ones wait for capacity.
+  for (let i = 0; i < 4; i++) {
+    assertPlainDecision(await settle(clock, limiter.acquire('k', { timeoutMs: 10_000 })), 2, `acquire #${i + 1}`);
+  }
+  const booked = await limiter.limit('r', { maxDelayMs: 60_000, cost: 2 });
+  const ahead = await limiter.limit('r', { maxDelayMs: 60_000 });
+  ok(ahead.reservation !== undefined, 'a reservation was booked');
+  assertPlainDecision(booked, 2, 'a decision admitted at once');
+  assertPlainDecision(ahead, 2, 'a reservation');
+}
+
+/** `throttle`: the decisions its limiter reports, at once and after a wait. */
+async function throttled(store: Store): Promise<void> {
+  const { limiter, clock } = limiterOn(store, [gcra({ limit: 2, periodMs: 1000 })]);
+  const reported: Decision[] = [];
+  const off = limiter.on('decision', (event) => reported.push(event.decision));
+  const double = throttle(async (x: number) => x * 2, { limiter, key: 'k' });
+  try {
+    // Two pass at once, the third waits for capacity.
+    deepStrictEqual(await settle(clock, Promise.all([1, 2, 3].map((x) => double(x)))), [2, 4, 6]);
+  } finally {
+    off();
+  }
+  ok(reported.length >= 3, 'throttle asked its limiter');
+  reported.forEach((decision, i) => {
+    assertPlainDecision(decision, 1, `throttle decision #${i + 1}`);
+  });
+}
+
+/** Issue 25's case: a leased limiter over GCRA, limit 2, size 2, lost `policies` on every other call. */
+async function issueCase(store: Store): Promise<void> {
+  const { limiter, clock } = limiterOn(store, [gcra({ limit: 2, periodMs: 100_000 })]);
+  const leasing = leasedLimiter(limiter, { size: 2, clock });
+  const arrays: boolean[] = [];
+  try {
+    for (let i = 0; i < 5; i++) arrays.push(Array.isArray((await leasing.limit('k')).policies));
+  } finally {
+    await leasing.close();
+  }
+  deepStrictEqual(arrays, [true, true, true, true, true]);
+}
+
 /**
  * Every limiter of this package returns decisions as plain data over the store under test: the plain
  * limiter (promise and sync methods, with and without options, from the store, the blocked-key cache and
@@ -77,137 +178,41 @@ export function assertPlainDecision(decision: Decision, policies: number, where:
  * ```
  */
 export function runPlainDataSuite(api: SuiteApi, options: PlainDataOptions): void {
-  const withStore = (fn: (store: Store, context?: TestContext) => Promise<void>) => async (context?: TestContext) => {
-    const store = await options.store();
-    try {
-      await fn(store, context);
-    } finally {
-      await options.release?.(store);
-    }
-  };
-  const limiterOn = (store: Store, policies: readonly Policy[], blockedCache = false) => {
-    const clock = manualClock({ startMs: SCENARIO_START_MS });
-    const limiter = createLimiter({ store, policies, clock, prefix: uniquePrefix('plain'), blockedCache });
-    return { clock, limiter };
-  };
-
-  api.describe('decisions are plain data', () => {
-    for (const policies of POLICY_SETS) {
-      const names = policies.map((p) => p.name).join(' + ');
-      const n = policies.length;
-
-      api.it(
-        `createLimiter, ${names}: limit, check and status, with and without options, and from the blocked-key cache`,
-        withStore(async (store) => {
-          const { limiter, clock } = limiterOn(store, policies, true);
-          for (let i = 0; i < 4; i++) {
-            assertPlainDecision(await limiter.limit('k'), n, `limit #${i + 1}`);
-            assertPlainDecision(await limiter.limit('j', { cost: 1 }), n, `limit with options #${i + 1}`);
-            assertPlainDecision(await limiter.check('k'), n, `check #${i + 1}`);
-            assertPlainDecision(await limiter.status('k'), n, `status #${i + 1}`);
-          }
-          clock.advance(100_000);
-          if (isSyncStore(store)) {
-            for (let i = 0; i < 4; i++) {
-              assertPlainDecision(limiter.limitSync('s'), n, `limitSync #${i + 1}`);
-              assertPlainDecision(limiter.limitSync('t', {}), n, `limitSync with options #${i + 1}`);
-              assertPlainDecision(limiter.checkSync('s'), n, `checkSync #${i + 1}`);
-              assertPlainDecision(limiter.statusSync('s'), n, `statusSync #${i + 1}`);
-            }
-          }
-        }),
-      );
-
-      api.it(
-        `leasedLimiter, ${names}: every call`,
-        withStore(async (store, context) => {
-          if (store.refund === undefined) {
-            context?.skip?.(`the ${store.name} store has no refund(): it cannot lease`);
-            return;
-          }
-          const { limiter, clock } = limiterOn(store, policies);
-          const leased = leasedLimiter(limiter, { size: 2, clock });
-          try {
-            for (let i = 0; i < 6; i++) assertPlainDecision(await leased.limit('k'), n, `leased limit #${i + 1}`);
-          } finally {
-            await leased.close();
-          }
-        }),
-      );
-
-      api.it(
-        `syncedLimiter, ${names}: local and store decisions`,
-        withStore(async (store) => {
-          const { limiter, clock } = limiterOn(store, policies);
-          const synced = syncedLimiter(limiter, { syncMs: 1000, clock, autoSync: false, localBudget: 1 });
-          try {
-            for (let i = 0; i < 5; i++) {
-              assertPlainDecision(await synced.limit('k'), n, `synced limit #${i + 1}`);
-              if (i === 1) await synced.sync();
-            }
-          } finally {
-            await synced.close();
-          }
-        }),
-      );
-    }
-
-    api.it(
-      'acquire, and a reservation: the decision and its reservation',
-      withStore(async (store) => {
-        const { limiter, clock } = limiterOn(store, [
-          gcra({ limit: 2, periodMs: 1000, name: 'a' }),
-          tokenBucket({ capacity: 3, refillAmount: 1, refillIntervalMs: 500, name: 'b' }),
-        ]);
-        // The first calls pass at once, the later ones wait for capacity.
-        for (let i = 0; i < 4; i++) {
-          assertPlainDecision(await settle(clock, limiter.acquire('k', { timeoutMs: 10_000 })), 2, `acquire #${i + 1}`);
-        }
-        const booked = await limiter.limit('r', { maxDelayMs: 60_000, cost: 2 });
-        const ahead = await limiter.limit('r', { maxDelayMs: 60_000 });
-        ok(ahead.reservation !== undefined, 'a reservation was booked');
-        assertPlainDecision(booked, 2, 'a decision admitted at once');
-        assertPlainDecision(ahead, 2, 'a reservation');
-      }),
-    );
-
-    api.it(
-      'throttle: the decisions its limiter reports',
-      withStore(async (store) => {
-        const { limiter, clock } = limiterOn(store, [gcra({ limit: 2, periodMs: 1000 })]);
-        const reported: Decision[] = [];
-        const off = limiter.on('decision', (event) => reported.push(event.decision));
-        const throttled = throttle(async (x: number) => x * 2, { limiter, key: 'k' });
-        try {
-          // Two pass at once, the third waits for capacity.
-          deepStrictEqual(await settle(clock, Promise.all([1, 2, 3].map((x) => throttled(x)))), [2, 4, 6]);
-        } finally {
-          off();
-        }
-        ok(reported.length >= 3, 'throttle asked its limiter');
-        reported.forEach((decision, i) => {
-          assertPlainDecision(decision, 1, `throttle decision #${i + 1}`);
-        });
-      }),
-    );
-
-    api.it(
-      'the issue: a leased limiter over gcra, limit 2, size 2, has its policies on every call',
-      withStore(async (store, context) => {
-        if (store.refund === undefined) {
+  const withStore =
+    (fn: (store: Store) => Promise<void>, needsRefund = false) =>
+    async (context?: TestContext) => {
+      const store = await options.store();
+      try {
+        if (needsRefund && store.refund === undefined) {
           context?.skip?.(`the ${store.name} store has no refund(): it cannot lease`);
           return;
         }
-        const { limiter, clock } = limiterOn(store, [gcra({ limit: 2, periodMs: 100_000 })]);
-        const leased = leasedLimiter(limiter, { size: 2, clock });
-        const arrays: boolean[] = [];
-        try {
-          for (let i = 0; i < 5; i++) arrays.push(Array.isArray((await leased.limit('k')).policies));
-        } finally {
-          await leased.close();
-        }
-        deepStrictEqual(arrays, [true, true, true, true, true]);
-      }),
+        await fn(store);
+      } finally {
+        await options.release?.(store);
+      }
+    };
+  api.describe('decisions are plain data', () => {
+    for (const policies of POLICY_SETS) {
+      const names = policies.map((p) => p.name).join(' + ');
+      api.it(
+        `createLimiter, ${names}: limit, check and status, with and without options, and from the blocked-key cache`,
+        withStore((store) => plainLimiter(store, policies)),
+      );
+      api.it(
+        `leasedLimiter, ${names}: every call`,
+        withStore((store) => leased(store, policies), true),
+      );
+      api.it(
+        `syncedLimiter, ${names}: local and store decisions`,
+        withStore((store) => synced(store, policies)),
+      );
+    }
+    api.it('acquire, and a reservation: the decision and its reservation', withStore(acquired));
+    api.it('throttle: the decisions its limiter reports', withStore(throttled));
+    api.it(
+      'the issue: a leased limiter over gcra, limit 2, size 2, has its policies on every call',
+      withStore(issueCase, true),
     );
   });
 }
