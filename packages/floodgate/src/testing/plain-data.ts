@@ -1,4 +1,4 @@
-import { deepStrictEqual, ok, strictEqual } from 'node:assert/strict';
+import { deepStrictEqual, strictEqual } from 'node:assert/strict';
 import { leasedLimiter } from '../limiter/lease.js';
 import { createLimiter } from '../limiter/limiter.js';
 import { syncedLimiter } from '../limiter/synced.js';
@@ -45,12 +45,16 @@ export function assertPlainDecision(decision: Decision, policies: number, where:
   const plainObject = (value: object, what: string) => {
     strictEqual(Object.getPrototypeOf(value), Object.prototype, `${where}: ${what} is a plain object`);
     for (const [field, descriptor] of Object.entries(Object.getOwnPropertyDescriptors(value))) {
-      ok('value' in descriptor && descriptor.enumerable, `${where}: ${what}.${field} is an own data field`);
+      strictEqual(
+        'value' in descriptor && descriptor.enumerable,
+        true,
+        `${where}: ${what}.${field} is an own data field`,
+      );
     }
     strictEqual(Object.getOwnPropertySymbols(value).length, 0, `${where}: ${what} has no symbol fields`);
   };
   plainObject(decision, 'the decision');
-  ok(Array.isArray(decision.policies), `${where}: policies is an array`);
+  strictEqual(Array.isArray(decision.policies), true, `${where}: policies is an array`);
   strictEqual(Object.getPrototypeOf(decision.policies), Array.prototype, `${where}: policies is a plain array`);
   strictEqual(decision.policies.length, policies, `${where}: one entry per policy`);
   decision.policies.forEach((part, i) => {
@@ -129,7 +133,7 @@ async function acquired(store: Store): Promise<void> {
   }
   const booked = await limiter.limit('r', { maxDelayMs: 60_000, cost: 2 });
   const ahead = await limiter.limit('r', { maxDelayMs: 60_000 });
-  ok(ahead.reservation !== undefined, 'a reservation was booked');
+  strictEqual(ahead.reservation !== undefined, true, 'a reservation was booked');
   assertPlainDecision(booked, 2, 'a decision admitted at once');
   assertPlainDecision(ahead, 2, 'a reservation');
 }
@@ -146,7 +150,7 @@ async function throttled(store: Store): Promise<void> {
   } finally {
     off();
   }
-  ok(reported.length >= 3, 'throttle asked its limiter');
+  strictEqual(reported.length >= 3, true, 'throttle asked its limiter');
   reported.forEach((decision, i) => {
     assertPlainDecision(decision, 1, `throttle decision #${i + 1}`);
   });
