@@ -216,16 +216,20 @@ ${counting}
 /**
  * Housekeeping after a call that created rows: only new rows make the table grow, so twice as many
  * expired ones (at least 16) go for each, a minute after their expiry (PRUNE_GRACE_US in sql/common.ts),
- * through the expiry index, skipping rows others hold (so it never waits). `p_now` is the decision's µs;
- * returns how many rows it deleted. The bound is a bigint, like the column: compared with a float8, the
- * column would be cast and the index could not serve the condition.
+ * through the expiry index, skipping rows others hold (so it never waits). Returns how many rows it
+ * deleted. The bound is a bigint, like the column: compared with a float8, the column would be cast and
+ * the index could not serve the condition.
+ *
+ * Expired by whose clock: the earlier of the decision's (`p_now`, µs: a limiter's own `clock` when it has
+ * one) and the server's. A limiter whose clock runs ahead never deletes a row live on the server's clock
+ * (another limiter's), and one whose clock lags deletes only rows expired on its own.
  */
 function pruneFunction(n: SqlNames): string {
   return `
   CREATE OR REPLACE FUNCTION ${n.fn('prune')}(p_now float8, p_created int)
   RETURNS int LANGUAGE plpgsql VOLATILE AS $fn$
   DECLARE
-    bound bigint := (p_now - ${PRUNE_GRACE_US})::bigint;
+    bound bigint := (least(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::float8) - ${PRUNE_GRACE_US})::bigint;
     deleted int;
   BEGIN
     DELETE FROM ${n.qualified} t WHERE t.key IN (

@@ -38,6 +38,7 @@ export function expiryOf(nowUs: number, resetAfterUs: number): number {
 /**
  * How long after its expiry a row is deleted, µs. A key that comes back within this time is updated in
  * place instead of deleted and created again (cheaper for both databases), and processes whose injected
- * clocks lag a little never see a live row of theirs pruned.
+ * clocks lag a little never see a live row of theirs pruned. Expired on whose clock: the earlier of the
+ * deciding call's and the database server's, so a clock running ahead never deletes a live row.
  */
 export const PRUNE_GRACE_US = 60_000_000;
