@@ -242,6 +242,16 @@ function pruneFunction(n: SqlNames): string {
 }
 
 /**
+ * The µs from `now` until the state `s` is untouched again: its own reset, a cost-0 evaluation. What an
+ * expiry is computed from when the state written is a denial's (a counted call, a penalty box): a denial
+ * reports its own resetAfter, which can be earlier (a `countDenied` fixed window's cost beyond its limit
+ * reports the window's end while the key's penalty box lasts longer).
+ */
+function untouched(n: SqlNames, kind: string, lim: string, a: string, b: string, c: string, s: string): string {
+  return `(${n.fn('policy')}(${kind}, ${lim}, ${a}, ${b}, ${c}, ${s}, now, 0, 0))[5]`;
+}
+
+/**
  * A batch of calls, decided in arrival order in one transaction: decide.ts `decide` for each, with the
  * states kept in memory between calls on the same key and written once at the end.
  *
@@ -405,7 +415,11 @@ function decideFunction(n: SqlNames): string {
           IF is_commit AND n_len >= 0 THEN
             st[ki] := ROW(r[8:7 + n_len]);
             dirty[ki] := true;
-            expiry[ki] := ${expiry('now', 'r[5]')};
+            IF all_ok THEN
+              expiry[ki] := ${expiry('now', 'r[5]')};
+            ELSE
+              expiry[ki] := ${expiry('now', untouched(n, 'kind', 'lim', 'a', 'b', 'c', '(st[ki]).s'))};
+            END IF;
           END IF;
         ELSE
           IF NOT all_ok THEN
@@ -430,10 +444,26 @@ function decideFunction(n: SqlNames): string {
             res := res || rb[q + 1:q + 6];
             n_len := rb[q + 7]::int;
             IF is_commit AND n_len >= 0 THEN
-              ki := p_pol[pj + k * 7 + 1]::int;
+              base := pj + k * 7;
+              ki := p_pol[base + 1]::int;
               st[ki] := ROW(rb[q + 8:q + 7 + n_len]);
               dirty[ki] := true;
-              expiry[ki] := ${expiry('now', 'rb[q + 5]')};
+              IF all_ok THEN
+                expiry[ki] := ${expiry('now', 'rb[q + 5]')};
+              ELSE
+                expiry[ki] := ${expiry(
+                  'now',
+                  untouched(
+                    n,
+                    'p_pol[base + 2]::int',
+                    'p_pol[base + 3]',
+                    'p_pol[base + 5]',
+                    'p_pol[base + 6]',
+                    'p_pol[base + 7]',
+                    '(st[ki]).s',
+                  ),
+                )};
+              END IF;
             END IF;
           END LOOP;
         END IF;
