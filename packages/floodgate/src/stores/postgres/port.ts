@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { KindDescriptor } from '../../model/descriptor.js';
-import { emptyStateLength, KIND_LIST, KIND_METER } from '../../model/kinds.js';
+import { emptyStateLength, KIND_LIST, KIND_METER, KINDS } from '../../model/kinds.js';
 import { PRUNE_GRACE_US } from '../sql/common.js';
+import { flagGuard } from './guards.js';
 import { SQL_PORTS, type SqlPort } from './kind-ports.js';
 import { charge, evaluation, expiry, type SqlNames, serverNow, sqlNames } from './sql.js';
 
@@ -70,14 +71,21 @@ export function refundStatement(n: SqlNames): string {
 }
 
 /**
- * `IF <on> = <id> THEN <body> ELSIF … ELSE RAISE … END IF;` over every kind: a number without a port
- * raises instead of falling through to another kind's code.
+ * `IF <on> = <id> THEN <guard> <body> ELSIF … ELSE RAISE … END IF;` over every kind: a number without a
+ * port raises instead of falling through to another kind's code, and so does a variant its kind does not
+ * declare (`flagGuard`, on the parameters named by `params`).
  */
-function kindBranches(on: string, body: (port: SqlPort, kind: KindDescriptor) => string, pad: string): string {
-  const branches = KIND_LIST.map(
-    (k, i) =>
-      `${pad}${i === 0 ? 'IF' : 'ELSIF'} ${on} = ${k.id} THEN -- ${k.name}\n${pad}  ${body(SQL_PORTS[k.name], k)}`,
-  );
+function kindBranches(
+  on: string,
+  body: (port: SqlPort, kind: KindDescriptor) => string,
+  pad: string,
+  params: { readonly a: string; readonly b: string; readonly c: string } = { a: 'a', b: 'b', c: 'c' },
+): string {
+  const branches = KIND_LIST.map((k, i) => {
+    const guard = flagGuard(k, params, `${pad}  `);
+    const head = `${pad}${i === 0 ? 'IF' : 'ELSIF'} ${on} = ${k.id} THEN -- ${k.name}`;
+    return `${head}\n${guard === '' ? '' : `${guard}\n`}${pad}  ${body(SQL_PORTS[k.name], k)}`;
+  });
   return `${branches.join('\n')}
 ${pad}ELSE
 ${pad}  RAISE EXCEPTION 'floodgate: no PL/pgSQL port of policy kind %', ${on};
@@ -547,6 +555,7 @@ function cancelFunction(n: SqlNames): string {
     FOR k IN 0..np - 1 LOOP
       base := k * 5;
       IF p_pol[base + 1] = ${KIND_METER} THEN
+${flagGuard(KINDS.meter, { a: 'p_pol[base + 2]', b: 'p_pol[base + 3]', c: 'p_pol[base + 4]' }, '        ')}
         IF p_pol[base + 4] = 1 THEN
           at := p_pol[base + 5] - ${charge('p_cost', 'p_pol[base + 2]')};
         ELSE

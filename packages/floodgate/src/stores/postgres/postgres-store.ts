@@ -2,11 +2,12 @@ import { createHash } from 'node:crypto';
 import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
-import { exceedsCapacity, KIND_METER } from '../../model/kinds.js';
+import { exceedsCapacity, KIND_METER, KINDS } from '../../model/kinds.js';
 import { meterCharge } from '../../model/meter.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import { declaresVariant } from './guards.js';
 import { meterReadStatement, meterWriteStatement } from './meter-fast.js';
 import { dropVersionsStatement, INSTALLED_VERSIONS, migrationStatement } from './migration.js';
 import { cancelStatement, decideStatement, PORT_VERSION, refundStatement } from './port.js';
@@ -581,14 +582,15 @@ interface MeterCall {
 }
 
 /**
- * The call as the meter statements take it, or undefined for any other: several policies, another kind, a
- * reset, or a caller's clock that is not a whole number of µs (the statements return numbers as bigints).
+ * The call as the meter statements take it, or undefined for any other: several policies, another kind or
+ * variant, a reset, or a caller's clock that is not a whole number of µs (the statements return numbers as bigints).
  */
 function meterCall(item: Pending): MeterCall | undefined {
   const request = item.request;
   if (request === undefined || item.policies.length !== 1) return undefined;
   const policy = item.policies[0] as CompiledPolicy;
-  if (policy.kind !== KIND_METER) return undefined;
+  // A variant the meter does not declare goes to the decide function, whose guard raises on it.
+  if (policy.kind !== KIND_METER || !declaresVariant(KINDS.meter, policy)) return undefined;
   if (request.nowUs !== undefined && !Number.isSafeInteger(request.nowUs)) return undefined;
   return { request, policy };
 }
