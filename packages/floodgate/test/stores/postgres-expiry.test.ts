@@ -44,14 +44,16 @@ describe.skipIf(!available)('postgres row expiry', () => {
     const impossible = await limiter.limit('victim', { cost: 7 }); // counted, and reports the window's end
     expect(impossible.reason).toBe('exceeds-capacity');
 
-    const [row] = await connection.sql(
+    const rows = await connection.sql(
       `SELECT state, expires_at FROM "${schema}".expiry WHERE key LIKE $1 AND key LIKE '%victim%'`,
       [`${prefix}%`],
     );
-    const state = (row?.state as number[]).map(Number);
+    expect(rows).toHaveLength(1);
+    const row = rows[0] as Record<string, unknown>;
+    const state = (row.state as number[]).map(Number);
     const blockedUntil = state[0] as number;
     expect(blockedUntil).toBeGreaterThan(clock.nowMs() * 1000 + 500_000_000);
-    expect(Number(row?.expires_at)).toBeGreaterThanOrEqual(blockedUntil);
+    expect(Number(row.expires_at)).toBeGreaterThanOrEqual(blockedUntil);
 
     // Three minutes on: past the window and the grace, within the box. New keys prune; the box holds.
     clock.advance(180_000);
