@@ -2,14 +2,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FloodgateError, fixedWindow, gcra, type Policy, slidingLog } from '../../src/index.js';
 import { type CompiledPolicy, compilePolicy } from '../../src/model/compile.js';
 import { type PostgresStore, postgresStore } from '../../src/stores/postgres/index.js';
+import { stateKeys } from '../../src/stores/sql/common.js';
 import type { Store, StoreRequest } from '../../src/stores/store.js';
 import { toStoreError } from '../../src/stores/store-errors.js';
 import { SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
 import { type Connection, connect, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
 
 /**
- * The PostgreSQL port checks what it is sent: a variant its kind does not declare (a forged flag) raises
- * in SQL instead of running another variant's code, on every path.
+ * The PostgreSQL port checks what it is sent and what it answers: a variant its kind does not declare (a
+ * forged flag) raises in SQL instead of running another variant's code, on every path; and the client's
+ * model checks every verdict the server gives on the state it read, so a row the port could not have
+ * written (a forged row) that makes the two disagree is a protocol error, not a wrong decision.
  */
 const available = await requirePostgres();
 const schema = uniqueSchema('guards');
@@ -66,4 +69,44 @@ describe.skipIf(!available)('postgres port guards', () => {
       expect(await rows()).toBe(0);
     });
   }
+
+  const forgedRows: [string, Policy, string][] = [
+    // The meter statement reads the TAT as a bigint (0.4 µs down to NOW_US): the SQL denies, the model admits.
+    ['the meter statement, a fractional TAT', gcra({ limit: 1, periodMs: 1000, name: 'g' }), `{0,${NOW_US + 0.4}}`],
+    // The decide function reads s[2] as NULL and admits; the model reads a state without its TAT and denies.
+    ['a meter state without its TAT', gcra({ limit: 1, periodMs: 1000, name: 'g' }), '{0}'],
+  ];
+  for (const [what, policy, state] of forgedRows) {
+    it(`a verdict the model does not reach on the state read is ERR_STORE_PROTOCOL (${what})`, async () => {
+      const compiled = compilePolicy(policy);
+      let failures = 0;
+      for (const store of stores) {
+        const prefix = uniquePrefix('forged-row');
+        const [row] = stateKeys(prefix, 'k', [compiled]);
+        await connection.sql(`INSERT INTO "${schema}".guards (key, state, expires_at) VALUES ($1, $2, 9e15)`, [
+          row,
+          state,
+        ]);
+        try {
+          await store.decide(request(prefix, compiled));
+        } catch (error) {
+          expect(toStoreError(store.name, error)).toMatchObject({ code: 'ERR_STORE_PROTOCOL' });
+          failures++;
+        }
+        await connection.sql(`DELETE FROM "${schema}".guards WHERE key = $1`, [row]);
+      }
+      // The meter statement's fractional TAT is the statement's own reading; every path refuses the others.
+      expect(failures).toBe(what.startsWith('the meter statement') ? 1 : 2);
+    });
+  }
+
+  it('an honest row decides without complaint on every path (the check costs nothing it should not)', async () => {
+    const compiled = compilePolicy(gcra({ limit: 2, periodMs: 1000, name: 'g' }));
+    for (const store of stores) {
+      const prefix = uniquePrefix('honest');
+      const decisions = [];
+      for (let i = 0; i < 3; i++) decisions.push((await store.decide(request(prefix, compiled))).allowed);
+      expect(decisions).toEqual([true, true, false]);
+    }
+  });
 });

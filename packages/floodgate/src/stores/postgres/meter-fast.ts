@@ -1,3 +1,4 @@
+import { METER_SQL } from './kinds/meter.js';
 import { expiryAt, literal, type SqlNames } from './sql.js';
 
 /*
@@ -5,9 +6,11 @@ import { expiryAt, literal, type SqlNames } from './sql.js';
  * token bucket with continuous refill, leaky bucket in either mode), sent when no other call waits to share
  * a statement. A call of the decide function pays for the function (its variables, its nested functions,
  * each statement in it planned and run on its own); these are one plain statement each, prepared once per
- * connection. Like the Redis store's meter scripts, the statement applies the model's verdict and next state
- * and returns the state it decided on; the client runs the model (`decide`, model/decide.ts) on that state
- * to report the decision, so the SQL holds only what the write needs.
+ * connection. Like the Redis store's meter scripts, the statement computes only the verdict, the next state
+ * and the expiry, from the meter's one SQL definition (`METER_SQL`, kinds/meter.ts, which the decide
+ * function's meter port is generated from too), and returns the state it decided on, the time and its
+ * verdict; the client runs the model (`decide`, model/decide.ts) on that state to write the report, and a
+ * verdict the model does not reach is a protocol error (ERR_STORE_PROTOCOL): a free self-check.
  *
  * Each comes in two forms, by whose clock decides: the server's (`clock_timestamp()`, read where noted), or
  * the caller's (`nowUs` of the request, a parameter). Two prepared statements rather than one that tests a
@@ -21,7 +24,7 @@ import { expiryAt, literal, type SqlNames } from './sql.js';
  * (they name its prune function), which the store turns into ERR_STORE_VERSION as for the decide function.
  *
  * Both return one row, `r`: a bigint[] as text (`{…}`; integers print exactly, whatever the session's
- * `extra_float_digits`), parsed by `settleMeter` (postgres-store.ts).
+ * `extra_float_digits`), laid out as `METER_REPLY` (wire.ts) says, parsed by `decodeMeter` (replies.ts).
  */
 
 /**
@@ -74,29 +77,34 @@ const SERVER_NOW = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint::f
  * latest committed version, which the statement's snapshot may not see), so the state returned is the one
  * the write was computed from.
  *
- * Returns `{now,blockedUntil,tat}`, the state decided on (stashed by the `DO UPDATE`, whose subquery
- * passes its one row once `set_config` has kept it: `set_config` returns the value set, never NULL), or,
+ * Returns `{now,blockedUntil,tat,verdict}`, the state decided on and the verdict (1 admitted; stashed by
+ * the `DO UPDATE`, whose subquery passes its one row once `set_config` has kept it: `set_config` returns
+ * the value set, never NULL), or,
  * for a key that held nothing, `{now,pruned}`: the row was inserted at `now` (its TAT less the charge) and,
  * as the decide function does for the rows it creates, the port's prune function deleted a few expired
  * ones (how many follows).
  */
 export function meterWriteStatement(n: SqlNames, clock: MeterClock): string {
   const now = clock === 'server' ? SERVER_NOW : '$5::float8';
+  const m = METER_SQL;
+  const admitted = m.admittedTat('m.x', 'm.now', '$2::float8');
+  const [blockedUntil, tat] = m.penalty('m.now', '$4::float8', 'm.x');
   return `INSERT INTO ${n.qualified} AS t (key, state, expires_at)
 SELECT $1::text, ARRAY[0, i.tat], ${expiryAt('i.tat')}
 FROM (SELECT ${now} + $2::float8 AS tat OFFSET 0) i
 ON CONFLICT (key) DO UPDATE SET (state, expires_at) = (
   SELECT
-    CASE WHEN m.b > m.now THEN t.state
-      WHEN coalesce(m.x, 0) <= m.now + $3::float8 THEN ARRAY[0, greatest(m.x, m.now) + $2::float8]
-      WHEN $4::float8 > 0 THEN ARRAY[m.now + $4::float8, m.x]
+    CASE WHEN m.v < 0 THEN t.state
+      WHEN m.v = 1 THEN ARRAY[0, ${admitted}]
+      WHEN $4::float8 > 0 THEN ARRAY[${blockedUntil}, ${tat}]
       ELSE t.state END,
-    CASE WHEN m.b > m.now THEN t.expires_at
-      WHEN coalesce(m.x, 0) <= m.now + $3::float8 THEN ${expiryAt('greatest(m.x, m.now) + $2::float8')}
-      WHEN $4::float8 > 0 THEN ${expiryAt('greatest(m.now + $4::float8, m.x)')}
+    CASE WHEN m.v < 0 THEN t.expires_at
+      WHEN m.v = 1 THEN ${expiryAt(admitted)}
+      WHEN $4::float8 > 0 THEN ${expiryAt(m.untouchedAt(blockedUntil, tat))}
       ELSE t.expires_at END
-  FROM (SELECT ${now} AS now, t.state[1] AS b, t.state[2] AS x OFFSET 0) m
-  WHERE set_config('${STASH}', ARRAY[m.now, m.b, m.x]::bigint[]::text, true) IS NOT NULL)
+  FROM (SELECT v.*, CASE WHEN ${m.blocked('v.b', 'v.now')} THEN -1 WHEN ${m.admits('v.x', 'v.now', '$3::float8')} THEN 1 ELSE 0 END AS v
+    FROM (SELECT ${now} AS now, t.state[1] AS b, t.state[2] AS x OFFSET 0) v OFFSET 0) m
+  WHERE set_config('${STASH}', ARRAY[m.now, m.b, m.x, greatest(m.v, 0)]::bigint[]::text, true) IS NOT NULL)
 RETURNING coalesce(nullif(current_setting('${STASH}', true), ''),
   ARRAY[t.state[2] - $2::float8, ${n.fn('prune')}(t.state[2] - $2::float8, 1)]::bigint[]::text) AS r`;
 }
@@ -104,14 +112,19 @@ RETURNING coalesce(nullif(current_setting('${STASH}', true), ''),
 /**
  * Every other call under one meter policy: a `check`, a cost 0, a cost beyond what the meter can ever
  * admit. None changes anything (the model's `decide` writes nothing for them), so the statement only reads
- * the row, without locking it, as the decide function reads the rows of a `check`.
+ * the row, without locking it, as the decide function reads the rows of a `check`, and gives its verdict.
  *
- * Parameters: `$1` the row key, with the caller's clock `$2` now µs. Returns `{now,blockedUntil,tat}`,
- * `{now,NULL,NULL}` for a key that holds no state.
+ * Parameters: `$1` the row key, `$2` room (as for the write statement; `-Infinity` for a cost beyond τ,
+ * which nothing admits), with the caller's clock `$3` now µs. Returns `{now,blockedUntil,tat,verdict}`,
+ * `{now,NULL,NULL,verdict}` for a key that holds no state.
  */
 export function meterReadStatement(n: SqlNames, clock: MeterClock): string {
-  const now = clock === 'server' ? SERVER_NOW : '$2::float8';
-  return `SELECT ARRAY[${now}, t.state[1], t.state[2]]::bigint[]::text AS r
-FROM (SELECT) o LEFT JOIN ${n.qualified} t ON t.key = $1::text
-WHERE ${literal(`${n.fn('prune')}(double precision,integer)`)}::regprocedure IS NOT NULL`;
+  const now = clock === 'server' ? SERVER_NOW : '$3::float8';
+  const m = METER_SQL;
+  return `SELECT ARRAY[v.now, v.b, v.x,
+    CASE WHEN ${m.blocked('v.b', 'v.now')} THEN 0 WHEN ${m.admits('v.x', 'v.now', '$2::float8')} THEN 1 ELSE 0 END
+  ]::bigint[]::text AS r
+FROM (SELECT ${now} AS now, t.state[1] AS b, t.state[2] AS x
+  FROM (SELECT) o LEFT JOIN ${n.qualified} t ON t.key = $1::text
+  WHERE ${literal(`${n.fn('prune')}(double precision,integer)`)}::regprocedure IS NOT NULL OFFSET 0) v`;
 }

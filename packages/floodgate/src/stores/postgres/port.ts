@@ -5,6 +5,7 @@ import { PRUNE_GRACE_US } from '../sql/common.js';
 import { flagGuard } from './guards.js';
 import { SQL_PORTS, type SqlPort } from './kind-ports.js';
 import { charge, evaluation, expiry, type SqlNames, serverNow, sqlNames } from './sql.js';
+import { LIST_KINDS } from './wire.js';
 
 /*
  * The model, ported to PL/pgSQL: the functions `migrate()` installs beside the table (migration.ts).
@@ -249,6 +250,11 @@ function pruneFunction(n: SqlNames): string {
   $fn$;`;
 }
 
+/** A condition: the kind (an SQL expression) keeps a list, so its call is answered with reports (wire.ts). */
+function listKind(kind: string): string {
+  return `${kind} IN (${LIST_KINDS.map((k) => k.id).join(', ')})`;
+}
+
 /**
  * The µs from `now` until the state `s` is untouched again: its own reset, a cost-0 evaluation. What an
  * expiry is computed from when the state written is a denial's (a counted call, a penalty box): a denial
@@ -271,7 +277,8 @@ function untouched(n: SqlNames, kind: string, lim: string, a: string, b: string,
  *   blockUs, a, b, c (see compile.ts).
  *
  * Returns, as comma-separated text, for each call but resets: allowed (0/1), the µs it was decided at,
- * then 6 numbers per policy: allowed, reason, remaining, retryAfterUs, resetAfterUs, delayUs.
+ * then per policy the server's verdict and the state it read (the client's model writes the report), or,
+ * for a call under a list kind, the report itself: `CallForm` in wire.ts.
  *
  * Locking, deadlock-free: first the missing rows are created empty, in key order (a transaction only
  * waits there for another that is creating the same key, and that one never waits for a transaction
@@ -304,7 +311,7 @@ function decideFunction(n: SqlNames): string {
     i int; j int; k int; q int; ki int; np int; pj int; op int; base int; kind int; n_len int;
     lim float8; a float8; b float8; c float8; blocked_until float8; bwait float8;
     cost float8; now float8; maxdelay float8; server_now float8; prune_now float8; ts timestamp;
-    all_ok boolean; impossible boolean; is_commit boolean; optimistic boolean := false;
+    all_ok boolean; impossible boolean; reports boolean; is_commit boolean; optimistic boolean := false;
   BEGIN
     IF p_locked = 1 THEN
       -- One row to write: lock it if it exists. A new key is decided optimistically and inserted at
@@ -383,6 +390,7 @@ function decideFunction(n: SqlNames): string {
         -- decide(): every policy first (evaluatePolicy, inlined), then settleDenied if one denied.
         all_ok := true;
         impossible := false;
+        reports := false;
         IF np > 1 THEN rb := '{}'; END IF;
         FOR k IN 0..np - 1 LOOP
           base := pj + k * 7;
@@ -408,6 +416,7 @@ function decideFunction(n: SqlNames): string {
           END IF;
           IF r[1] = 0 THEN all_ok := false; END IF;
           IF r[2] = 3 THEN impossible := true; END IF;
+          IF ${listKind('kind')} THEN reports := true; END IF;
           IF np > 1 THEN
             ro[k + 1] := coalesce(array_length(rb, 1), 0);
             rb := rb || r;
@@ -418,7 +427,12 @@ function decideFunction(n: SqlNames): string {
           IF NOT all_ok THEN
             r := ${n.fn('settle')}(kind, lim, p_pol[pj + 4], a, b, c, s, now, cost, is_commit, r[1:6]);
           END IF;
-          res := res || ARRAY[CASE WHEN all_ok THEN 1 ELSE 0 END, now]::float8[] || r[1:6];
+          res := res || ARRAY[CASE WHEN all_ok THEN 1 ELSE 0 END, now]::float8[];
+          IF reports THEN
+            res := res || r[1:6];
+          ELSE
+            res := res || ARRAY[r[1], coalesce(array_length(s, 1), -1)]::float8[] || s;
+          END IF;
           n_len := r[7]::int;
           IF is_commit AND n_len >= 0 THEN
             st[ki] := ROW(r[8:7 + n_len]);
@@ -449,7 +463,15 @@ function decideFunction(n: SqlNames): string {
           res := res || ARRAY[CASE WHEN all_ok THEN 1 ELSE 0 END, now]::float8[];
           FOR k IN 0..np - 1 LOOP
             q := ro[k + 1];
-            res := res || rb[q + 1:q + 6];
+            IF reports THEN
+              res := res || rb[q + 1:q + 6];
+            ELSE
+              s := (st[p_pol[pj + k * 7 + 1]::int]).s;
+              res := res || ARRAY[rb[q + 1], coalesce(array_length(s, 1), -1)]::float8[] || s;
+            END IF;
+          END LOOP;
+          FOR k IN 0..np - 1 LOOP
+            q := ro[k + 1];
             n_len := rb[q + 7]::int;
             IF is_commit AND n_len >= 0 THEN
               base := pj + k * 7;

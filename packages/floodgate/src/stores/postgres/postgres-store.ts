@@ -1,10 +1,8 @@
 import { createHash } from 'node:crypto';
 import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
-import { decide } from '../../model/decide.js';
 import { exceedsCapacity, KIND_METER, KINDS } from '../../model/kinds.js';
 import { meterCharge } from '../../model/meter.js';
-import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { declaresVariant } from './guards.js';
@@ -12,6 +10,7 @@ import { meterReadStatement, meterWriteStatement } from './meter-fast.js';
 import { dropVersionsStatement, INSTALLED_VERSIONS, migrationStatement } from './migration.js';
 import { cancelStatement, decideStatement, PORT_VERSION, refundStatement } from './port.js';
 import type { PostgresClient } from './postgres-client.js';
+import { decodeCall, decodeMeter, Reply } from './replies.js';
 import { RESERVED_INFIX, type SqlNames, sqlNames } from './sql.js';
 
 /** Options of {@link postgresStore}. */
@@ -75,7 +74,6 @@ export interface PostgresStore extends Store {
 const OP_CHECK = 0;
 const OP_LIMIT = 1;
 const OP_RESET = 2;
-const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
 
 interface Pending {
   op: 0 | 1 | 2;
@@ -449,23 +447,29 @@ class PostgresStoreImpl implements PostgresStore {
     const key = item.keys[0] as string;
     const clock = request.nowUs === undefined ? 0 : 1;
     const charge = meterCharge(request.cost, policy.a);
-    const write = request.commit && request.cost !== 0 && !exceedsCapacity(policy, request.cost);
+    const exceeds = exceedsCapacity(policy, request.cost);
+    const write = request.commit && request.cost !== 0 && !exceeds;
+    // The meter admits while TAT ≤ now + room (kinds/meter.ts); queue mode books no further ahead than τ.
+    const room = exceeds ? '-Infinity' : String(policy.b + (policy.c === 1 ? 0 : request.maxDelayUs) - charge);
     let sent: Promise<readonly Record<string, unknown>[]>;
     if (write) {
-      // The meter admits while TAT ≤ now + room (meter-fast.ts); queue mode books no further ahead than τ.
-      const room = policy.b + (policy.c === 1 ? 0 : request.maxDelayUs) - charge;
-      const params = [key, String(charge), String(room), String(policy.blockUs)];
+      const params = [key, String(charge), room, String(policy.blockUs)];
       if (clock === 1) params.push(String(request.nowUs));
       const statement = this.meterWrite[clock];
       sent = this.send(statement.text, statement.name, params, 0);
     } else {
       const statement = this.meterRead[clock];
-      sent = this.send(statement.text, statement.name, clock === 1 ? [key, String(request.nowUs)] : [key], 0);
+      sent = this.send(
+        statement.text,
+        statement.name,
+        clock === 1 ? [key, room, String(request.nowUs)] : [key, room],
+        0,
+      );
     }
     sent.then(
       (rows) => {
         try {
-          item.resolve(settleMeter(call, rows));
+          item.resolve(decodeMeter(call.policy, call.request, rows));
         } catch (error) {
           item.reject(error);
         }
@@ -595,64 +599,6 @@ function meterCall(item: Pending): MeterCall | undefined {
   return { request, policy };
 }
 
-const METER_OUT = emptyEvaluation();
-const METER_OUTS = [METER_OUT];
-
-/**
- * The decision of a meter statement: the model run on the state the statement decided on, at its time, which
- * is exactly what the statement applied (see meter-fast.ts).
- */
-function settleMeter(call: MeterCall, rows: readonly Record<string, unknown>[]): StoreResult {
-  const text = rows[0]?.r;
-  if (typeof text !== 'string' || text.length < 2 || text[0] !== '{' || text[text.length - 1] !== '}') {
-    throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no result from its meter statement');
-  }
-  // `{now,blockedUntil,tat}` is the state decided on, `{now,NULL,NULL}` a key that held none (the read
-  // statement), `{now,pruned}` a key the write statement inserted.
-  const parts = text.slice(1, -1).split(',');
-  const held = parts.length === 3 && parts[1] !== 'NULL';
-  const numbers = held ? parts : parts.length === 3 && parts[2] === 'NULL' ? parts.slice(0, 1) : parts;
-  if ((parts.length !== 2 && parts.length !== 3) || !numbers.every(isWholeNumber)) {
-    throw new FloodgateError('ERR_STORE_PROTOCOL', `the postgres store got an unexpected result: ${text}`);
-  }
-  const nowUs = Number(parts[0]);
-  const state: State | undefined = held ? [Number(parts[1]), Number(parts[2])] : undefined;
-  const { request } = call;
-  const allowed = decide(
-    [call.policy],
-    [state],
-    nowUs,
-    request.cost,
-    { commit: request.commit, maxDelayUs: request.maxDelayUs },
-    METER_OUTS,
-  );
-  const e = METER_OUT;
-  return {
-    allowed,
-    evaluations: [
-      {
-        allowed: e.allowed,
-        reason: e.reason,
-        remaining: e.remaining,
-        retryAfterUs: e.retryAfterUs,
-        resetAfterUs: e.resetAfterUs,
-        delayUs: e.delayUs,
-        next: undefined,
-        buffers: SHARED_BUFFERS,
-      },
-    ],
-    nowUs,
-  };
-}
-
-/** A bigint as PostgreSQL prints it, within the numbers JavaScript holds exactly. */
-function isWholeNumber(text: string): boolean {
-  return text !== '' && Number.isSafeInteger(Number(text));
-}
-
-/** The buffers of the evaluations the meter statements hand over (their `next` is always undefined). */
-const SHARED_BUFFERS = emptyEvaluation().buffers;
-
 /** One string per prefix and key (the prefix's length first, so no two pairs meet). */
 function keyId(prefix: string, key: string): string {
   return `${prefix.length}:${prefix}${key}`;
@@ -696,34 +642,13 @@ function settleBatch(batch: readonly Pending[], rows: readonly Record<string, un
   if (typeof text !== 'string') {
     throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no result from its decide function');
   }
-  const values = text === '' ? [] : text.split(',');
-  let expected = 0;
-  for (const item of batch) if (item.op !== OP_RESET) expected += 2 + 6 * item.policies.length;
-  if (values.length !== expected) {
-    throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got a result of the wrong length');
-  }
-  let p = 0;
-  const next = () => Number(values[p++]);
-  for (const item of batch) {
-    if (item.op === OP_RESET) {
-      item.resolve(undefined);
-      continue;
-    }
-    const allowed = next() === 1;
-    const nowUs = next();
-    const evaluations: Evaluation[] = [];
-    for (let i = 0; i < item.policies.length; i++) {
-      const e = emptyEvaluation();
-      e.allowed = next() === 1;
-      e.reason = REASONS[next()] as Reason;
-      e.remaining = next();
-      e.retryAfterUs = next();
-      e.resetAfterUs = next();
-      e.delayUs = next();
-      evaluations.push(e);
-    }
-    item.resolve({ allowed, evaluations, nowUs });
-  }
+  // Read every answer before settling any: a malformed reply fails the whole batch.
+  const reply = new Reply(text);
+  const results = batch.map((item) =>
+    item.op === OP_RESET ? undefined : decodeCall(reply, item.policies, item.request as StoreRequest),
+  );
+  reply.end();
+  for (let i = 0; i < batch.length; i++) (batch[i] as Pending).resolve(results[i]);
 }
 
 /** A PostgreSQL array literal of strings: every element quoted, `"` and `\` escaped. Keys stay data. */
