@@ -126,7 +126,7 @@ export const ATTACKS: readonly Attack[] = [
   {
     name: 'connections that open no stream',
     aims: ['refused', 'memory', 'open'],
-    run: plain('nostream', (s) => [sized(s, 200, 1000), sized(s, 3, 40)]),
+    run: plain('nostream', (s) => [sized(s, 200, 1000), sized(s, 6, 40)]),
   },
   {
     name: 'rapid reset (CVE-2023-44487), one connection',
