@@ -175,6 +175,9 @@ export class H2Stream {
     this.sendWindow = sendWindow;
   }
 
+  /** What the current server tells a stream it answers for its read timeout: nothing to do here. */
+  timedOut(): void {}
+
   /** Answers one gRPC message (`payload` unframed) and status OK. */
   sendMessage(payload: Buffer): void {
     if (this.answered || this.closed) return;

@@ -109,6 +109,8 @@ async function start(name: string, tls: boolean, argv: (config: string) => strin
         resolve(JSON.parse(line) as { http: string; grpc: string });
       } else if (child.exitCode !== null || Date.now() > deadline) {
         clearInterval(poll);
+        // Not left running behind the test.
+        child.kill('SIGKILL');
         reject(new Error(`floodgate did not start: ${err}`));
       }
     }, 20);
