@@ -76,17 +76,11 @@ async function startService(store: string, transport: string): Promise<Running> 
     return { child, httpPort: port(log.http), grpcPort: port(log.grpc ?? '') };
   }
   const nodeArgs = transport === 'earlier' ? ['--import', 'tsx', '--import', EARLIER] : [];
-  const { child, log } = await spawnServe(CLI, [
-    '--config',
-    configFile,
-    '--store',
-    store,
-    '--port',
-    '0',
-    '--grpc-port',
-    '0',
-    '--no-watch',
-  ], nodeArgs);
+  const { child, log } = await spawnServe(
+    CLI,
+    ['--config', configFile, '--store', store, '--port', '0', '--grpc-port', '0', '--no-watch'],
+    nodeArgs,
+  );
   const port = (address: string) => Number(address.split(':').pop());
   return { child, httpPort: port(log.http), grpcPort: port(log.grpc ?? '') };
 }
@@ -333,24 +327,26 @@ async function scenarios(store: string, transport: string): Promise<Row[]> {
       1,
     );
     rows.push(max1);
-    if (!gRpcOnly) rows.push(
-      await grpcRow(
-        `gRPC max, 4 descriptors/call, ${CONCURRENCY} in flight`,
-        () => grpcClosedLoop(service.grpcPort, four, CONCURRENCY, SECONDS),
-        4,
-      ),
-    );
+    if (!gRpcOnly)
+      rows.push(
+        await grpcRow(
+          `gRPC max, 4 descriptors/call, ${CONCURRENCY} in flight`,
+          () => grpcClosedLoop(service.grpcPort, four, CONCURRENCY, SECONDS),
+          4,
+        ),
+      );
     rows.push(
       await grpcRow('gRPC at 10,000/s (open loop)', () => grpcOpenLoop(service.grpcPort, one, 10_000, SECONDS), 1),
     );
     const half = Math.round(max1.decisionsPerSecond / 2);
-    if (!gRpcOnly) rows.push(
-      await grpcRow(
-        `gRPC at half the max: ${half.toLocaleString('en-US')}/s`,
-        () => grpcOpenLoop(service.grpcPort, one, half, SECONDS),
-        1,
-      ),
-    );
+    if (!gRpcOnly)
+      rows.push(
+        await grpcRow(
+          `gRPC at half the max: ${half.toLocaleString('en-US')}/s`,
+          () => grpcOpenLoop(service.grpcPort, one, half, SECONDS),
+          1,
+        ),
+      );
 
     // A client in C, when there is one (Debian: nghttp2-client): the Node client above costs more CPU per
     // call than the service, and pauses for its own garbage collection, so on 2 cores it, not the service,
@@ -539,5 +535,11 @@ for (const [scenario, what] of compared) {
       ? `${Math.round(other.decisionsPerSecond).toLocaleString('en-US')}/s, now ${(now.decisionsPerSecond / other.decisionsPerSecond).toFixed(2)}×`
       : `${t} p99 ${other.p99.toFixed(2)} ms, now ${now.p99.toFixed(2)} ms (${(now.p99 / other.p99).toFixed(2)}×)`;
   });
-  console.log(`  ${scenario}: now ${what === 'rate' ? `${Math.round(now.decisionsPerSecond).toLocaleString('en-US')}/s` : `p99 ${now.p99.toFixed(2)} ms`}; ${TRANSPORTS.filter((t) => t !== 'now').map((t, i) => `${t} ${parts[i]}`).join('; ')}`);
+  console.log(
+    `  ${scenario}: now ${what === 'rate' ? `${Math.round(now.decisionsPerSecond).toLocaleString('en-US')}/s` : `p99 ${now.p99.toFixed(2)} ms`}; ${TRANSPORTS.filter(
+      (t) => t !== 'now',
+    )
+      .map((t, i) => `${t} ${parts[i]}`)
+      .join('; ')}`,
+  );
 }
