@@ -121,7 +121,7 @@ export const ATTACKS: readonly Attack[] = [
   {
     name: 'unfinished 240 kB header blocks',
     aims: ['refused', 'memory', 'open'],
-    run: plain('headerblock', (s) => [sized(s, 100, 400), 240, sized(s, 3, 15)]),
+    run: plain('headerblock', (s) => [sized(s, 100, 400), 240, sized(s, 6, 15)]),
   },
   {
     name: 'connections that open no stream',
