@@ -1368,6 +1368,8 @@ export class H2Session {
         if (room <= 0) break;
         const piece = stream.pending.subarray(0, room);
         this.queue(frame(DATA, 0, stream.id, piece));
+        // A peer whose window is small answers each DATA frame with a WINDOW_UPDATE: one back per frame.
+        if (this.controlTokens < this.limits.controlFrameBurst) this.controlTokens++;
         this.sendWindow -= room;
         stream.sendWindow -= room;
         stream.pending = room === stream.pending.length ? undefined : stream.pending.subarray(room);
