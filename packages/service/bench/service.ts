@@ -533,7 +533,7 @@ for (const [scenario, what] of compared) {
     if (other === undefined) return `${t}: not run`;
     return what === 'rate'
       ? `${Math.round(other.decisionsPerSecond).toLocaleString('en-US')}/s, now ${(now.decisionsPerSecond / other.decisionsPerSecond).toFixed(2)}×`
-      : `${t} p99 ${other.p99.toFixed(2)} ms, now ${now.p99.toFixed(2)} ms (${(now.p99 / other.p99).toFixed(2)}×)`;
+      : `p99 ${other.p99.toFixed(2)} ms, now ${now.p99.toFixed(2)} ms (${(now.p99 / other.p99).toFixed(2)}×)`;
   });
   console.log(
     `  ${scenario}: now ${what === 'rate' ? `${Math.round(now.decisionsPerSecond).toLocaleString('en-US')}/s` : `p99 ${now.p99.toFixed(2)} ms`}; ${TRANSPORTS.filter(
