@@ -1,41 +1,38 @@
-// The gRPC server under hostile HTTP/2 clients (python3-h2, see test/hostile/h2-attack.py), full size:
-// for each attack, the service's RSS before and at most, the p99 of normal calls made during it
-// (node:http2, 100 calls/s on a connection of their own), and how the attack's connections ended.
+// The gRPC server under hostile HTTP/2 clients (python3-h2, see test/hostile/h2-attack.py), full size: each
+// attack of the hostile suite's list (test/hostile/h2-attacks.ts) against our server and against the
+// node:http2 reference running the same handler (test/hostile/node-h2-server.ts), one after the other in
+// the same run, with normal calls (node:http2, 100 calls/s) measured during each.
 //
 //   npm run build && node --import tsx packages/service/bench/h2-attacks.ts
 //
 // H2_ATTACK_CLI runs another build of the CLI (to measure an older version the same way); H2_ATTACKS
 // picks attacks by name (comma-separated). Needs /usr/bin/python3 with python3-h2.
-import { attack, measure, serve } from '../test/hostile/h2-harness.js';
+import { ATTACKS, row, runAttack, worse } from '../test/hostile/h2-attacks.js';
+import { type Running, serve, serveReference } from '../test/hostile/h2-harness.js';
+import { makePki } from '../test/tls-certs.js';
 
 const cli = process.env.H2_ATTACK_CLI;
 const only = process.env.H2_ATTACKS?.split(',');
-
-const attacks: Array<[string, string[], (port: number) => Promise<unknown>]> = [
-  ['no attack (baseline), 10 s', [], () => new Promise((resolve) => setTimeout(() => resolve('-'), 10_000))],
-  ['PING flood, 50 connections that never read, 10 s', [], (port) => attack('flood', port, 'ping', 50, 10)],
-  ['SETTINGS flood, 50 connections that never read, 10 s', [], (port) => attack('flood', port, 'settings', 50, 10)],
-  ['1,000 connections sending a frame 1 byte/s, 15 s', [], (port) => attack('slowloris', port, 1000, 15)],
-  ['400 unfinished 240 kB header blocks, held 15 s', [], (port) => attack('headerblock', port, 400, 240, 15)],
-  ['1,000 connections that open no stream, 40 s', [], (port) => attack('nostream', port, 1000, 40)],
-  ['rapid reset, 200,000 streams on one connection', [], (port) => attack('rapidreset', port, 200_000)],
-];
+const pki = makePki();
+const tls = pki.server;
 
 const rows: string[] = [];
-for (const [name, args, run] of attacks) {
-  if (only !== undefined && !only.some((o) => name.toLowerCase().includes(o.toLowerCase()))) continue;
-  const running = await serve(args, cli);
+for (const attack of ATTACKS) {
+  if (only !== undefined && !only.some((o) => attack.name.toLowerCase().includes(o.toLowerCase()))) continue;
+  // Fresh servers for each attack, full size: what one leaves behind does not count against the next.
+  const servers: Running[] = await Promise.all([
+    serve(attack.tls === true ? ['--grpc-tls-cert', tls.cert, '--grpc-tls-key', tls.key] : [], cli),
+    serveReference(attack.tls === true ? tls : undefined),
+  ]);
   try {
-    const m = await measure(running, () => run(running.grpcPort));
-    const rssAfter = running.rssMb();
-    rows.push(
-      `| ${name} | ${m.rssBeforeMb.toFixed(0)} → ${m.rssMaxMb.toFixed(0)} (${rssAfter.toFixed(0)} after) | ${m.p99Ms.toFixed(1)} | ${m.failed}/${m.calls} | ${m.cpuSeconds.toFixed(1)} s in ${m.seconds.toFixed(0)} s | ${JSON.stringify(m.result)} |`,
-    );
-    console.log(rows.at(-1));
+    const ours = await runAttack(servers[0] as Running, attack, 'full');
+    const reference = await runAttack(servers[1] as Running, attack, 'full');
+    rows.push(row(attack, ours, reference));
+    console.log(rows.at(-1), worse(attack, ours, reference).join('; '));
   } finally {
-    await running.stop();
+    await Promise.all(servers.map((s) => s.stop()));
   }
 }
-console.log('\n| attack | service RSS MB | p99 of normal calls, ms | failed calls | service CPU | outcome |');
-console.log('| --- | --- | ---: | ---: | ---: | --- |');
-for (const row of rows) console.log(row);
+pki.remove();
+console.log('\n| attack | aims at | ours | node:http2 |\n| --- | --- | --- | --- |');
+for (const line of rows) console.log(line);

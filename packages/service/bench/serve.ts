@@ -8,8 +8,11 @@ import { type ChildProcess, spawn } from 'node:child_process';
 export async function spawnServe(
   cli: string,
   args: readonly string[],
+  nodeArgs: readonly string[] = [],
 ): Promise<{ child: ChildProcess; log: { http: string; grpc?: string } }> {
-  const child = spawn(process.execPath, [cli, 'serve', ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  // A script that is not the CLI (the node:http2 reference) takes its arguments without `serve`.
+  const command = cli.endsWith('cli.js') ? [cli, 'serve', ...args] : [cli, ...args];
+  const child = spawn(process.execPath, [...nodeArgs, ...command], { stdio: ['ignore', 'pipe', 'inherit'] });
   process.once('exit', () => child.kill('SIGKILL'));
   const line = await new Promise<string>((resolve, reject) => {
     let buffer = '';

@@ -17,7 +17,13 @@
 // decisions/s swing with what else runs, CPU per decision stays put (1 s / CPU per decision is what one
 // core would serve). Each scenario keeps its best of BENCH_ROUNDS rounds (default 2).
 //
-// BENCH_SECONDS (5), BENCH_ROUNDS (2), BENCH_CONCURRENCY (64), BENCH_STORES (memory,redis) override.
+// Each round runs the gRPC scenarios on three transports, one after the other: the current one (`now`),
+// the one before the hostile-peer bounds (`earlier`: bench/earlier/h2.ts, loaded in place of the built
+// transport), and node:http2 running the same handler (`node:http2`: test/hostile/node-h2-server.ts,
+// memory store only); the summary gives now's figures as ratios of the other two, from the same run.
+//
+// BENCH_SECONDS (5), BENCH_ROUNDS (2), BENCH_CONCURRENCY (64), BENCH_STORES (memory,redis) and
+// BENCH_TRANSPORTS (now,earlier,node:http2) override.
 import { type ChildProcess, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -35,6 +41,9 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 5);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 64);
 const STORES = (process.env.BENCH_STORES ?? 'memory,redis').split(',');
+const TRANSPORTS = (process.env.BENCH_TRANSPORTS ?? 'now,earlier,node:http2').split(',');
+const EARLIER = fileURLToPath(new URL('./earlier/register.mjs', import.meta.url));
+const REFERENCE = fileURLToPath(new URL('../test/hostile/node-h2-server.ts', import.meta.url));
 const USERS = 10_000;
 
 const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
@@ -60,18 +69,18 @@ interface Running {
   grpcPort: number;
 }
 
-async function startService(store: string): Promise<Running> {
-  const { child, log } = await spawnServe(CLI, [
-    '--config',
-    configFile,
-    '--store',
-    store,
-    '--port',
-    '0',
-    '--grpc-port',
-    '0',
-    '--no-watch',
-  ]);
+async function startService(store: string, transport: string): Promise<Running> {
+  if (transport === 'node:http2') {
+    const { child, log } = await spawnServe(REFERENCE, [configFile], ['--import', 'tsx']);
+    const port = (address: string) => Number(address.split(':').pop());
+    return { child, httpPort: port(log.http), grpcPort: port(log.grpc ?? '') };
+  }
+  const nodeArgs = transport === 'earlier' ? ['--import', 'tsx', '--import', EARLIER] : [];
+  const { child, log } = await spawnServe(
+    CLI,
+    ['--config', configFile, '--store', store, '--port', '0', '--grpc-port', '0', '--no-watch'],
+    nodeArgs,
+  );
   const port = (address: string) => Number(address.split(':').pop());
   return { child, httpPort: port(log.http), grpcPort: port(log.grpc ?? '') };
 }
@@ -230,6 +239,7 @@ function percentile(sorted: Float64Array, p: number): number {
 }
 
 interface Row {
+  transport: string;
   store: string;
   scenario: string;
   decisionsPerSecond: number;
@@ -276,10 +286,11 @@ async function httpLoad(port: number, seconds: number, overallRate?: number): Pr
   });
 }
 
-async function scenarios(store: string): Promise<Row[]> {
+async function scenarios(store: string, transport: string): Promise<Row[]> {
   const url = STORE_URLS[store];
   if (url === undefined) throw new Error(`unknown store ${store}`);
-  const service = await startService(url);
+  const service = await startService(url, transport);
+  const gRpcOnly = transport !== 'now';
   const pid = service.child.pid as number;
   const rows: Row[] = [];
   const one = frames(1);
@@ -287,7 +298,7 @@ async function scenarios(store: string): Promise<Row[]> {
   try {
     // Warm-up: let the JIT settle, the keys exist.
     await grpcClosedLoop(service.grpcPort, one, CONCURRENCY, 2);
-    await httpLoad(service.httpPort, 1);
+    if (!gRpcOnly) await httpLoad(service.httpPort, 1);
 
     const grpcRow = async (scenario: string, run: () => Promise<Load>, perRequest: number): Promise<Row> => {
       await serviceStallMs(service.httpPort);
@@ -298,6 +309,7 @@ async function scenarios(store: string): Promise<Row[]> {
       const sorted = Float64Array.from(load.latenciesMs).sort();
       const decisions = load.calls * perRequest;
       return {
+        transport,
         store,
         scenario,
         decisionsPerSecond: decisions / load.seconds,
@@ -315,24 +327,26 @@ async function scenarios(store: string): Promise<Row[]> {
       1,
     );
     rows.push(max1);
-    rows.push(
-      await grpcRow(
-        `gRPC max, 4 descriptors/call, ${CONCURRENCY} in flight`,
-        () => grpcClosedLoop(service.grpcPort, four, CONCURRENCY, SECONDS),
-        4,
-      ),
-    );
+    if (!gRpcOnly)
+      rows.push(
+        await grpcRow(
+          `gRPC max, 4 descriptors/call, ${CONCURRENCY} in flight`,
+          () => grpcClosedLoop(service.grpcPort, four, CONCURRENCY, SECONDS),
+          4,
+        ),
+      );
     rows.push(
       await grpcRow('gRPC at 10,000/s (open loop)', () => grpcOpenLoop(service.grpcPort, one, 10_000, SECONDS), 1),
     );
     const half = Math.round(max1.decisionsPerSecond / 2);
-    rows.push(
-      await grpcRow(
-        `gRPC at half the max: ${half.toLocaleString('en-US')}/s`,
-        () => grpcOpenLoop(service.grpcPort, one, half, SECONDS),
-        1,
-      ),
-    );
+    if (!gRpcOnly)
+      rows.push(
+        await grpcRow(
+          `gRPC at half the max: ${half.toLocaleString('en-US')}/s`,
+          () => grpcOpenLoop(service.grpcPort, one, half, SECONDS),
+          1,
+        ),
+      );
 
     // A client in C, when there is one (Debian: nghttp2-client): the Node client above costs more CPU per
     // call than the service, and pauses for its own garbage collection, so on 2 cores it, not the service,
@@ -376,6 +390,7 @@ async function scenarios(store: string): Promise<Row[]> {
         const latencies = Float64Array.from(answered, (line) => Number(line.split('\t')[2]) / 1000).sort();
         const failed = lines.length - answered.length;
         return {
+          transport,
           store,
           scenario,
           decisionsPerSecond: answered.length / seconds,
@@ -417,6 +432,7 @@ async function scenarios(store: string): Promise<Row[]> {
       const result = await httpLoad(service.httpPort, SECONDS, overallRate);
       const cpu = cpuSeconds(pid) - cpuBefore;
       return {
+        transport,
         store,
         scenario,
         decisionsPerSecond: result.requests.total / result.duration,
@@ -426,9 +442,11 @@ async function scenarios(store: string): Promise<Row[]> {
         errors: result.non2xx + result.errors,
       };
     };
-    const httpMax = await httpRow(`HTTP max, 1 descriptor/call, ${CONCURRENCY} connections`);
-    rows.push(httpMax);
-    rows.push(await httpRow(`HTTP at half the max`, Math.round(httpMax.decisionsPerSecond / 2)));
+    if (!gRpcOnly) {
+      const httpMax = await httpRow(`HTTP max, 1 descriptor/call, ${CONCURRENCY} connections`);
+      rows.push(httpMax);
+      rows.push(await httpRow(`HTTP at half the max`, Math.round(httpMax.decisionsPerSecond / 2)));
+    }
   } finally {
     service.child.kill('SIGTERM');
   }
@@ -441,19 +459,21 @@ const minOf = (a: number | undefined, b: number | undefined) =>
   a === undefined || b === undefined ? undefined : Math.min(a, b);
 const best = new Map<string, Row>();
 for (let round = 1; round <= ROUNDS; round++) {
-  for (const store of STORES) {
+  for (const [store, transport] of STORES.flatMap((st) =>
+    TRANSPORTS.filter((t) => t === 'now' || st === 'memory').map((t) => [st, t] as const),
+  )) {
     let rows: Row[];
     try {
-      rows = await scenarios(store);
+      rows = await scenarios(store, transport);
     } catch (error) {
       console.error(`${store}: ${(error as Error).message}`, (error as Error).cause);
       continue;
     }
     for (const row of rows) {
-      const id = `${row.store}|${row.scenario.replace(/: [\d,]+\/s$/, '')}`;
+      const id = `${row.transport}|${row.store}|${row.scenario.replace(/: [\d,]+\/s$/, '')}`;
       const previous = best.get(id);
       console.error(
-        `round ${round} ${store.padEnd(6)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(7)}/s  p50 ${row.p50.toFixed(2)} ms  p99 ${row.p99.toFixed(2)} ms  ${row.cpuUsPerDecision.toFixed(1)} µs CPU/decision${row.serviceStallMs === undefined ? '' : `  service stalled ${stallRange(row.serviceStallMs)}`}${row.clientStallMs === undefined ? '' : `, client ${row.clientStallMs.toFixed(1)} ms`}${row.errors > 0 ? `  ${row.errors} errors` : ''}`,
+        `round ${round} ${transport.padEnd(10)} ${store.padEnd(6)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(7)}/s  p50 ${row.p50.toFixed(2)} ms  p99 ${row.p99.toFixed(2)} ms  ${row.cpuUsPerDecision.toFixed(1)} µs CPU/decision${row.serviceStallMs === undefined ? '' : `  service stalled ${stallRange(row.serviceStallMs)}`}${row.clientStallMs === undefined ? '' : `, client ${row.clientStallMs.toFixed(1)} ms`}${row.errors > 0 ? `  ${row.errors} errors` : ''}`,
       );
       if (previous === undefined) {
         best.set(id, row);
@@ -478,20 +498,48 @@ console.log(
   `\nfloodgate serve, loopback, best of ${ROUNDS} round${ROUNDS === 1 ? '' : 's'} of ${SECONDS} s per scenario\n`,
 );
 console.log(
-  `${'store'.padEnd(7)} ${'scenario'.padEnd(48)} ${'decisions/s'.padStart(11)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} ${'CPU µs/decision'.padStart(15)}`,
+  `${'transport'.padEnd(11)}${'store'.padEnd(7)} ${'scenario'.padEnd(48)} ${'decisions/s'.padStart(11)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} ${'CPU µs/decision'.padStart(15)}`,
 );
 for (const row of best.values()) {
   console.log(
-    `${row.store.padEnd(7)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(11)} ${row.p50.toFixed(2).padStart(7)} ${row.p99.toFixed(2).padStart(7)} ${row.cpuUsPerDecision.toFixed(1).padStart(15)}${row.serviceStallMs === undefined ? '' : `  stalls: service ${stallRange(row.serviceStallMs)}`}${row.clientStallMs === undefined ? '' : `, client ${row.clientStallMs.toFixed(1)} ms`}${row.errors > 0 ? `  (${row.errors} errors)` : ''}`,
+    `${row.transport.padEnd(11)}${row.store.padEnd(7)} ${row.scenario.padEnd(48)} ${Math.round(row.decisionsPerSecond).toLocaleString('en-US').padStart(11)} ${row.p50.toFixed(2).padStart(7)} ${row.p99.toFixed(2).padStart(7)} ${row.cpuUsPerDecision.toFixed(1).padStart(15)}${row.serviceStallMs === undefined ? '' : `  stalls: service ${stallRange(row.serviceStallMs)}`}${row.clientStallMs === undefined ? '' : `, client ${row.clientStallMs.toFixed(1)} ms`}${row.errors > 0 ? `  (${row.errors} errors)` : ''}`,
   );
 }
-const memoryMax = best.get(`memory|gRPC max, 1 descriptor/call, ${CONCURRENCY} in flight`);
-const h2loadMax = best.get('memory|gRPC max, h2load client, 4 x 32 in flight');
+const memoryMax = best.get(`now|memory|gRPC max, 1 descriptor/call, ${CONCURRENCY} in flight`);
+const h2loadMax = best.get('now|memory|gRPC max, h2load client, 4 x 32 in flight');
 const rate = (row: Row | undefined) =>
   row === undefined ? 'not run' : `${Math.round(row.decisionsPerSecond).toLocaleString('en-US')}/s`;
 const p99 = (row: Row | undefined) => (row === undefined ? 'not run' : `${row.p99.toFixed(2)} ms`);
 if (memoryMax !== undefined) {
   console.log(
-    `\ntargets on the memory store:\n  ≥ 20,000 gRPC decisions/s (1 descriptor/call): Node client ${rate(memoryMax)}, h2load ${rate(h2loadMax)}; one core at ${memoryMax.cpuUsPerDecision.toFixed(1)} µs/decision: ${Math.round(1e6 / memoryMax.cpuUsPerDecision).toLocaleString('en-US')}/s\n  p99 < 5 ms at 10,000/s: Node client ${p99(best.get('memory|gRPC at 10,000/s (open loop)'))}, h2load ${p99(best.get('memory|gRPC at 10,000/s, h2load client (open loop)'))}`,
+    `\ntargets on the memory store:\n  ≥ 20,000 gRPC decisions/s (1 descriptor/call): Node client ${rate(memoryMax)}, h2load ${rate(h2loadMax)}; one core at ${memoryMax.cpuUsPerDecision.toFixed(1)} µs/decision: ${Math.round(1e6 / memoryMax.cpuUsPerDecision).toLocaleString('en-US')}/s\n  p99 < 5 ms at 10,000/s: Node client ${p99(best.get('now|memory|gRPC at 10,000/s (open loop)'))}, h2load ${p99(best.get('now|memory|gRPC at 10,000/s, h2load client (open loop)'))}`,
+  );
+}
+
+// now against the earlier transport and node:http2, same run: calls/s at max (higher is better) and p99 at
+// 10,000/s (lower is better); targets: ≥ 1× the earlier transport, ≥ 1.8× node:http2 at max.
+const compared: Array<[string, 'rate' | 'p99']> = [
+  [`gRPC max, 1 descriptor/call, ${CONCURRENCY} in flight`, 'rate'],
+  ['gRPC max, h2load client, 4 x 32 in flight', 'rate'],
+  ['gRPC at 10,000/s (open loop)', 'p99'],
+  ['gRPC at 10,000/s, h2load client (open loop)', 'p99'],
+];
+console.log('\nnow against the others (memory store, same run):');
+for (const [scenario, what] of compared) {
+  const now = best.get(`now|memory|${scenario}`);
+  if (now === undefined) continue;
+  const parts = TRANSPORTS.filter((t) => t !== 'now').map((t) => {
+    const other = best.get(`${t}|memory|${scenario}`);
+    if (other === undefined) return `${t}: not run`;
+    return what === 'rate'
+      ? `${Math.round(other.decisionsPerSecond).toLocaleString('en-US')}/s, now ${(now.decisionsPerSecond / other.decisionsPerSecond).toFixed(2)}×`
+      : `p99 ${other.p99.toFixed(2)} ms, now ${now.p99.toFixed(2)} ms (${(now.p99 / other.p99).toFixed(2)}×)`;
+  });
+  console.log(
+    `  ${scenario}: now ${what === 'rate' ? `${Math.round(now.decisionsPerSecond).toLocaleString('en-US')}/s` : `p99 ${now.p99.toFixed(2)} ms`}; ${TRANSPORTS.filter(
+      (t) => t !== 'now',
+    )
+      .map((t, i) => `${t} ${parts[i]}`)
+      .join('; ')}`,
   );
 }

@@ -72,7 +72,10 @@ Options of serve (environment variable in brackets):
       --drain-timeout-ms <n>  how long shutdown waits for in-flight calls (default: 10000)
       --store-timeout-ms <n>  longest wait for the store on one call, 0 for none (default: 1000)
       --grpc-read-timeout-ms <n>  longest wait for a gRPC call's request message (default: 10000)
-      --grpc-max-connections <n>  gRPC connections open at once; more are closed (default: 4096)
+      --grpc-max-connections <n>  gRPC connections open at once; a new one past it ends the oldest
+                           connection with no call open, or is refused (default: 4096)
+      --grpc-max-connections-per-address <n>  the same, from one client address (default: 1024)
+      --grpc-max-streams <n>  gRPC streams open at once, all connections together (default: 16384)
       --grpc-max-buffered-bytes <n>  bytes all gRPC connections buffer together (default: 33554432)
       --grpc-frame-timeout-ms <n>  longest wait for a frame or header block begun, or for the peer
                            to read its answers; then the connection ends (default: 10000)
@@ -219,6 +222,8 @@ const SERVE_OPTIONS = {
   'store-timeout-ms': { type: 'string' },
   'grpc-read-timeout-ms': { type: 'string' },
   'grpc-max-connections': { type: 'string' },
+  'grpc-max-connections-per-address': { type: 'string' },
+  'grpc-max-streams': { type: 'string' },
   'grpc-max-buffered-bytes': { type: 'string' },
   'grpc-frame-timeout-ms': { type: 'string' },
   'grpc-no-stream-timeout-ms': { type: 'string' },
@@ -312,6 +317,8 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
   const grpcLimits: Record<string, number> = {};
   for (const [flag, key] of [
     ['grpc-max-connections', 'maxConnections'],
+    ['grpc-max-connections-per-address', 'maxConnectionsPerAddress'],
+    ['grpc-max-streams', 'maxStreams'],
     ['grpc-max-buffered-bytes', 'maxBufferedBytes'],
     ['grpc-frame-timeout-ms', 'frameTimeoutMs'],
     ['grpc-no-stream-timeout-ms', 'noStreamTimeoutMs'],

@@ -49,6 +49,11 @@ export interface EnvoyLimitConfig {
   readonly name: string | undefined;
   /** Names of the limits this rule replaces when both apply to one request. */
   readonly replaces: readonly string[];
+  /**
+   * envoyproxy/ratelimit's `quota_mode`: this descriptor over its limit makes the answer OVER_LIMIT only
+   * when every quota descriptor of the request is over (its own status still says OVER_LIMIT).
+   */
+  readonly quotaMode?: boolean;
 }
 
 /**
@@ -72,6 +77,11 @@ export interface DescriptorConfig {
   readonly line: number;
   /** The file of the rule, when the config was read from several. */
   readonly file?: string | undefined;
+  /**
+   * envoyproxy/ratelimit's `metadata` (sent as dynamic metadata by that service): accepted and ignored,
+   * with a warning when the config loads. True when the rule has it.
+   */
+  readonly metadata?: boolean;
   /** The rule's `rate_limit` in envoyproxy/ratelimit's format (domains of that format only). */
   readonly envoy?: EnvoyLimitConfig | undefined;
 }

@@ -127,6 +127,27 @@ export interface DescriptorOutcome {
   readonly requestLimit?: boolean | undefined;
 }
 
+/**
+ * Whether a request's answer is OVER_LIMIT overall, as envoyproxy/ratelimit decides it (master since
+ * its quota mode, #1045, January 2026): when a descriptor that is not in `quota_mode` is over its limit,
+ * or when the request has descriptors in `quota_mode` and every one of them is over. Unlimited
+ * descriptors and limits sent with the request are never in quota mode.
+ */
+export function overLimit(outcomes: readonly DescriptorOutcome[]): boolean {
+  let quotas = 0;
+  let quotasOver = 0;
+  for (let i = 0; i < outcomes.length; i++) {
+    const o = outcomes[i] as DescriptorOutcome;
+    if (o.envoy?.quotaMode === true && o.requestLimit !== true && !o.unlimited) {
+      quotas++;
+      if (o.code === 'OVER_LIMIT') quotasOver++;
+    } else if (o.code === 'OVER_LIMIT') {
+      return true;
+    }
+  }
+  return quotas > 0 && quotasOver === quotas;
+}
+
 /** A request the service refuses: bad input, named by its field. */
 export class RequestError extends Error {
   override readonly name = 'RequestError';

@@ -54,8 +54,8 @@ export function envoyPolicy(requestsPerUnit: number, unit: string): Policy {
  * Checks one file of envoyproxy/ratelimit's format with that service's rules (an empty domain or key, a
  * duplicate descriptor, an unknown field, an invalid unit, a unit on an unlimited limit, an empty or
  * self-naming `replaces`, `share_threshold` without a wildcard, a `requests_per_unit` that is not a
- * uint32) and floodgate's bounds; every problem with its line. `quota_mode: true` is refused: see
- * docs/migrating-from-envoy-ratelimit.md.
+ * uint32) and floodgate's bounds; every problem with its line. `quota_mode` is read as the reference
+ * reads it (see engine.ts's `overLimit`); `metadata` is accepted and ignored (the service warns of it).
  */
 export function checkEnvoyConfig(
   yaml: YamlDocument,
@@ -130,6 +130,7 @@ class EnvoyChecker extends RuleChecker {
       'value_to_metric',
       'share_threshold',
       'quota_mode',
+      'metadata',
     ]);
     const key = o.key === undefined || o.key === null ? '' : this.text(o.key, [...path, 'key'], '`key`');
     if (key === null) return undefined;
@@ -162,19 +163,16 @@ class EnvoyChecker extends RuleChecker {
         `share_threshold can only be used with a wildcard value (one with \`*\`), got ${value === undefined ? 'no value' : JSON.stringify(value)}`,
       );
     }
-    if (this.flag(o, 'quota_mode', path) === true) {
-      this.issue(
-        [...path, 'quota_mode'],
-        'quota_mode is not supported: its answers (OK with dynamic metadata naming the descriptors over quota) differ between releases of envoyproxy/ratelimit; see docs/migrating-from-envoy-ratelimit.md',
-      );
-    }
+    const quotaMode = this.flag(o, 'quota_mode', path) === true;
+    // Any value, as the reference reads it (a struct it sends back as dynamic metadata): not checked.
+    const metadata = o.metadata !== undefined && o.metadata !== null;
     let envoy: EnvoyLimitConfig | undefined;
     let policies: Policy[] = [];
     let unlimited = false;
     if (o.rate_limit !== undefined && o.rate_limit !== null) {
       const limit = this.rateLimit(o.rate_limit, [...path, 'rate_limit']);
       if (limit !== undefined) {
-        envoy = limit.envoy;
+        envoy = quotaMode ? { ...limit.envoy, quotaMode } : limit.envoy;
         unlimited = limit.unlimited;
         if (!unlimited && envoy.unit !== undefined && envoy.requestsPerUnit > 0) {
           policies = [envoyPolicy(envoy.requestsPerUnit, envoy.unit)];
@@ -194,6 +192,7 @@ class EnvoyChecker extends RuleChecker {
       line,
       file: this.fileName,
       envoy,
+      ...(metadata ? { metadata } : {}),
     };
   }
 

@@ -11,6 +11,7 @@ import {
   MAX_DESCRIPTORS,
   MAX_ENTRIES,
   type Mode,
+  overLimit,
   showValue,
 } from './engine.js';
 import { classify, HTTP_STATUS } from './failures.js';
@@ -214,9 +215,8 @@ function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode, header
   if (mode === 'reset') {
     return { descriptors: outcomes.map((o) => ({ matched: o.matched, rule: o.rule ?? null })) };
   }
-  let over = false;
+  const over = overLimit(outcomes);
   const descriptors = outcomes.map((o) => {
-    if (o.code === 'OVER_LIMIT') over = true;
     const d = o.decision;
     return {
       code: o.code,

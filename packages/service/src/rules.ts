@@ -31,6 +31,8 @@ export interface EnvoyLimit {
   readonly windowMs: number;
   /** `rate_limit.name`, reported as `current_limit.name` only when the config gives it. */
   readonly name: string | undefined;
+  /** envoyproxy/ratelimit's `quota_mode` of the rule (see engine.ts's `overLimit`). */
+  readonly quotaMode?: boolean;
 }
 
 /** The `rate_limit` of a rule in envoyproxy/ratelimit's format. */
@@ -248,6 +250,7 @@ function compileLevel(
             ...envoyLimit(e.requestsPerUnit, e.unit, e.name),
             replaces: e.replaces,
             denyAll: !d.unlimited && e.unit !== undefined && e.requestsPerUnit === 0,
+            ...(e.quotaMode === true ? { quotaMode: true } : {}),
           };
     const rule: Rule = {
       domain,

@@ -5,7 +5,7 @@ import { basename, dirname, resolve } from 'node:path';
 import { type Clock, gcra, isFloodgateError, type Store } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
 import { type Logger, pino } from 'pino';
-import { ConfigError, type ServiceConfig } from './config.js';
+import { ConfigError, type DescriptorConfig, type ServiceConfig } from './config.js';
 import { loadConfigPath, parseConfigText } from './config-files.js';
 import type { ServiceContext } from './context.js';
 import { Engine } from './engine.js';
@@ -377,6 +377,7 @@ export class Service implements ServiceContext {
   }
 
   private newEngine(config: ServiceConfig): Engine {
+    warnIgnoredMetadata(config, this.logger);
     const timeout = this.options.storeTimeoutMs ?? 1000;
     const engine = new Engine(config, this.store, this.stats, {
       storeTimeoutMs: timeout > 0 ? timeout : undefined,
@@ -596,4 +597,24 @@ export class ListenError extends Error {
   constructor(api: string, host: string, port: number, cause: Error) {
     super(`cannot listen for ${api} on ${host}:${port}: ${cause.message}`, { cause });
   }
+}
+
+/**
+ * Warns once per load of the rules whose envoyproxy/ratelimit `metadata` is ignored: that service sends
+ * it back to Envoy as dynamic metadata, floodgate sends none.
+ */
+function warnIgnoredMetadata(config: ServiceConfig, logger: Logger): void {
+  const places: string[] = [];
+  const walk = (list: readonly DescriptorConfig[]): void => {
+    for (const d of list) {
+      if (d.metadata === true) places.push(`${d.file ?? 'config'}:${d.line}`);
+      walk(d.descriptors);
+    }
+  };
+  for (const domain of config.domains) walk(domain.descriptors);
+  if (places.length === 0) return;
+  logger.warn(
+    { rules: places.length, at: places.slice(0, 10) },
+    '`metadata` of envoyproxy/ratelimit rules is accepted and ignored: floodgate sends no dynamic metadata',
+  );
 }

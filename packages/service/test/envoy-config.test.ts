@@ -135,7 +135,6 @@ describe("envoyproxy/ratelimit's config format", () => {
     ['unlimited-with-unit.yaml', 6, /should not specify a rate limit unit when unlimited/],
     ['share-threshold-without-wildcard.yaml', 5, /share_threshold can only be used with a wildcard value/],
     ['requests-per-unit.yaml', 4, /requests_per_unit: must be a whole number from 0 to 4294967295 .*, got -5/],
-    ['quota-mode.yaml', 5, /quota_mode is not supported/],
   ];
   it.each(invalid)('refuses %s with its reason and line', (file, line, reason) => {
     const error = refusal(() => loadConfigPath(join(HERE, 'invalid', file)));

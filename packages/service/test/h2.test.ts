@@ -592,7 +592,10 @@ describe('HTTP/2 transport limits: floods, resets, timeouts, caps', () => {
       await peer.waitFor((f) => f.type === 6 && f.payload[0] === i);
     }
     await stillServes(peer, 1);
-    // The client's SETTINGS took one: this PING is the 51st.
+    // The client's SETTINGS took one, the stream opened gave one back: the 51st PING is still in budget,
+    // the 52nd is not.
+    peer.send(6, 0, 0, Buffer.alloc(8, 98));
+    await peer.waitFor((f) => f.type === 6 && f.payload[0] === 98);
     peer.send(6, 0, 0, Buffer.alloc(8, 99));
     expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
     expect(limits).toEqual(['control_frames']);
@@ -634,6 +637,81 @@ describe('HTTP/2 transport limits: floods, resets, timeouts, caps', () => {
     peer.socket.write(pairs(103, 1));
     expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
     expect(limits).toEqual(['resets']);
+  });
+
+  it('charges streams this side resets for a protocol error, a WINDOW_UPDATE of 0 after an answer too (MadeYouReset)', async () => {
+    const limits: string[] = [];
+    await start({ resetBurst: 50, resetsPerSecond: 0, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    // Each call complete, then a WINDOW_UPDATE of 0 on its stream: the peer never sends RST_STREAM.
+    const calls = (from: number, count: number) =>
+      Buffer.concat(
+        Array.from({ length: count }, (_, i) => [
+          rawFrame(1, 0x5, from + 2 * i, REQUEST_BLOCK),
+          rawFrame(8, 0, from + 2 * i, Buffer.from([0, 0, 0, 0])),
+        ]).flat(),
+      );
+    peer.socket.write(calls(1, 50));
+    await stillServes(peer, 101);
+    peer.socket.write(calls(103, 1));
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['resets']);
+  });
+
+  it.each([
+    ['WINDOW_UPDATE', rawFrame(8, 0, 0, Buffer.from([0, 0, 0, 1]))],
+    ['PRIORITY', rawFrame(2, 0, 3, Buffer.from([0, 0, 0, 0, 15]))],
+    ['empty DATA', rawFrame(0, 0, 1, Buffer.alloc(0))],
+    ['unknown type', rawFrame(0xfa, 0, 0, Buffer.alloc(4))],
+  ])('ends a flood of %s frames past the control budget (GOAWAY ENHANCE_YOUR_CALM)', async (_name, unit) => {
+    const limits: string[] = [];
+    await start({ controlFrameBurst: 100, controlFramesPerSecond: 0, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    // A stream left open, for the empty DATA.
+    peer.send(1, 0x4, 1, REQUEST_BLOCK);
+    peer.socket.write(Buffer.concat(Array.from({ length: 90 }, () => unit)));
+    await stillServes(peer, 3);
+    peer.socket.write(Buffer.concat(Array.from({ length: 20 }, () => unit)));
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['control_frames']);
+  });
+
+  it('refuses streams past maxStreams on a connection that holds several, not on one that holds few', async () => {
+    const limits: string[] = [];
+    await start({ maxStreams: 6, onLimit: (l) => limits.push(l) });
+    const a = await RawPeer.open();
+    // Six streams whose request never ends: the process holds as many as it may.
+    for (let id = 1; id <= 11; id += 2) a.send(1, 0x4, id, REQUEST_BLOCK);
+    a.send(1, 0x4, 13, REQUEST_BLOCK);
+    expect(await a.waitFor((f) => f.type === 3 && f.id === 13)).toMatchObject({
+      payload: Buffer.from([0, 0, 0, H2Error.REFUSED_STREAM]),
+    });
+    expect(limits).toEqual(['streams']);
+    // Another client, with no stream open, still gets its call answered.
+    const b = await RawPeer.open();
+    await stillServes(b, 1);
+  });
+
+  it('ends a connection whose streams end by timeout past its budget', async () => {
+    const limits: string[] = [];
+    const streams: H2Stream[] = [];
+    await start({
+      timeoutBurst: 3,
+      timeoutsPerSecond: 0,
+      onLimit: (l) => limits.push(l),
+      onStream: (stream) => {
+        streams.push(stream);
+      },
+    });
+    const peer = await RawPeer.open();
+    for (let id = 1; id <= 7; id += 2) peer.send(1, 0x4, id, REQUEST_BLOCK);
+    await expect.poll(() => streams.length).toBe(4);
+    for (const stream of streams) {
+      stream.sendStatus(4, 'timeout');
+      stream.timedOut();
+    }
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['timeouts']);
   });
 
   it('gives resets back over time', async () => {
@@ -713,7 +791,7 @@ describe('HTTP/2 transport limits: floods, resets, timeouts, caps', () => {
     expect(limits).toEqual(['idle_timeout']);
   });
 
-  it('closes connections past maxConnections as they arrive, and counts them', async () => {
+  it('past maxConnections, a new connection ends the oldest one with no stream open (GOAWAY NO_ERROR)', async () => {
     const limits: string[] = [];
     await start({ maxConnections: 2, onLimit: (l) => limits.push(l) });
     const a = await RawPeer.open();
@@ -721,17 +799,37 @@ describe('HTTP/2 transport limits: floods, resets, timeouts, caps', () => {
     await a.waitFor((f) => f.type === 4);
     await b.waitFor((f) => f.type === 4);
     const c = await RawPeer.open();
+    expect(await a.goaway()).toBe(H2Error.NO_ERROR);
+    expect(limits).toEqual(['connections']);
+    await stillServes(c, 1);
+    await stillServes(b, 1);
+  });
+
+  it('refuses a new connection past maxConnections when every connection has a stream open', async () => {
+    const limits: string[] = [];
+    const hold: H2Stream[] = [];
+    await start({ maxConnections: 2, hold, onLimit: (l) => limits.push(l) });
+    const a = await RawPeer.open();
+    const b = await RawPeer.open();
+    // A stream each, left unanswered.
+    a.send(1, 0x5, 1, REQUEST_BLOCK);
+    b.send(1, 0x5, 1, REQUEST_BLOCK);
+    await expect.poll(() => hold.length).toBe(2);
+    const c = await RawPeer.open();
     await new Promise<void>((resolve) => c.socket.once('close', () => resolve()));
     expect(c.frames).toEqual([]);
     expect(limits).toEqual(['connections']);
-    await stillServes(a, 1);
-    // A place frees when a connection ends.
-    a.socket.destroy();
-    await expect
-      .poll(() => new Promise<number>((resolve) => server?.server.getConnections((_e, n) => resolve(n))))
-      .toBe(1);
-    const d = await RawPeer.open();
-    await stillServes(d, 1);
+  });
+
+  it("past maxConnectionsPerAddress, a new connection ends that address's oldest idle one", async () => {
+    await start({ maxConnections: 10, maxConnectionsPerAddress: 2 });
+    const a = await RawPeer.open();
+    const b = await RawPeer.open();
+    await a.waitFor((f) => f.type === 4);
+    await b.waitFor((f) => f.type === 4);
+    const c = await RawPeer.open();
+    expect(await a.goaway()).toBe(H2Error.NO_ERROR);
+    await stillServes(c, 1);
   });
 
   it('refuses header blocks past the bytes all connections may buffer', async () => {

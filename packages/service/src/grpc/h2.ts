@@ -88,13 +88,35 @@ const LINGER_MS = 5000;
  * peer that sends and never reads makes this side hold this much, not all it asks for.
  */
 const OUTPUT_HIGH_WATER = 256 * 1024;
+/** Bytes an open stream is counted for in the buffered bytes (its objects, timers and header fields). */
+export const STREAM_COST = 2048;
+/** A connection that read something this recently is not ended to make room for another, in ms. */
+const EVICT_QUIET_MS = 1000;
+/** A connection with fewer streams open than this may open one past the process's stream bounds. */
+export const FAIR_STREAMS = 4;
 /** How many streams reset here are remembered, so that frames already on their way are ignored. */
 const RESETS_REMEMBERED = 4096;
 
 /** Defaults of the limits and timeouts of {@link H2ServerOptions}. */
 export const H2_LIMITS = {
-  /** Connections open at once; more are closed as they arrive. */
+  /**
+   * Connections open at once. When full, a new connection ends the oldest one that has no stream open
+   * (GOAWAY NO_ERROR), and is refused only when every connection has one.
+   */
   maxConnections: 4096,
+  /**
+   * Connections open at once from one client address. Past it, a new connection from that address ends
+   * that address's oldest connection with no stream open, or is refused: one client cannot take the
+   * whole of {@link maxConnections}.
+   */
+  maxConnectionsPerAddress: 1024,
+  /**
+   * Streams open at once in the process, all connections together. Past it, a new stream is refused
+   * (REFUSED_STREAM) unless its connection has fewer than {@link FAIR_STREAMS} open: a client holding
+   * streams open cannot keep others' calls out. Each open stream is also counted in
+   * {@link maxBufferedBytes} ({@link STREAM_COST} bytes), with the same exception.
+   */
+  maxStreams: 16_384,
   /** Bytes all connections together buffer: request bodies, unfinished header blocks and frames, output. */
   maxBufferedBytes: 32 * 1024 * 1024,
   /**
@@ -103,16 +125,31 @@ export const H2_LIMITS = {
    */
   maxQueuedControlFrames: 1000,
   /**
-   * PINGs and SETTINGS a peer may send at once (a token bucket: {@link controlFramesPerSecond} come back
-   * each second). Clients send a few: keepalive and bandwidth probes, one SETTINGS per change.
+   * Frames that ask for no call a peer may send at once: PING, SETTINGS, WINDOW_UPDATE, PRIORITY, DATA
+   * that is empty and does not end its stream, frames of unknown types (a token bucket:
+   * {@link controlFramesPerSecond} come back each second, and one with each stream the peer opens).
+   * Clients send a few: keepalive and bandwidth probes, one SETTINGS per change, a WINDOW_UPDATE per
+   * window's worth of answers read. Past it: GOAWAY ENHANCE_YOUR_CALM.
    */
   controlFrameBurst: 1000,
-  /** PINGs and SETTINGS a peer may go on sending per second, past {@link controlFrameBurst}. */
+  /** Such frames a peer may go on sending per second, past {@link controlFrameBurst}. */
   controlFramesPerSecond: 100,
-  /** Streams a peer may reset at once (a token bucket: {@link resetsPerSecond} come back each second). */
+  /**
+   * Streams a connection may see reset at once, whoever sent the reset: the peer (RST_STREAM), or this
+   * side, for a frame that breaks the protocol on a stream (MadeYouReset, CVE-2025-8671), a WINDOW_UPDATE
+   * of 0 on a closed stream included (a token bucket: {@link resetsPerSecond} come back each second).
+   */
   resetBurst: 2000,
   /** Stream resets a peer may go on sending per second, past {@link resetBurst}. */
   resetsPerSecond: 200,
+  /**
+   * Streams of a connection the service may end because their request did not arrive in time (its read
+   * timeout), at once (a token bucket: {@link timeoutsPerSecond} come back each second); past it the
+   * connection ends (GOAWAY ENHANCE_YOUR_CALM), so a client cannot hold streams open by reopening them.
+   */
+  timeoutBurst: 100,
+  /** Streams ended by timeout a connection may go on having per second, past {@link timeoutBurst}. */
+  timeoutsPerSecond: 10,
   /** A frame, or a header block, begun and not finished in this time ends the connection; also output left unread. */
   frameTimeoutMs: 10_000,
   /** A connection that opens no stream this long after its preface is closed (GOAWAY NO_ERROR). */
@@ -127,6 +164,8 @@ export type H2Limit =
   | 'buffered_bytes'
   | 'control_frames'
   | 'resets'
+  | 'streams'
+  | 'timeouts'
   | 'output_stalled'
   | 'preface_timeout'
   | 'frame_timeout'
@@ -149,6 +188,10 @@ export interface H2ServerOptions {
   lingerMs?: number;
   /** @default H2_LIMITS.maxConnections */
   maxConnections?: number;
+  /** @default H2_LIMITS.maxConnectionsPerAddress */
+  maxConnectionsPerAddress?: number;
+  /** @default H2_LIMITS.maxStreams */
+  maxStreams?: number;
   /** @default H2_LIMITS.maxBufferedBytes */
   maxBufferedBytes?: number;
   /** @default H2_LIMITS.maxQueuedControlFrames */
@@ -161,6 +204,10 @@ export interface H2ServerOptions {
   resetBurst?: number;
   /** @default H2_LIMITS.resetsPerSecond */
   resetsPerSecond?: number;
+  /** @default H2_LIMITS.timeoutBurst */
+  timeoutBurst?: number;
+  /** @default H2_LIMITS.timeoutsPerSecond */
+  timeoutsPerSecond?: number;
   /** @default H2_LIMITS.frameTimeoutMs */
   frameTimeoutMs?: number;
   /** @default H2_LIMITS.noStreamTimeoutMs */
@@ -282,6 +329,14 @@ export class H2Stream {
    */
   hold(): void {
     this.holding = true;
+  }
+
+  /**
+   * The stream is being answered because its request did not arrive in time: counted against the
+   * connection's budget of such streams ({@link H2_LIMITS.timeoutBurst}).
+   */
+  timedOut(): void {
+    this.session.timedOut();
   }
 
   /** The work {@link hold} marked is over. */
@@ -437,7 +492,12 @@ class Shared {
   buffered = 0;
   /** Of which, header blocks under way: they may take half, so that request bodies keep room. */
   blocks = 0;
+  /** Streams open in all connections (see {@link H2_LIMITS.maxStreams}). */
+  streams = 0;
+  /** Connections in the order they opened, oldest first. */
   readonly sessions = new Set<H2Session>();
+  /** Connections open per client address. */
+  readonly byAddress = new Map<string, number>();
   readonly limits: Limits;
   private sweeper: NodeJS.Timeout | undefined = undefined;
   private readonly period: number;
@@ -448,7 +508,11 @@ class Shared {
       const value = options[key];
       if (value === undefined) continue;
       if (
-        !(Number.isInteger(value) && value >= (key === 'resetsPerSecond' || key === 'controlFramesPerSecond' ? 0 : 1))
+        !(
+          Number.isInteger(value) &&
+          value >=
+            (key === 'resetsPerSecond' || key === 'controlFramesPerSecond' || key === 'timeoutsPerSecond' ? 0 : 1)
+        )
       ) {
         throw new RangeError(`${key} must be a whole number, at least 1; got ${value}`);
       }
@@ -468,6 +532,7 @@ class Shared {
 
   add(session: H2Session): void {
     this.sessions.add(session);
+    this.byAddress.set(session.address, (this.byAddress.get(session.address) ?? 0) + 1);
     if (this.sweeper === undefined) {
       this.sweeper = setInterval(() => this.sweep(), this.period);
       this.sweeper.unref();
@@ -475,7 +540,10 @@ class Shared {
   }
 
   remove(session: H2Session): void {
-    this.sessions.delete(session);
+    if (!this.sessions.delete(session)) return;
+    const left = (this.byAddress.get(session.address) ?? 1) - 1;
+    if (left === 0) this.byAddress.delete(session.address);
+    else this.byAddress.set(session.address, left);
     if (this.sessions.size === 0) {
       clearInterval(this.sweeper);
       this.sweeper = undefined;
@@ -484,6 +552,57 @@ class Shared {
 
   limit(limit: H2Limit): void {
     this.options.onLimit?.(limit);
+  }
+
+  /**
+   * Makes room for a connection from `address`: past the per-address cap, ends that address's oldest
+   * connection with no stream open; past the global cap, the oldest such connection of any address.
+   * Returns false when there is none to end (the new connection is then refused).
+   */
+  admit(address: string): boolean {
+    const own = (this.byAddress.get(address) ?? 0) >= this.limits.maxConnectionsPerAddress;
+    if (!own && this.sessions.size < this.limits.maxConnections) return true;
+    // Past the global cap, the address holding the most connections gives one up first: a client with
+    // a few pooled connections keeps them while another holds hundreds.
+    return this.evictIdle(own ? address : this.largestHolder()) || (!own && this.evictIdle(undefined));
+  }
+
+  /** The client address with the most connections open. */
+  private largestHolder(): string {
+    let largest = '';
+    let most = 0;
+    for (const [address, count] of this.byAddress) {
+      if (count > most) {
+        most = count;
+        largest = address;
+      }
+    }
+    return largest;
+  }
+
+  /**
+   * Ends a connection with no stream open (of `address`, when given): the oldest that never opened one,
+   * else the one quiet longest, of those quiet for {@link EVICT_QUIET_MS} at least (a client in use keeps
+   * its connection; its new one is refused instead). False when there is none.
+   */
+  private evictIdle(address: string | undefined): boolean {
+    const now = Date.now();
+    let victim: H2Session | undefined;
+    for (const session of this.sessions) {
+      if ((address !== undefined && session.address !== address) || !session.idle) continue;
+      if (session.neverStreamed) {
+        victim = session;
+        break;
+      }
+      if (
+        now - session.quietSince >= EVICT_QUIET_MS &&
+        (victim === undefined || session.quietSince < victim.quietSince)
+      ) {
+        victim = session;
+      }
+    }
+    victim?.evict();
+    return victim !== undefined;
   }
 
   private sweep(): void {
@@ -558,9 +677,14 @@ export class H2Session {
   /** PINGs and SETTINGS the peer may still send (a token bucket). */
   private controlTokens: number;
   private controlAt: number;
-  /** Stream resets the peer may still send (a token bucket). */
+  /** Stream resets the peer may still cause (a token bucket). */
   private resetTokens: number;
   private resetAt: number;
+  /** Streams that may still end by timeout (a token bucket). */
+  private timeoutTokens: number;
+  private timeoutAt: number;
+  /** The client's address, for the per-address connection cap. */
+  readonly address: string;
 
   constructor(
     readonly socket: Socket,
@@ -576,6 +700,9 @@ export class H2Session {
     this.resetAt = this.openedAt;
     this.controlTokens = this.limits.controlFrameBurst;
     this.controlAt = this.openedAt;
+    this.timeoutTokens = this.limits.timeoutBurst;
+    this.timeoutAt = this.openedAt;
+    this.address = socket.remoteAddress ?? '';
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     socket.on('error', () => {});
@@ -593,6 +720,54 @@ export class H2Session {
     this.queue(frame(WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - DEFAULT_WINDOW)));
     this.recvWindow = CONNECTION_WINDOW;
     this.flush();
+  }
+
+  /** Whether the peer never opened a stream. */
+  get neverStreamed(): boolean {
+    return this.lastStreamId === 0;
+  }
+
+  /** When the peer last sent something (Date.now()). */
+  get quietSince(): number {
+    return this.lastReadAt;
+  }
+
+  /** Whether the connection has nothing under way: no stream, no work, no header block, not ended. */
+  get idle(): boolean {
+    return this.streams.size === 0 && this.held === 0 && this.block === undefined && !this.ended;
+  }
+
+  /**
+   * Ends an idle connection to make room for a new one (GOAWAY NO_ERROR); it stops counting against the
+   * connection caps at once.
+   */
+  evict(): void {
+    this.shared.limit('connections');
+    this.goAwayId = this.lastStreamId;
+    this.queueGoAway(H2Error.NO_ERROR, 'too many connections');
+    this.ended = true;
+    this.socket.pause();
+    this.flush();
+    this.endSocket();
+    this.onEnd(this);
+  }
+
+  /** A stream is answered for its read timeout: past the budget of such streams, the connection ends. */
+  timedOut(): void {
+    if (this.ended) return;
+    const now = Date.now();
+    const limits = this.limits;
+    this.timeoutTokens = Math.min(
+      limits.timeoutBurst,
+      this.timeoutTokens + ((now - this.timeoutAt) * limits.timeoutsPerSecond) / 1000,
+    );
+    this.timeoutAt = now;
+    if (this.timeoutTokens < 1) {
+      this.shared.limit('timeouts');
+      this.fail(H2Error.ENHANCE_YOUR_CALM, 'too many streams ended by timeout');
+      return;
+    }
+    this.timeoutTokens--;
   }
 
   /** A closed stream's work is over: its place under the concurrent stream limit is free. */
@@ -773,6 +948,7 @@ export class H2Session {
       }
       case PRIORITY:
         if (id === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'PRIORITY on stream 0');
+        this.chargeControl();
         if (length !== 5) this.resetStream(id, H2Error.FRAME_SIZE_ERROR);
         // A stream cannot depend on itself (§5.3.1).
         else if ((buf.readUInt32BE(start) & 0x7fffffff) === id) this.resetStream(id, H2Error.PROTOCOL_ERROR);
@@ -795,6 +971,8 @@ export class H2Session {
         if (id !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'PING on a stream');
         if (length !== 8) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'PING of bad length');
         if ((flags & FLAG_ACK) === 0) this.control(frame(PING, FLAG_ACK, 0, buf.subarray(start, end)), true);
+        // This side sends no PING: an acknowledgement is as unasked for as a PING.
+        else this.chargeControl();
         return;
       case GOAWAY:
         if (id !== 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'GOAWAY on a stream');
@@ -806,7 +984,8 @@ export class H2Session {
         this.windowUpdate(id, buf, start, length);
         return;
       default:
-      // Unknown frame types are ignored (RFC 9113 §4.1).
+        // Unknown frame types are ignored (RFC 9113 §4.1), within the budget of frames that ask for nothing.
+        this.chargeControl();
     }
   }
 
@@ -849,28 +1028,41 @@ export class H2Session {
    * buffers take hundreds of thousands of answers before any is left unsent.
    */
   private control(buf: Buffer, asked = false): void {
-    if (asked) {
-      const now = Date.now();
-      const limits = this.limits;
-      this.controlTokens = Math.min(
-        limits.controlFrameBurst,
-        this.controlTokens + ((now - this.controlAt) * limits.controlFramesPerSecond) / 1000,
-      );
-      this.controlAt = now;
-      if (this.controlTokens < 1) {
-        throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many PING or SETTINGS frames', 'control_frames');
-      }
-      this.controlTokens--;
-    }
+    if (asked) this.chargeControl();
     this.queue(buf);
     if (++this.controlQueued > this.limits.maxQueuedControlFrames && this.processing) {
       throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many control frames left unread', 'control_frames');
     }
   }
 
+  /**
+   * One more frame that asks for no call (PING, SETTINGS, WINDOW_UPDATE, PRIORITY, empty DATA, unknown):
+   * past the budget, the connection ends.
+   */
+  private chargeControl(): void {
+    if (this.controlTokens >= 1) {
+      // Most frames find tokens left: the refill is worked out only when they run out.
+      this.controlTokens--;
+      return;
+    }
+    const now = Date.now();
+    const limits = this.limits;
+    this.controlTokens = Math.min(
+      limits.controlFrameBurst,
+      this.controlTokens + ((now - this.controlAt) * limits.controlFramesPerSecond) / 1000,
+    );
+    this.controlAt = now;
+    if (this.controlTokens < 1) {
+      throw new ConnectionError(H2Error.ENHANCE_YOUR_CALM, 'too many frames that ask for nothing', 'control_frames');
+    }
+    this.controlTokens--;
+  }
+
   private data(flags: number, id: number, buf: Buffer, start: number, end: number): void {
     if (id === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'DATA on stream 0');
     const length = end - start;
+    // Empty DATA that does not end its stream carries nothing (CVE-2019-9518).
+    if (length === 0 && (flags & FLAG_END_STREAM) === 0) this.chargeControl();
     // Flow control counts the whole frame, padding included.
     if (length > this.recvWindow) throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, 'connection window exceeded');
     this.recvWindow -= length;
@@ -922,7 +1114,7 @@ export class H2Session {
         return;
       } else if (this.shared.buffered > this.limits.maxBufferedBytes) {
         this.shared.limit('buffered_bytes');
-        this.resetStream(id, H2Error.ENHANCE_YOUR_CALM);
+        this.resetStream(id, H2Error.ENHANCE_YOUR_CALM, false);
         return;
       } else if (stream.body === undefined && ended) {
         stream.body = buf.subarray(s, e);
@@ -984,10 +1176,28 @@ export class H2Session {
       throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'HEADERS on a stream id at or below the last one');
     }
     this.lastStreamId = id;
-    if (this.goAwayId !== undefined || this.streams.size + this.held >= this.options.maxConcurrentStreams) {
+    if (this.goAwayId !== undefined) {
+      this.resetStream(id, H2Error.REFUSED_STREAM, false);
+      return;
+    }
+    if (this.streams.size + this.held >= this.options.maxConcurrentStreams) {
       this.resetStream(id, H2Error.REFUSED_STREAM);
       return;
     }
+    const shared = this.shared;
+    if (
+      this.streams.size >= FAIR_STREAMS &&
+      (shared.streams >= this.limits.maxStreams || shared.buffered + STREAM_COST > this.limits.maxBufferedBytes)
+    ) {
+      // The process holds as many streams as it may: refused here, on a connection that holds several,
+      // not on one that holds few.
+      shared.limit('streams');
+      this.resetStream(id, H2Error.REFUSED_STREAM, false);
+      return;
+    }
+    // Each stream opened gives back a frame of the control budget: a busy honest client sends a
+    // WINDOW_UPDATE or a PING now and then in proportion to its calls.
+    if (this.controlTokens < this.limits.controlFrameBurst) this.controlTokens++;
     let contentLength = -1;
     if (fields !== undefined) {
       const checked = selfDependent ? undefined : checkRequestFields(fields);
@@ -1005,6 +1215,8 @@ export class H2Session {
     const stream = new H2Stream(this, id, this.peerInitialWindow, this.streamWindow);
     stream.contentLength = contentLength;
     this.streams.set(id, stream);
+    shared.streams++;
+    shared.buffered += STREAM_COST;
     // Known before the callee answers, so an answer to a request that already ended resets nothing.
     stream.remoteEnded = ended;
     this.options.onStream(stream, fields);
@@ -1062,6 +1274,7 @@ export class H2Session {
 
   private windowUpdate(id: number, buf: Buffer, start: number, length: number): void {
     if (length !== 4) throw new ConnectionError(H2Error.FRAME_SIZE_ERROR, 'WINDOW_UPDATE of bad length');
+    this.chargeControl();
     const increment = buf.readUInt32BE(start) & 0x7fffffff;
     if (id === 0) {
       if (increment === 0) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'WINDOW_UPDATE of 0');
@@ -1073,6 +1286,9 @@ export class H2Session {
     const stream = this.streams.get(id);
     if (stream === undefined) {
       if (id > this.lastStreamId) throw new ConnectionError(H2Error.PROTOCOL_ERROR, 'WINDOW_UPDATE on an idle stream');
+      // On a stream answered already, a WINDOW_UPDATE of 0 would have reset it: charged as a reset, or
+      // a peer could make every call end in one and never pay (MadeYouReset).
+      if (increment === 0) this.chargeReset();
       return;
     }
     if (increment === 0) {
@@ -1152,6 +1368,8 @@ export class H2Session {
         if (room <= 0) break;
         const piece = stream.pending.subarray(0, room);
         this.queue(frame(DATA, 0, stream.id, piece));
+        // A peer whose window is small answers each DATA frame with a WINDOW_UPDATE: one back per frame.
+        if (this.controlTokens < this.limits.controlFrameBurst) this.controlTokens++;
         this.sendWindow -= room;
         stream.sendWindow -= room;
         stream.pending = room === stream.pending.length ? undefined : stream.pending.subarray(room);
@@ -1178,8 +1396,13 @@ export class H2Session {
     this.close(stream);
   }
 
-  /** Resets a stream with `code`. */
-  private resetStream(id: number, code: number): void {
+  /**
+   * Resets a stream with `code`, charged to the connection's reset budget (MadeYouReset: a peer that
+   * makes this side reset its streams pays as if it had reset them), unless `charged` is false (a
+   * process-wide limit, not the peer's doing).
+   */
+  private resetStream(id: number, code: number, charged = true): void {
+    if (charged) this.chargeReset();
     this.control(frame(RST_STREAM, 0, id, u32(code)));
     this.rememberReset(id);
     const stream = this.streams.get(id);
@@ -1198,6 +1421,8 @@ export class H2Session {
   private close(stream: H2Stream): void {
     if (stream.closed) return;
     stream.closed = true;
+    this.shared.streams--;
+    this.shared.buffered -= STREAM_COST;
     if (stream.holding) this.held++;
     this.streams.delete(stream.id);
     this.blocked.delete(stream);
@@ -1314,7 +1539,7 @@ export function createH2Server(options: H2ServerOptions): H2Server {
   const shared = new Shared(options);
   let goingAway = false;
   const accept = (socket: Socket): void => {
-    if (shared.sessions.size >= shared.limits.maxConnections) {
+    if (!shared.admit(socket.remoteAddress ?? '')) {
       shared.limit('connections');
       socket.on('error', () => {});
       socket.destroy();

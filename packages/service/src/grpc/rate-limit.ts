@@ -1,5 +1,5 @@
 import { definePolicy, type Policy, quotaOf } from 'floodgate';
-import type { DecisionRequest, DescriptorOutcome, DescriptorRequest } from '../engine.js';
+import { type DecisionRequest, type DescriptorOutcome, type DescriptorRequest, overLimit } from '../engine.js';
 import type { RateLimitHeaders } from '../headers.js';
 import type { RateLimitRequestMessage, Writer } from './codec.js';
 
@@ -77,8 +77,7 @@ export function encodeRateLimitResponse(
   headerMaker: RateLimitHeaders,
   shadowAll = false,
 ): boolean {
-  let over = false;
-  for (let i = 0; i < outcomes.length; i++) if ((outcomes[i] as DescriptorOutcome).code === 'OVER_LIMIT') over = true;
+  const over = overLimit(outcomes);
   w.uint(1, over && !shadowAll ? CODE_OVER_LIMIT : CODE_OK);
   for (let i = 0; i < outcomes.length; i++) {
     const o = outcomes[i] as DescriptorOutcome;

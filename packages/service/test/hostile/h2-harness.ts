@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 const PYTHON = '/usr/bin/python3';
 const ATTACK = fileURLToPath(new URL('./h2-attack.py', import.meta.url));
 const DEFAULT_CLI = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
+const REFERENCE = fileURLToPath(new URL('./node-h2-server.ts', import.meta.url));
 
 /**
  * Whether python3-h2 is there. Under CI=true its absence fails the run (`.ci/run` installs it); elsewhere
@@ -38,9 +39,13 @@ domains:
           - { algorithm: gcra, name: per-ip, limit: 1000000, periodMs: 1000 }
 `;
 
-/** The service, running as a child process. */
+/** The service (or the node:http2 reference), running as a child process. */
 export interface Running {
+  /** `floodgate` (our transport) or `node:http2` (the reference). */
+  name: string;
   child: ChildProcess;
+  /** Whether the gRPC port speaks TLS. */
+  tls: boolean;
   grpcPort: number;
   httpPort: number;
   /** Its resident set size now, in MB. */
@@ -53,14 +58,40 @@ export interface Running {
 }
 
 /** Starts `floodgate serve` from `cli` (the built one by default) with extra flags. */
-export async function serve(args: string[] = [], cli = DEFAULT_CLI): Promise<Running> {
+export function serve(args: string[] = [], cli = DEFAULT_CLI): Promise<Running> {
+  return start('floodgate', args.includes('--grpc-tls-cert'), (config) => [
+    cli,
+    'serve',
+    '-c',
+    config,
+    '--port',
+    '0',
+    '--grpc-port',
+    '0',
+    '--log-level',
+    'info',
+    ...args,
+  ]);
+}
+
+/**
+ * Starts the reference: a node:http2 server with the same gRPC handler (node-h2-server.ts), over TLS
+ * when given a certificate and key.
+ */
+export function serveReference(tls?: { cert: string; key: string }): Promise<Running> {
+  return start('node:http2', tls !== undefined, (config) => [
+    '--import',
+    'tsx',
+    REFERENCE,
+    config,
+    ...(tls === undefined ? [] : [tls.cert, tls.key]),
+  ]);
+}
+
+async function start(name: string, tls: boolean, argv: (config: string) => string[]): Promise<Running> {
   const config = join(tmpdir(), `floodgate-h2-${randomBytes(4).toString('hex')}.yaml`);
   writeFileSync(config, CONFIG);
-  const child = spawn(
-    process.execPath,
-    [cli, 'serve', '-c', config, '--port', '0', '--grpc-port', '0', '--log-level', 'info', ...args],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const child = spawn(process.execPath, argv(config), { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   child.stdout?.on('data', (chunk: Buffer) => {
@@ -70,7 +101,7 @@ export async function serve(args: string[] = [], cli = DEFAULT_CLI): Promise<Run
     err += chunk.toString();
   });
   const serving = await new Promise<{ http: string; grpc: string }>((resolve, reject) => {
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + 30_000;
     const poll = setInterval(() => {
       const line = out.split('\n').find((l) => l.includes('"floodgate is serving"'));
       if (line !== undefined) {
@@ -78,6 +109,8 @@ export async function serve(args: string[] = [], cli = DEFAULT_CLI): Promise<Run
         resolve(JSON.parse(line) as { http: string; grpc: string });
       } else if (child.exitCode !== null || Date.now() > deadline) {
         clearInterval(poll);
+        // Not left running behind the test.
+        child.kill('SIGKILL');
         reject(new Error(`floodgate did not start: ${err}`));
       }
     }, 20);
@@ -85,7 +118,9 @@ export async function serve(args: string[] = [], cli = DEFAULT_CLI): Promise<Run
   const port = (address: string) => Number(address.split(':').pop());
   const httpPort = port(serving.http);
   return {
+    name,
     child,
+    tls,
     grpcPort: port(serving.grpc),
     httpPort,
     rssMb: () => {
@@ -119,6 +154,19 @@ export function attack<T = Record<string, unknown>>(
   port: number,
   ...args: Array<string | number>
 ): Promise<T> {
+  return attackWhenReady<T>(undefined, mode, port, ...args);
+}
+
+/**
+ * {@link attack}, calling `onReady` once the attacker says its connections are all open (READY on
+ * stderr), for attacks that hold connections while something else is measured.
+ */
+export function attackWhenReady<T = Record<string, unknown>>(
+  onReady: (() => void) | undefined,
+  mode: string,
+  port: number,
+  ...args: Array<string | number>
+): Promise<T> {
   return new Promise((resolve, reject) => {
     const child = spawn(PYTHON, [ATTACK, mode, String(port), ...args.map(String)], {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -130,6 +178,11 @@ export function attack<T = Record<string, unknown>>(
     });
     child.stderr.on('data', (chunk: Buffer) => {
       err += chunk.toString();
+      if (onReady !== undefined && err.includes('READY\n')) {
+        const ready = onReady;
+        onReady = undefined;
+        ready();
+      }
     });
     child.on('exit', (code) => {
       if (code === 0) resolve(JSON.parse(out) as T);
@@ -139,7 +192,7 @@ export function attack<T = Record<string, unknown>>(
 }
 
 // RateLimitRequest { domain: "api", descriptors: [{ entries: [{ key: "remote_address", value }] }] }.
-function rateLimitRequest(value: string): Buffer {
+export function rateLimitRequest(value: string): Buffer {
   const entry = Buffer.concat([
     Buffer.from([0x0a, 14]),
     Buffer.from('remote_address'),
@@ -160,7 +213,7 @@ function rateLimitRequest(value: string): Buffer {
 }
 
 /** One normal gRPC call; resolves to its latency in ms, or rejects. */
-function call(session: ClientHttp2Session, body: Buffer): Promise<number> {
+export function call(session: ClientHttp2Session, body: Buffer): Promise<number> {
   const start = performance.now();
   return new Promise((resolve, reject) => {
     const stream = session.request({
@@ -180,6 +233,34 @@ function call(session: ClientHttp2Session, body: Buffer): Promise<number> {
     );
     stream.end(body);
   });
+}
+
+/** A normal client's connection to the gRPC port (from 127.0.0.1, the address it connects to). */
+export function open(running: Running): ClientHttp2Session {
+  return running.tls
+    ? connect(`https://127.0.0.1:${running.grpcPort}`, { rejectUnauthorized: false })
+    : connect(`http://127.0.0.1:${running.grpcPort}`);
+}
+
+/**
+ * New normal clients: `count` connections opened one after the other, one call each; resolves to how
+ * many failed (refused, reset or not answered within `timeoutMs`).
+ */
+export async function newClients(running: Running, count: number, timeoutMs = 5000): Promise<number> {
+  let failed = 0;
+  for (let i = 0; i < count; i++) {
+    const session = open(running);
+    session.on('error', () => {});
+    const timer = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), timeoutMs).unref());
+    try {
+      await Promise.race([call(session, rateLimitRequest(`new-${i}`)), timer]);
+    } catch {
+      failed++;
+    } finally {
+      session.destroy();
+    }
+  }
+  return failed;
 }
 
 /** What normal calls and the service's memory did while something ran. */
@@ -202,7 +283,7 @@ export interface Measured<T> {
  * own (opened before the attack, as a proxy's would be), and sampling the service's RSS every 50 ms.
  */
 export async function measure<T>(running: Running, work: () => Promise<T>, callsPerSecond = 100): Promise<Measured<T>> {
-  const session = connect(`http://127.0.0.1:${running.grpcPort}`);
+  const session = open(running);
   session.on('error', () => {});
   const latencies: number[] = [];
   let failed = 0;
