@@ -2,7 +2,9 @@ import { createHash } from 'node:crypto';
 import { BUCKETED_WINDOW_PORT } from './lua/bucketed-window.js';
 import { decideLua } from './lua/decide.js';
 import { FIXED_WINDOW_PORT } from './lua/fixed-window.js';
-import { MAIN_LUA } from './lua/main.js';
+import { checkFlagsLua } from './lua/flags.js';
+import { LIST_LUA } from './lua/list.js';
+import { mainLua } from './lua/main.js';
 import { METER_PORT } from './lua/meter.js';
 import { METER_BATCH_SCRIPT } from './lua/meter-batch.js';
 import { METER_FAST_SCRIPT } from './lua/meter-fast.js';
@@ -29,11 +31,13 @@ export function decisionScript(ports: LuaPorts): string {
   return [
     '-- floodgate: rate-limit decisions, a port of the TypeScript model (floodgate/model).',
     preludeLua(ports),
+    checkFlagsLua(ports),
+    LIST_LUA,
     ...inKindOrder(ports).map(({ port }) => port.source),
     decideLua(ports),
     RESERVATION_LUA,
     refundLua(ports),
-    MAIN_LUA,
+    mainLua(),
   ].join('\n');
 }
 

@@ -37,7 +37,7 @@ export function checkFlagsLua(ports: LuaPorts): string {
   return `
 local function check_flags(c)
   local kind = c.kind
-${dispatch(ports, 'kind', (_, k) => flagGuards(k, (p) => `c.${p}`) || 'return')}
+${dispatch(ports, 'kind', (_, k) => `${flagGuards(k, (p) => `c.${p}`)}\nreturn`)}
 end
 `;
 }
