@@ -4,7 +4,7 @@ import { decideLua } from './lua/decide.js';
 import { FIXED_WINDOW_PORT } from './lua/fixed-window.js';
 import { checkFlagsLua } from './lua/flags.js';
 import { LIST_LUA } from './lua/list.js';
-import { mainLua } from './lua/main.js';
+import { MAIN_LUA } from './lua/main.js';
 import { METER_PORT } from './lua/meter.js';
 import { METER_BATCH_SCRIPT } from './lua/meter-batch.js';
 import { METER_FAST_SCRIPT } from './lua/meter-fast.js';
@@ -37,7 +37,7 @@ export function decisionScript(ports: LuaPorts): string {
     decideLua(ports),
     RESERVATION_LUA,
     refundLua(ports),
-    mainLua(),
+    MAIN_LUA,
   ].join('\n');
 }
 

@@ -40,8 +40,7 @@ const R = DECIDE_WIRE.run;
  *   (a paused or manual clock), the key gets `grace` ms more, since a state that outlives its untouched
  *   time decides exactly like an absent one, while one that expires early would hand out a fresh quota.
  */
-export function mainLua(): string {
-  return `
+export const MAIN_LUA = `
 local argv = ARGV
 local grace = tonumber(argv[${A.graceMs}])
 local policies = {}
@@ -219,4 +218,3 @@ while at <= total do
 end
 return reply
 `;
-}
