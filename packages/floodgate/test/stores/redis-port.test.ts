@@ -20,7 +20,7 @@ import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/store
 import { METER_BATCH_SHA, METER_SCRIPT_SHA } from '../../src/stores/redis/script.js';
 import { METER_CALL_WIRE } from '../../src/stores/redis/wire.js';
 import type { Store, StoreRequest } from '../../src/stores/store.js';
-import { uniquePrefix } from '../../src/testing/index.js';
+import { modelStore, uniquePrefix } from '../../src/testing/index.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
 
 const available = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
@@ -42,16 +42,11 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
   throw new Error('expected the call to fail');
 }
 
-/** A state as the scripts store it (lua/prelude.ts), read back into the model's layout. */
-function decodeState(c: CompiledPolicy, value: string | null): State | undefined {
-  if (value === null) return undefined;
+/** A state as the scripts store it (lua/prelude.ts): the kind's tag, `!<blockedUntil> ` when blocked, the fields. */
+function encodeState(c: CompiledPolicy, s: State): string {
   const tag = (KIND_LIST[c.kind - 1] as (typeof KIND_LIST)[number]).tag;
-  expect(value.startsWith(tag)).toBe(true);
-  let body = value.slice(tag.length);
-  const blocked = body.startsWith('!');
-  if (blocked) body = body.slice(1);
-  const numbers = body.split(' ').map(Number);
-  return blocked ? numbers : [0, ...numbers];
+  const [blocked, ...fields] = s;
+  return blocked === 0 ? `${tag}${fields.join(' ')}` : `${tag}!${String(blocked)} ${fields.join(' ')}`;
 }
 
 describe.skipIf(!available)('Redis port: the script decides the verdict, the client the report', () => {
@@ -203,8 +198,9 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
   ];
   const COMPILED = POLICIES.map(compilePolicy);
 
-  it('random calls, alone and in batches, on every script: PEXPIRETIME never before the stored state is untouched', async () => {
-    let denialsWritten = 0;
+  it('random calls, alone and in batches, on every script: no key expires before the state it holds is untouched', async () => {
+    let denials = 0;
+    let checked = 0;
     const call = fc.record({
       policies: fc.uniqueArray(fc.integer({ min: 0, max: COMPILED.length - 1 }), { minLength: 1, maxLength: 3 }),
       key: fc.integer({ min: 0, max: 2 }),
@@ -221,11 +217,12 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
         async (steps, fastPath) => {
           // No grace: a key written on the caller's clock expires exactly when its state is untouched.
           const store = redisStore({ client: fromIoredis(redis), maxInFlight: 1, expiryGraceMs: 0, fastPath });
+          const model = modelStore();
           const prefix = uniquePrefix('portexp');
           let nowUs = NOW_US;
-          // Per storage key, the value last seen and when it was written: Redis's clock before that
-          // step's calls (the expiry counts from a moment no earlier), and the caller's.
-          const written = new Map<string, { value: string | null; redisUs: number; nowUs: number }>();
+          // Per key and policy, the model's state and when it was written: Redis's clock before that
+          // step's calls (the expiry counts from a moment no earlier) and the caller's.
+          const written = new Map<string, { state: string; redisUs: number; nowUs: number }>();
           for (const [advanceUs, calls] of steps) {
             nowUs += advanceUs;
             const [seconds, micros] = await redis.time();
@@ -240,31 +237,41 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
               nowUs,
             }));
             const results = await Promise.all(requests.map((r) => store.decide(r)));
-            denialsWritten += results.filter((r) => !r.allowed).length;
+            for (const r of requests) await model.decide(r);
+            denials += results.filter((r) => !r.allowed).length;
             for (const c of new Set(requests.flatMap((r) => r.policies.map((p) => `${r.key}\n${p.name}`)))) {
               const [key, name] = c.split('\n') as [string, string];
               const policy = COMPILED.find((p) => p.name === name) as CompiledPolicy;
+              const state = model.states.get(storageKey(prefix, encodeKey(key), `${name}:${policy.kind}`));
+              if (state === undefined) continue;
               const storage = storageKey(prefix, encodeKey(key), name);
-              const value = await redis.get(storage);
               let at = written.get(storage);
-              if (at === undefined || at.value !== value) {
-                at = { value, redisUs: redisBeforeUs, nowUs };
+              if (at === undefined || at.state !== String(state)) {
+                at = { state: String(state), redisUs: redisBeforeUs, nowUs };
                 written.set(storage, at);
               }
-              const state = decodeState(policy, value);
-              if (state === undefined) continue;
-              const untouchedUs = inspect(policy, state, at.nowUs).resetAfterUs;
-              const expiresMs = Number(await redis.pexpiretime(storage));
-              expect(expiresMs, `${storage} = ${String(state)} at ${at.nowUs}`).toBeGreaterThanOrEqual(
-                Math.ceil((at.redisUs + untouchedUs) / 1000),
-              );
+              // The earliest the key may expire: when the state written is untouched, on Redis's clock.
+              const earliestMs = Math.ceil((at.redisUs + inspect(policy, state, at.nowUs).resetAfterUs) / 1000);
+              // One atomic look: the value, its expiry and Redis's clock.
+              const [[, value], [, expiresMs], [, time]] = (await redis
+                .multi()
+                .get(storage)
+                .pexpiretime(storage)
+                .time()
+                .exec()) as [[null, string | null], [null, number], [null, [string, string]]];
+              const redisMs = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
+              if (redisMs >= earliestMs) continue;
+              checked++;
+              expect(value, `${storage} holds the model's state ${at.state}`).toBe(encodeState(policy, state));
+              expect(expiresMs, `${storage} = ${at.state} at ${at.nowUs}`).toBeGreaterThanOrEqual(earliestMs);
             }
           }
           await store.close();
         },
       ),
-      { numRuns: 40 },
+      { numRuns: 60 },
     );
-    expect(denialsWritten).toBeGreaterThan(50);
+    expect(denials).toBeGreaterThan(50);
+    expect(checked).toBeGreaterThan(200);
   }, 120_000);
 });
