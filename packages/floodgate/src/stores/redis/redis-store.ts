@@ -16,6 +16,7 @@ import {
   METER_SCRIPT_SHA,
 } from './script.js';
 import { hashSlot } from './slot.js';
+import { DECIDE_WIRE, METER_BATCH_WIRE, METER_CALL_WIRE, OP, REASON_CODES } from './wire.js';
 
 /** Options of {@link redisStore}. */
 export interface RedisStoreOptions {
@@ -106,12 +107,12 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   return new RedisStoreImpl(client, maxInFlight, maxBatchSize, String(expiryGraceMs), fastPath);
 }
 
-const OP_CHECK = '0';
-const OP_LIMIT = '1';
-const OP_RESET = '2';
-const OP_CANCEL = '3';
-const OP_REFUND = '4';
-const REASONS: readonly Reason[] = ['ok', 'limit', 'blocked', 'exceeds-capacity'];
+const OP_CHECK = OP.check;
+const OP_LIMIT = OP.limit;
+const OP_RESET = OP.reset;
+const OP_CANCEL = OP.cancel;
+const OP_REFUND = OP.refund;
+const REASONS: readonly Reason[] = REASON_CODES;
 /**
  * The model's scratch room for next states. Evaluations from Redis never carry a next state (the script
  * stored it), so they share one.
@@ -149,12 +150,20 @@ interface Lane {
   retries: { at: number; retry: () => Promise<unknown>; resolve(reply: unknown): void; reject(error: unknown): void }[];
 }
 
-/** A compiled policy's six script arguments, computed once per policy. */
+/** A compiled policy's six script arguments (`DECIDE_WIRE.policy`, wire.ts), computed once per policy. */
 const policyArgs = new WeakMap<CompiledPolicy, readonly string[]>();
 function argsOf(c: CompiledPolicy): readonly string[] {
   let args = policyArgs.get(c);
   if (args === undefined) {
-    args = [String(c.kind), String(c.limit), String(c.blockUs), String(c.a), String(c.b), String(c.c)];
+    const at = DECIDE_WIRE.policy;
+    const built = new Array<string>(at.size);
+    built[at.kind] = String(c.kind);
+    built[at.limit] = String(c.limit);
+    built[at.blockUs] = String(c.blockUs);
+    built[at.a] = String(c.a);
+    built[at.b] = String(c.b);
+    built[at.c] = String(c.c);
+    args = built;
     policyArgs.set(c, args);
   }
   return args;
@@ -304,7 +313,8 @@ class RedisStoreImpl implements RedisStore {
           this.recover(slot, lane);
         });
       }
-      if (meters !== undefined) settleMeters(calls, reply);
+      if (single !== undefined) settleMeter(call, reply);
+      else if (meters !== undefined) settleMeters(calls, reply);
       else settle(calls, reply);
     } catch (error) {
       for (const call of calls) call.reject(error);
@@ -357,21 +367,18 @@ function meterArguments(call: Call, grace: string): { keys: string[]; args: stri
   if (!isMeterCall(call)) return undefined;
   const c = call.policies[0] as CompiledPolicy;
   const p = argsOf(c);
-  return {
-    keys: [storageKey(call.prefix, call.encoded, c.name)],
-    args: [
-      call.nowUs === undefined ? '' : String(call.nowUs),
-      grace,
-      call.op,
-      String(call.cost),
-      String(call.maxDelayUs),
-      p[1] as string,
-      p[2] as string,
-      p[3] as string,
-      p[4] as string,
-      p[5] as string,
-    ],
-  };
+  const A = METER_CALL_WIRE.argv;
+  const args = new Array<string>(A.queue);
+  args[A.nowUs - 1] = call.nowUs === undefined ? '' : String(call.nowUs);
+  args[A.graceMs - 1] = grace;
+  args[A.op - 1] = call.op;
+  args[A.cost - 1] = String(call.cost);
+  args[A.maxDelayUs - 1] = String(call.maxDelayUs);
+  args[A.blockUs - 1] = p[DECIDE_WIRE.policy.blockUs] as string;
+  args[A.t - 1] = p[DECIDE_WIRE.policy.a] as string;
+  args[A.tau - 1] = p[DECIDE_WIRE.policy.b] as string;
+  args[A.queue - 1] = p[DECIDE_WIRE.policy.c] as string;
+  return { keys: [storageKey(call.prefix, call.encoded, c.name)], args };
 }
 
 /** Whether a call is a `limit` or a `check` under one meter policy, what the meter scripts decide. */
@@ -439,7 +446,12 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
       number = String(numbers.size + 1);
       numbers.set(c, number);
       const p = argsOf(c);
-      head.push(p[2] as string, p[3] as string, p[4] as string, p[5] as string);
+      const at = head.length;
+      head.push('', '', '', '');
+      head[at + METER_BATCH_WIRE.policy.blockUs] = p[DECIDE_WIRE.policy.blockUs] as string;
+      head[at + METER_BATCH_WIRE.policy.t] = p[DECIDE_WIRE.policy.a] as string;
+      head[at + METER_BATCH_WIRE.policy.tau] = p[DECIDE_WIRE.policy.b] as string;
+      head[at + METER_BATCH_WIRE.policy.queue] = p[DECIDE_WIRE.policy.c] as string;
     }
     body.push(
       '',
@@ -482,11 +494,70 @@ const METER_OUT = emptyEvaluation();
 const METER_OUTS = [METER_OUT];
 
 /**
- * Hands each call of a meter batch its decision: the model run on the state the script decided it on,
- * which is exactly what the script applied (the same model, see lua/meter-batch.ts).
+ * A meter call's result: the model run on the state the script decided it on (the report is the
+ * client's), checked against the script's verdict. The two ran the same model on the same state, so
+ * they agree unless the script, its arguments or the reply are not what this client expects (an older
+ * or newer script under the same name, a proxy that rewrites replies): a free check on every call, which
+ * fails the call rather than report a decision the server did not make.
+ */
+function meterResult(call: Call, state: unknown, nowUs: number, serverAllowed: boolean): StoreResult {
+  const allowed = decide(
+    call.policies,
+    [meterState(state)],
+    nowUs,
+    call.cost,
+    { commit: call.op === OP_LIMIT, maxDelayUs: call.maxDelayUs },
+    METER_OUTS,
+  );
+  if (allowed !== serverAllowed) {
+    throw new FloodgateError(
+      'ERR_STORE_PROTOCOL',
+      `the meter script ${serverAllowed ? 'allowed' : 'denied'} a call the model ${allowed ? 'allows' : 'denies'} on the state it read (${describeValue(state)} at ${String(nowUs)} µs)`,
+    );
+  }
+  const e = METER_OUT;
+  return {
+    allowed,
+    evaluations: [
+      {
+        allowed: e.allowed,
+        reason: e.reason,
+        remaining: e.remaining,
+        retryAfterUs: e.retryAfterUs,
+        resetAfterUs: e.resetAfterUs,
+        delayUs: e.delayUs,
+        next: undefined,
+        buffers: SHARED_BUFFERS,
+      },
+    ],
+    nowUs,
+  };
+}
+
+/** Hands a call alone under one meter policy its decision (see lua/meter-fast.ts, `METER_CALL_WIRE.reply`). */
+function settleMeter(call: Call, reply: unknown): void {
+  const R = METER_CALL_WIRE.reply;
+  if (!Array.isArray(reply) || reply.length < R.length - 1 || reply.length > R.length) {
+    call.reject(
+      new FloodgateError('ERR_STORE_PROTOCOL', `unexpected reply from the meter script: ${describeValue(reply)}`),
+    );
+    return;
+  }
+  try {
+    // Numbers with Number(): a client may hand integer replies over as strings (ioredis `stringNumbers`).
+    call.resolve(meterResult(call, reply[R.state], Number(reply[R.nowUs]), Number(reply[R.verdict]) === 1));
+  } catch (error) {
+    call.reject(error);
+  }
+}
+
+/**
+ * Hands each call of a meter batch its decision (see lua/meter-batch.ts): the model run on the state the
+ * script decided it on, checked against the script's verdict (the denied calls' numbers, after the time).
  */
 function settleMeters(calls: readonly Call[], reply: unknown): void {
-  if (!Array.isArray(reply) || reply.length !== calls.length + 1) {
+  const n = calls.length;
+  if (!Array.isArray(reply) || reply.length < n + 1 || reply.length > 2 * n + 1) {
     const error = new FloodgateError(
       'ERR_STORE_PROTOCOL',
       `unexpected reply from the meter batch script: ${describeValue(reply)}`,
@@ -494,45 +565,37 @@ function settleMeters(calls: readonly Call[], reply: unknown): void {
     for (const call of calls) call.reject(error);
     return;
   }
-  const redisNowUs = Number(reply[calls.length]);
-  for (let i = 0; i < calls.length; i++) {
+  const redisNowUs = Number(reply[n]);
+  // The calls the script denied (1-based, increasing, after the time): anything else is not this script's.
+  const denied = new Uint8Array(n + 1);
+  let last = 0;
+  for (let d = n + 1; d < reply.length; d++) {
+    const at = Number(reply[d]);
+    if (!(Number.isSafeInteger(at) && at > last && at <= n)) {
+      const error = new FloodgateError(
+        'ERR_STORE_PROTOCOL',
+        `unexpected verdicts from the meter batch script: ${describeValue(reply.slice(n + 1))}`,
+      );
+      for (const call of calls) call.reject(error);
+      return;
+    }
+    denied[at] = 1;
+    last = at;
+  }
+  for (let i = 0; i < n; i++) {
     const call = calls[i] as Call;
     const value = reply[i];
-    if (value === 'E') {
+    if (value === METER_BATCH_WIRE.reply.wrongType) {
       call.reject(
         toStoreError('redis', new Error('WRONGTYPE Operation against a key holding the wrong kind of value')),
       );
       continue;
     }
-    const nowUs = call.nowUs ?? redisNowUs;
-    const allowed = decide(
-      call.policies,
-      [meterState(value)],
-      nowUs,
-      call.cost,
-      {
-        commit: call.op === OP_LIMIT,
-        maxDelayUs: call.maxDelayUs,
-      },
-      METER_OUTS,
-    );
-    const e = METER_OUT;
-    call.resolve({
-      allowed,
-      evaluations: [
-        {
-          allowed: e.allowed,
-          reason: e.reason,
-          remaining: e.remaining,
-          retryAfterUs: e.retryAfterUs,
-          resetAfterUs: e.resetAfterUs,
-          delayUs: e.delayUs,
-          next: undefined,
-          buffers: SHARED_BUFFERS,
-        },
-      ],
-      nowUs,
-    });
+    try {
+      call.resolve(meterResult(call, value, call.nowUs ?? redisNowUs, denied[i + 1] === 0));
+    } catch (error) {
+      call.reject(error);
+    }
   }
 }
 

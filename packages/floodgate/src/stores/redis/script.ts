@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import { BUCKETED_WINDOW_PORT } from './lua/bucketed-window.js';
 import { decideLua } from './lua/decide.js';
 import { FIXED_WINDOW_PORT } from './lua/fixed-window.js';
+import { checkFlagsLua } from './lua/flags.js';
+import { LIST_LUA } from './lua/list.js';
 import { MAIN_LUA } from './lua/main.js';
 import { METER_PORT } from './lua/meter.js';
 import { METER_BATCH_SCRIPT } from './lua/meter-batch.js';
@@ -29,6 +31,8 @@ export function decisionScript(ports: LuaPorts): string {
   return [
     '-- floodgate: rate-limit decisions, a port of the TypeScript model (floodgate/model).',
     preludeLua(ports),
+    checkFlagsLua(ports),
+    LIST_LUA,
     ...inKindOrder(ports).map(({ port }) => port.source),
     decideLua(ports),
     RESERVATION_LUA,

@@ -80,6 +80,14 @@ local function counts_every_call(c)
   return ${everyCall.join(' or ') || 'false'}
 end
 
+-- µs until the state s is untouched: its own reset, as a cost-0 evaluation reports it (scratch: probe).
+local probe = nil
+local function untouched_after(c, s, now)
+  if probe == nil then probe = { allowed = true, reason = OK, remaining = 0, retry = 0, reset = 0, delay = 0, nxt = false } end
+  evaluate_policy(c, s, now, 0, 0, probe)
+  return probe.reset
+end
+
 local function settle_denied(c, s, now, cost, commit, out)
   local allowed_here = out.allowed
   if allowed_here then report_as_allowed(c, s, now, out) end
@@ -115,6 +123,8 @@ ${counting}
     out.retry = max(c.block, out.retry)
     out.reset = max(out.reset, out.retry)
   end
+  -- The key expires with the state written, never with this denial's report, which may end earlier.
+  if out.nxt then out.expire = untouched_after(c, out.nxt, now) end
 end
 
 local function decide(policies, states, n, now, cost, commit, max_delay, outs)
@@ -122,6 +132,7 @@ local function decide(policies, states, n, now, cost, commit, max_delay, outs)
   local impossible = false
   for i = 1, n do
     local out = outs[i]
+    out.expire = false
     evaluate_policy(policies[i], states[i], now, cost, max_delay, out)
     if not out.allowed then
       allowed = false

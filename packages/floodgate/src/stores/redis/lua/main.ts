@@ -1,6 +1,14 @@
+import { DECIDE_WIRE } from '../wire.js';
+
+const A = DECIDE_WIRE.argv;
+const P = DECIDE_WIRE.policy;
+const R = DECIDE_WIRE.run;
+
 /**
  * The script's entry: decides a batch of calls in order, each one exactly as the model's `decide` would
  * (a batch is simply several decisions run back to back inside one atomic script call).
+ *
+ * The layout's numbers are `DECIDE_WIRE` (wire.ts).
  *
  * KEYS: for each call, the storage keys of its policies in policy order
  *   (`<prefix>:{<encoded key>}:<policy name>`; one call's keys share a hash tag, so one cluster slot).
@@ -34,16 +42,18 @@
  */
 export const MAIN_LUA = `
 local argv = ARGV
-local grace = tonumber(argv[1])
+local grace = tonumber(argv[${A.graceMs}])
 local policies = {}
-local p = tonumber(argv[2])
-local at = 3
+local p = tonumber(argv[${A.policies}])
+local at = ${A.first}
 for i = 1, p do
   policies[i] = {
-    kind = tonumber(argv[at]), limit = tonumber(argv[at + 1]), block = tonumber(argv[at + 2]),
-    a = tonumber(argv[at + 3]), b = tonumber(argv[at + 4]), c = tonumber(argv[at + 5]),
+    kind = tonumber(argv[at + ${P.kind}]), limit = tonumber(argv[at + ${P.limit}]), block = tonumber(argv[at + ${P.blockUs}]),
+    a = tonumber(argv[at + ${P.a}]), b = tonumber(argv[at + ${P.b}]), c = tonumber(argv[at + ${P.c}]),
   }
-  at = at + 6
+  -- A kind without a port, or a variant its kind does not declare, raises before anything is decided.
+  check_flags(policies[i])
+  at = at + ${P.size}
 end
 
 local server_now = nil
@@ -79,12 +89,14 @@ local function read_states(n)
   end
   return nil
 end
--- Writes the states the call changed, each expiring when it is untouched again (rounded up to whole ms).
+-- Writes the states the call changed, each expiring when it is untouched again (rounded up to whole ms):
+-- the written state's own reset (out.expire, set by settle_denied for a denial's state, whose report may
+-- end earlier), else the admission's, which is its new state's.
 local function write_states(n, extra)
   for j = 1, n do
     local out = outs[j]
     if out.nxt then
-      local reset = out.reset
+      local reset = out.expire or out.reset
       if reset < 1 then reset = 1 end
       local _, err = try('SET', KEYS[k + j], encode(chosen[j].kind, out.nxt), 'PXAT', ceil((redis_now() + reset + extra) / 1000))
       if err then return err end
@@ -94,13 +106,13 @@ local function write_states(n, extra)
 end
 local total = #argv
 while at <= total do
-  local m = tonumber(argv[at])
-  local op = argv[at + 1]
-  local n = tonumber(argv[at + 5])
+  local m = tonumber(argv[at + ${R.calls}])
+  local op = argv[at + ${R.op}]
+  local n = tonumber(argv[at + ${R.n}])
   for j = 1, n do
-    chosen[j] = policies[tonumber(argv[at + 5 + j])]
+    chosen[j] = policies[tonumber(argv[at + ${R.n} + j])]
     if outs[j] == nil then
-      outs[j] = { allowed = true, reason = OK, remaining = 0, retry = 0, reset = 0, delay = 0, nxt = false }
+      outs[j] = { allowed = true, reason = OK, remaining = 0, retry = 0, reset = 0, delay = 0, nxt = false, expire = false }
     end
   end
   if op == '2' then
@@ -112,14 +124,14 @@ while at <= total do
     end
   elseif op == '3' then
     local now, extra = redis_now(), 0
-    if argv[at + 2] ~= '' then
-      now, extra = tonumber(argv[at + 2]), grace * 1000
+    if argv[at + ${R.nowUs}] ~= '' then
+      now, extra = tonumber(argv[at + ${R.nowUs}]), grace * 1000
     end
     local tats, all = {}, false
-    for j = 1, n do tats[j] = tonumber(argv[at + 5 + n + j]) end
+    for j = 1, n do tats[j] = tonumber(argv[at + ${R.n} + n + j]) end
     local err = read_states(n)
     if not err then
-      all = cancel_reservation(chosen, states, n, now, tonumber(argv[at + 3]), tats, outs)
+      all = cancel_reservation(chosen, states, n, now, tonumber(argv[at + ${R.cost}]), tats, outs)
       err = write_states(n, extra)
     end
     if err then
@@ -132,11 +144,11 @@ while at <= total do
     at = at + n
   elseif op == '4' then
     local now, extra = redis_now(), 0
-    if argv[at + 2] ~= '' then
-      now, extra = tonumber(argv[at + 2]), grace * 1000
+    if argv[at + ${R.nowUs}] ~= '' then
+      now, extra = tonumber(argv[at + ${R.nowUs}]), grace * 1000
     end
-    local unused = tonumber(argv[at + 3])
-    local leased_at, leased = tonumber(argv[at + 6 + n]), tonumber(argv[at + 7 + n])
+    local unused = tonumber(argv[at + ${R.cost}])
+    local leased_at, leased = tonumber(argv[at + ${R.size} + n]), tonumber(argv[at + ${R.size} + 1 + n])
     local err, value = nil, nil
     for j = 1, n do
       local c = chosen[j]
@@ -164,14 +176,14 @@ while at <= total do
   else
     local now
     local extra = 0
-    if argv[at + 2] == '' then
+    if argv[at + ${R.nowUs}] == '' then
       now = redis_now()
     else
-      now = tonumber(argv[at + 2])
+      now = tonumber(argv[at + ${R.nowUs}])
       extra = grace * 1000
     end
-    local cost = tonumber(argv[at + 3])
-    local max_delay = tonumber(argv[at + 4])
+    local cost = tonumber(argv[at + ${R.cost}])
+    local max_delay = tonumber(argv[at + ${R.maxDelayUs}])
     local commit = op == '1'
     for _ = 1, m do
       local allowed = false
@@ -202,7 +214,7 @@ while at <= total do
       k = k + n
     end
   end
-  at = at + 6 + n
+  at = at + ${R.size} + n
 end
 return reply
 `;

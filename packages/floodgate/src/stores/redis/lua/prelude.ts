@@ -1,4 +1,5 @@
 import { emptyStateLength, KIND_LIST, kindConstant } from '../../../model/kinds.js';
+import { LIST_LOCALS } from './list.js';
 import { dispatch, inKindOrder, type LuaPorts } from './port.js';
 
 /**
@@ -32,9 +33,7 @@ local ${KIND_LIST.map(kindConstant).join(', ')} = ${KIND_LIST.map((k) => k.id).j
 local TAGS = '${KIND_LIST.map((k) => k.tag || '-').join('')}'
 -- The algorithms other than the meter are defined on first use: Redis runs this whole chunk on every
 -- call, and each function defined is an allocation, so a call pays only for what it uses.
-local ${inKindOrder(ports)
-    .flatMap(({ port }) => port.locals)
-    .join(', ')}
+local ${[...LIST_LOCALS, ...inKindOrder(ports).flatMap(({ port }) => port.locals)].join(', ')}
 
 -- Length of a state with no history (model: emptyStateLength); a list of pairs starts at 1 and varies.
 local function empty_length(kind)

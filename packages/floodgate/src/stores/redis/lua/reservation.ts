@@ -24,6 +24,7 @@ local function cancel_reservation(cs, states, n, now, cost, tats, outs)
   for j = 1, n do
     local c, s, out = cs[j], states[j], outs[j]
     out.nxt = false
+    out.expire = false
     out.reset = 0
     local tat = tats[j]
     if c.kind ~= KIND_METER or now >= due or s == nil or s[2] ~= tat then

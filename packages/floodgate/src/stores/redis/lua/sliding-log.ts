@@ -2,38 +2,15 @@ import type { LuaPort } from './port.js';
 
 /**
  * Lua port of `evaluateSlidingLog`, `logDeniedAttempt` and their helpers (model/sliding-log.ts): the log
- * of charged events, `(time, cost)` pairs oldest first, at most `ceil(limit) + 1` of them (`coalesce`). State `{blockedUntil, t1, cost1, t2, cost2, …}`:
+ * of charged events, `(time, cost)` pairs oldest first, at most `ceil(limit) + 1` of them (`coalesce`), on
+ * the list code it shares with the bucketed window (lua/list.ts). State `{blockedUntil, t1, cost1, t2, cost2, …}`:
  * with Lua's 1-based arrays an entry's time sits at an even index and its cost right after it. Sums run
  * newest first, as in the model, so fractional costs round identically.
  */
 const SOURCE = `
 local function load_sliding_log()
-  -- Index of the first live entry's time (entries start at 2).
-  local function first_live(s, cutoff)
-    if not s then return 2 end
-    local i, n = 2, #s
-    while i <= n and s[i] <= cutoff do i = i + 2 end
-    return i
-  end
-
-  -- A new log: live entries, then the event; an event at the same µs as the newest one is merged.
-  local function log_append(s, first, now, cost)
-    local nxt = { 0 }
-    local m = 1
-    if s then
-      for i = first, #s do
-        m = m + 1
-        nxt[m] = s[i]
-      end
-    end
-    if m > 1 and nxt[m - 1] == now then
-      nxt[m] = nxt[m] + cost
-    else
-      nxt[m + 1] = now
-      nxt[m + 2] = cost
-    end
-    return nxt
-  end
+  if not list_first then load_list() end
+  local first_live, log_append = list_first, list_append
 
   -- model coalesce(): merges adjacent entries in place until at most ceil(limit) + 1 are left; each time
   -- the pair that moves the least cost-time forward (oldest on ties) becomes (later time, summed cost).
@@ -63,13 +40,7 @@ local function load_sliding_log()
   -- beside the newer ones must leave the window.
   local function sum_wait(s, first, sum, cost, limit, window, now)
     if sum + cost <= limit or not s then return 0 end
-    local newer = 0
-    local n = #s
-    for i = n - 1, first, -2 do
-      newer = newer + s[i + 1]
-      if newer + cost > limit then return s[i] + window - now end
-    end
-    return s[n - 1] + window - now
+    return list_wait(s, first, cost, limit, window, now)
   end
 
   -- µs until the newest event stops mattering: it has left the window and the gap after it has passed.
@@ -83,9 +54,7 @@ local function load_sliding_log()
     local first = first_live(s, now - window)
     local n = 0
     if s then n = #s end
-    -- Newest first, as in the model.
-    local sum = 0
-    for i = n, first + 1, -2 do sum = sum + s[i] end
+    local sum = list_sum(s, first)
     -- The gap is measured from the newest event even when it has left the window (gap longer than window).
     local last = -1
     if n > 1 then last = s[n - 1] end
@@ -135,21 +104,7 @@ export const SLIDING_LOG_PORT: LuaPort = {
   locals: ['sliding_log', 'log_denied_attempt'],
   evaluate: 'if not sliding_log then load_sliding_log() end\nreturn sliding_log(c, s, now, cost, max_delay, out)',
   refund: `
-local n = #s
-for i = 2, n, 2 do
-  if s[i] == leased_at then
-    local left = s[i + 1] - unused
-    local nxt = {}
-    for j = 1, n do nxt[j] = s[j] end
-    if left > 0 then
-      nxt[i + 1] = left
-    else
-      table.remove(nxt, i)
-      table.remove(nxt, i)
-    end
-    return nxt
-  end
-end
-return nil`,
+if not list_take then load_list() end
+return list_take(s, leased_at, unused)`,
   logDenied: { when: 'c.c == 1', state: 'log_denied_attempt(c, s, now, cost)' },
 };
