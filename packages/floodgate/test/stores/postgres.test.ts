@@ -19,6 +19,7 @@ import { stateKey } from '../../src/stores/sql/common.js';
 import {
   manualClock,
   runConformanceSuite,
+  runFastPathSuite,
   runPlainDataSuite,
   SCENARIO_START_MS,
   uniquePrefix,
@@ -168,6 +169,37 @@ describe.skipIf(!available)('postgres store, pg, every call through the decide f
   });
 
   runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 8, seed: 500 });
+});
+
+describe.skipIf(!available)('postgres store: every path decides as the model', () => {
+  // One plain meter takes the meter statement; every other call, and every call with fastPath: false, the
+  // decide function.
+  let connection: Connection;
+  let statement: PostgresStore;
+  let decideFunction: PostgresStore;
+  beforeAll(async () => {
+    connection = connect('pg', 2);
+    statement = postgresStore({ client: connection.client, schema, table: 'paths_statement' });
+    decideFunction = postgresStore({ client: connection.client, schema, table: 'paths_function', fastPath: false });
+    await statement.migrate();
+    await decideFunction.migrate();
+  });
+  afterAll(async () => {
+    await statement?.close();
+    await decideFunction?.close();
+    await connection?.close();
+  });
+
+  runFastPathSuite(
+    { describe, it },
+    {
+      variants: [
+        { name: 'meter statement', store: () => statement, calls: ['bare'], methods: ['promise'] },
+        { name: 'decide function', store: () => decideFunction, calls: ['bare', 'options'], methods: ['promise'] },
+      ],
+      randomOperations: 120,
+    },
+  );
 });
 
 describe.skipIf(!available)('postgres store', () => {

@@ -12,7 +12,13 @@ import {
   type RedisScriptClient,
   redisStore,
 } from '../../src/stores/redis/index.js';
-import { manualClock, runConformanceSuite, runPlainDataSuite, uniquePrefix } from '../../src/testing/index.js';
+import {
+  manualClock,
+  runConformanceSuite,
+  runFastPathSuite,
+  runPlainDataSuite,
+  uniquePrefix,
+} from '../../src/testing/index.js';
 import { ALL_DRIVERS, connectSingle, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
@@ -178,6 +184,24 @@ describe.skipIf(!available)('redis store', () => {
   describe('single node, ioredis, every call through the full script (no single-call fast path)', () => {
     const held = holdStore(() => connectSingle('ioredis'), { fastPath: false });
     runConformanceSuite({ describe, it }, { store: () => held.store, randomRuns: 8, seed: 500 });
+  });
+
+  describe('every path decides as the model', () => {
+    // Sequential calls of one plain meter take the single-call meter script; every other call (several
+    // policies, other kinds, options), and every call with fastPath: false, the full script. Calls queued
+    // together take the batch script, compared with the model in redis-meter-batch.test.ts.
+    const fast = holdStore(() => connectSingle('ioredis'));
+    const full = holdStore(() => connectSingle('ioredis'), { fastPath: false });
+    runFastPathSuite(
+      { describe, it },
+      {
+        variants: [
+          { name: 'single-call meter script', store: () => fast.store, calls: ['bare'], methods: ['promise'] },
+          { name: 'full script', store: () => full.store, calls: ['bare', 'options'], methods: ['promise'] },
+        ],
+        randomOperations: 120,
+      },
+    );
   });
 
   describe('storage', () => {
