@@ -1,7 +1,7 @@
 export { compareIds, type OverrideBackend } from './backend.js';
 export { memoryOverrides } from './memory-overrides.js';
+export { mergePolicies } from './merge.js';
 export {
-  mergePolicies,
   type OverriddenCallOptions,
   OverriddenLimiter,
   type OverrideTargets,

@@ -1,9 +1,8 @@
 import { FloodgateError, invalid } from '../errors.js';
 import type { CallOptions, KeyOptions, Limiter } from '../limiter/limiter.js';
 import { normalizePolicies } from '../limiter/validation.js';
-import { compilePolicy } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
-import { definePolicy, type Policy } from '../model/policy.js';
+import type { Policy } from '../model/policy.js';
 import type { OverrideLookup, Overrides } from './overrides.js';
 import type { StoredOverride } from './record.js';
 
@@ -52,8 +51,6 @@ export function withOverrides(
 export class OverriddenLimiter {
   private readonly failure: 'base' | 'throw';
   private readonly onError: ((error: FloodgateError) => void) | undefined;
-  /** Merged policies per override record and base list: stable arrays, so the limiter's compiled-policy memo hits. */
-  private readonly merged = new WeakMap<StoredOverride, WeakMap<readonly Policy[], readonly Policy[]>>();
 
   constructor(
     readonly limiter: Limiter,
@@ -96,7 +93,7 @@ export class OverriddenLimiter {
     const base =
       targets.policies === undefined ? this.limiter.policies : normalizePolicies(targets.policies, 'policies');
     const override = await this.find({ key, tenant: targets.tenant, plan: targets.plan });
-    return override === undefined ? base : this.mergedFor(override, base);
+    return override === undefined ? base : this.overrides.policiesOf(override, base);
   }
 
   private async resolve<O extends { policies?: Policy | readonly Policy[] }>(
@@ -107,7 +104,7 @@ export class OverriddenLimiter {
       const override = await this.find({ key });
       return (override === undefined
         ? {}
-        : { policies: this.mergedFor(override, this.limiter.policies) }) as unknown as O;
+        : { policies: this.overrides.policiesOf(override, this.limiter.policies) }) as unknown as O;
     }
     if (typeof options !== 'object' || options === null) {
       throw invalid('ERR_INVALID_OPTION', 'options', options, 'an options object');
@@ -116,7 +113,7 @@ export class OverriddenLimiter {
     const override = await this.find({ key, tenant, plan });
     if (override === undefined) return rest as unknown as O;
     const base = rest.policies === undefined ? this.limiter.policies : normalizePolicies(rest.policies, 'policies');
-    return { ...rest, policies: this.mergedFor(override, base) } as unknown as O;
+    return { ...rest, policies: this.overrides.policiesOf(override, base) } as unknown as O;
   }
 
   private async find(call: OverrideLookup): Promise<StoredOverride | undefined> {
@@ -129,54 +126,4 @@ export class OverriddenLimiter {
       return undefined;
     }
   }
-
-  private mergedFor(override: StoredOverride, base: readonly Policy[]): readonly Policy[] {
-    let byBase = this.merged.get(override);
-    if (byBase === undefined) {
-      byBase = new WeakMap();
-      this.merged.set(override, byBase);
-    }
-    let merged = byBase.get(base);
-    if (merged === undefined) {
-      merged = Object.freeze(mergePolicies(base, override.policies));
-      byBase.set(base, merged);
-    }
-    return merged;
-  }
-}
-
-/**
- * The policies of a call with an override: each override policy replaces the base policy of the same
- * name; one whose name is derived (given no name) replaces the one base policy of the same state layout
- * (GCRA, the continuous token bucket and the leaky bucket share one), taking its name, so the state
- * stored under that name carries over; any other is added. Base policies not replaced still apply.
- * A replacement of another state layout under the same name is refused (`ERR_INVALID_POLICY`): it
- * would read the other's state.
- */
-export function mergePolicies(base: readonly Policy[], override: readonly Policy[]): Policy[] {
-  const out = [...base];
-  const replaced = new Set<number>();
-  for (const p of override) {
-    const kind = compilePolicy(p).kind;
-    let at = base.findIndex((b) => b.name === p.name);
-    if (at === -1 && p.name === definePolicy({ ...p, name: undefined }).name) {
-      const same = base.flatMap((b, i) => (compilePolicy(b).kind === kind && !replaced.has(i) ? [i] : []));
-      if (same.length === 1) at = same[0] as number;
-    }
-    if (at === -1) {
-      out.push(p);
-      continue;
-    }
-    const target = base[at] as Policy;
-    if (compilePolicy(target).kind !== kind) {
-      throw new FloodgateError(
-        'ERR_INVALID_POLICY',
-        `override policy ${JSON.stringify(p.name)} keeps its state like a ${target.algorithm} policy would not: give it another name`,
-        { option: 'policies' },
-      );
-    }
-    replaced.add(at);
-    out[at] = p.name === target.name ? p : definePolicy({ ...p, name: target.name });
-  }
-  return out;
 }

@@ -1,7 +1,9 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
+import type { Policy } from '../model/policy.js';
 import { toStoreError } from '../stores/store-errors.js';
 import type { OverrideBackend } from './backend.js';
+import { mergePolicies } from './merge.js';
 import {
   decodeRecord,
   encodeRecord,
@@ -102,6 +104,8 @@ export class Overrides {
   private polledAtMs = Number.NEGATIVE_INFINITY;
   private polling: Promise<void> | undefined;
   private readonly counts = { hits: 0, misses: 0, invalidations: 0 };
+  /** Merged policies per record and base list: stable arrays, so a limiter's compiled-policy memo hits. */
+  private readonly merged = new WeakMap<StoredOverride, WeakMap<readonly Policy[], readonly Policy[]>>();
 
   constructor(options: OverridesOptions) {
     if (typeof options !== 'object' || options === null) {
@@ -193,6 +197,30 @@ export class Overrides {
       if (v !== null && (v.expiresAt === undefined || v.expiresAt > now)) return v;
     }
     return undefined;
+  }
+
+  /**
+   * The policies a call is decided under: `base` merged with the override that applies to it (see
+   * {@link mergePolicies}), or `base` itself when none does. The same arrays while nothing changes.
+   */
+  async resolve(call: OverrideLookup, base: readonly Policy[]): Promise<readonly Policy[]> {
+    const override = await this.lookup(call);
+    return override === undefined ? base : this.policiesOf(override, base);
+  }
+
+  /** `base` merged with an override's policies, memoized per record and base list. */
+  policiesOf(override: StoredOverride, base: readonly Policy[]): readonly Policy[] {
+    let byBase = this.merged.get(override);
+    if (byBase === undefined) {
+      byBase = new WeakMap();
+      this.merged.set(override, byBase);
+    }
+    let merged = byBase.get(base);
+    if (merged === undefined) {
+      merged = Object.freeze(mergePolicies(base, override.policies));
+      byBase.set(base, merged);
+    }
+    return merged;
   }
 
   /** Reads the store's change counter now, emptying the cache when it moved. */
