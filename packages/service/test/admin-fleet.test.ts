@@ -18,7 +18,7 @@ const children: ChildProcess[] = [];
 
 /** Starts `floodgate serve` on Redis with an admin token; resolves to its HTTP port. */
 function serve(configFile: string): Promise<number> {
-  const env = { ...process.env, FLOODGATE_ADMIN_TOKEN: TOKEN, FLOODGATE_LOG_LEVEL: 'info' };
+  const env: NodeJS.ProcessEnv = { ...process.env, FLOODGATE_ADMIN_TOKEN: TOKEN, FLOODGATE_LOG_LEVEL: 'info' };
   delete env.FLOODGATE_PORT;
   delete env.FLOODGATE_CONFIG;
   const child = spawn(

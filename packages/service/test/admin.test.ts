@@ -37,9 +37,9 @@ async function start(
     httpPort: 0,
     grpcPort: false,
     logger: pino({ level: 'info' }, sink),
-    admin: { token: TOKEN, refreshMs: 0 },
     ...options,
-  });
+    ...('admin' in options ? {} : { admin: { token: TOKEN, refreshMs: 0 } }),
+  } as ServiceOptions);
   services.push(service);
   return { service, logs };
 }
