@@ -22,7 +22,7 @@ afterAll(async () => {
 
 /** A service with an admin API, and the JSON log lines it writes. */
 async function start(
-  options: Partial<ServiceOptions> = {},
+  options: { [K in keyof ServiceOptions]?: ServiceOptions[K] | undefined } = {},
 ): Promise<{ service: Service; logs: Record<string, unknown>[] }> {
   const logs: Record<string, unknown>[] = [];
   const sink = new Writable({
