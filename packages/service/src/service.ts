@@ -189,6 +189,14 @@ export class Service implements ServiceContext {
     this.shadowMode = options.shadowMode ?? false;
   }
 
+  /**
+   * The most denied keys over the last two epochs of the live view (a Space-Saving sketch: each count
+   * over-estimates by at most its `error`), for the admin API. Keys never become metric labels.
+   */
+  topDenied(): unknown {
+    return this.stats.deniedKeys.top(20);
+  }
+
   get storeName(): string {
     return this.store?.name ?? 'none';
   }

@@ -130,6 +130,15 @@ describe('admin API', () => {
     expect(JSON.stringify(logs)).not.toContain(TOKEN);
   });
 
+  it('lists the most denied keys to an admin only', async () => {
+    const { service } = await start();
+    for (let i = 0; i < 5; i++) await post(service, '/v1/decide', tenant('noisy'));
+    expect((await call(service, 'GET', '/v1/admin/top-denied')).status).toBe(401);
+    const top = await call(service, 'GET', '/v1/admin/top-denied', { token: TOKEN });
+    expect(top.body).toMatchObject({ total: 2, keys: [{ count: 2, error: 0 }] });
+    expect(JSON.stringify(top.body)).toContain('noisy');
+  });
+
   it('refuses bad admin input with a 400 naming the field, and bounds pages and bodies', async () => {
     const { service } = await start();
     const bad = await call(service, 'PUT', '/v1/admin/overrides/tenant/acme', {
