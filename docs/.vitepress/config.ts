@@ -106,6 +106,7 @@ export default defineConfig({
           { text: 'Algorithms in depth', link: '/algorithms' },
           { text: 'Stores and atomicity', link: '/stores' },
           { text: 'Waiting instead of failing', link: '/waiting' },
+          { text: 'Stored overrides', link: '/overrides' },
           { text: 'Failure modes', link: '/failure-modes' },
           { text: 'Headers and client keys', link: '/headers' },
           { text: 'Clocks', link: '/clocks' },

@@ -31,5 +31,7 @@ export {
 } from './model/index.js';
 // The policies: every algorithm's factory, policy and options types, `definePolicy`, `quotaOf`.
 export * from './model/policy.js';
+export { type DeniedTracker, type TrackDeniedOptions, trackDenied } from './observe/denied.js';
+export { type TopKey, TopKeys, type TopKeysOptions, type TopKeysReport } from './observe/top-keys.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
 export type { Store } from './stores/store.js';

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import type { HeaderFormat } from 'floodgate/http';
+import { AdminConfigError, type AdminOptions } from './admin/auth.js';
 import { ConfigError } from './config.js';
 import { loadConfigPath } from './config-files.js';
 import { HEADER_FORMATS } from './headers.js';
@@ -102,6 +103,12 @@ TLS (PEM files, reloaded on SIGHUP and when they change; a bad file keeps the ol
                                    [FLOODGATE_GRPC_TLS_CLIENT_SAN]
       --http-tls-cert <file>, --http-tls-key <file>, --http-tls-client-ca <file>, --http-tls-client-san <name>
                                    the same for the HTTP API (HTTPS) [FLOODGATE_HTTP_TLS_CERT, …]
+Admin API (/v1/admin/…: stored overrides, a key's state; off unless one of these is given):
+      --admin-token-file <file>    admin bearer tokens, one a line: "<id> <token>" [FLOODGATE_ADMIN_TOKEN_FILE];
+                                   or one token in FLOODGATE_ADMIN_TOKEN (never on the command line)
+      --admin-cert-subject <cn>    admit HTTPS client certificates with this common name as admins
+                                   [FLOODGATE_ADMIN_CERT_SUBJECT]
+      --admin-refresh-ms <n>       how often stored overrides are re-read, ms [FLOODGATE_ADMIN_REFRESH_MS] (default: 500)
   envoyproxy/ratelimit's variables are read too when FLOODGATE_GRPC_TLS_* are unset: GRPC_SERVER_USE_TLS=true
   with GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN.
 
@@ -241,6 +248,9 @@ const SERVE_OPTIONS = {
   'merge-domain-config': { type: 'boolean' },
   'stop-cache-key-increment-when-overlimit': { type: 'boolean' },
   'shadow-mode': { type: 'boolean' },
+  'admin-token-file': { type: 'string' },
+  'admin-cert-subject': { type: 'string' },
+  'admin-refresh-ms': { type: 'string' },
 } as const satisfies ParseArgsOptionsConfig;
 
 /**
@@ -373,8 +383,13 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       ...(staticDir === undefined ? {} : { staticDir }),
       ...(grpcTls === undefined ? {} : { grpcTls }),
       ...(httpTls === undefined ? {} : { httpTls }),
+      ...adminOptions(values, env),
     });
   } catch (error) {
+    if (error instanceof AdminConfigError) {
+      io.err(`floodgate: ${error.message}\n`);
+      return EXIT.CONFIG;
+    }
     if (error instanceof ConfigError) {
       io.err(`floodgate: ${error.message}\n`);
       return EXIT.CONFIG;
@@ -537,3 +552,27 @@ export function run(argv: readonly string[]): void {
 }
 
 if (isEntryPoint()) run(process.argv.slice(2));
+
+/** The admin API's options from `--admin-*` or `FLOODGATE_ADMIN_*`; none when no credential is given. */
+function adminOptions(
+  values: { 'admin-token-file'?: string; 'admin-cert-subject'?: string; 'admin-refresh-ms'?: string },
+  env: NodeJS.ProcessEnv,
+): { admin?: AdminOptions } {
+  const token = env.FLOODGATE_ADMIN_TOKEN;
+  const tokenFile = values['admin-token-file'] ?? env.FLOODGATE_ADMIN_TOKEN_FILE;
+  const subject = values['admin-cert-subject'] ?? env.FLOODGATE_ADMIN_CERT_SUBJECT;
+  if (token === undefined && tokenFile === undefined && subject === undefined) return {};
+  const admin: AdminOptions = {};
+  if (token !== undefined) admin.token = token;
+  if (tokenFile !== undefined) admin.tokenFile = tokenFile;
+  if (subject !== undefined) admin.certSubjects = [subject];
+  const refresh = values['admin-refresh-ms'] ?? env.FLOODGATE_ADMIN_REFRESH_MS;
+  if (refresh !== undefined) {
+    const n = Number(refresh);
+    if (!Number.isInteger(n) || n < 0 || n > 3_600_000 || refresh.trim() === '') {
+      throw new UsageError('--admin-refresh-ms must be a whole number of milliseconds from 0 to 3600000');
+    }
+    admin.refreshMs = n;
+  }
+  return { admin };
+}

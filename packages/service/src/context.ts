@@ -1,4 +1,6 @@
+import type { Overrides } from 'floodgate/overrides';
 import type { Logger } from 'pino';
+import type { AdminAuth } from './admin/auth.js';
 import type { Engine } from './engine.js';
 import type { RateLimitHeaders } from './headers.js';
 import type { Metrics } from './metrics.js';
@@ -25,4 +27,10 @@ export interface ServiceContext {
   configSummary(): unknown;
   /** Called when a store operation fails, to log (rate-limited) and count it. */
   storeFailed(error: unknown): void;
+  /** The admin API's authentication, when the service has an admin API. */
+  readonly admin?: AdminAuth | undefined;
+  /** The stored overrides, when the service has an admin API. */
+  readonly overrides?: Overrides | undefined;
+  /** The top denied keys and tenants, when the service keeps them. */
+  topDenied?(): unknown;
 }

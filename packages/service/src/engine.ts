@@ -11,7 +11,9 @@ import {
   type Store,
 } from 'floodgate';
 import { validateCost } from 'floodgate/model';
+import type { Overrides } from 'floodgate/overrides';
 import { isSyncStore } from 'floodgate/store';
+import { applyOverrides } from './admin/resolve.js';
 import { ENVOY_UNITS, type ServiceConfig } from './config.js';
 import { envoyPolicy } from './envoy-config.js';
 import {
@@ -66,6 +68,12 @@ export interface EngineOptions {
   readonly stopIncrementWhenOverLimit?: boolean | undefined;
   /** The clock of decisions and of answers made without the store; the store's own clock when unset. */
   readonly clock?: Clock | undefined;
+  /**
+   * Stored overrides: each descriptor's policies are resolved through them before the limiter decides
+   * (the descriptor's key, then its `tenant` entry, then its `plan` entry). Decisions then take the
+   * promise path, also over a synchronous store.
+   */
+  readonly overrides?: Overrides | undefined;
 }
 
 /** A limit sent with a descriptor instead of the configured one (Envoy's descriptor `limit`). */
@@ -222,6 +230,7 @@ export class Engine {
   private readonly overrideTally: Map<string, Tally> = new Map();
   private readonly stopIncrement: boolean;
   private readonly clock: Clock | undefined;
+  private readonly overrideStore: Overrides | undefined;
 
   constructor(
     readonly config: ServiceConfig,
@@ -229,7 +238,8 @@ export class Engine {
     private readonly stats: DecisionStats,
     options: EngineOptions = {},
   ) {
-    this.sync = isSyncStore(store);
+    this.overrideStore = options.overrides;
+    this.sync = isSyncStore(store) && options.overrides === undefined;
     this.stopIncrement = options.stopIncrementWhenOverLimit ?? false;
     this.clock = options.clock;
     this.limiter = createLimiter({
@@ -283,6 +293,7 @@ export class Engine {
     if (this.sync) return this.decideSync(request, mode);
     const started = performance.now();
     const plan = this.plan(request, mode);
+    if (this.overrideStore !== undefined) await applyOverrides(this.overrideStore, request, plan);
     const limiter = this.limiter;
     const spare = this.spareUnderLimit(request, plan, mode);
     if (spare !== undefined) {

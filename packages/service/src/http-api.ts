@@ -2,6 +2,7 @@ import { createReadStream, statSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import { extname, join, resolve, sep } from 'node:path';
+import { handleAdmin } from './admin/admin-api.js';
 import type { ServiceContext } from './context.js';
 import {
   type DecisionRequest,
@@ -82,6 +83,14 @@ export function createHttpApi(context: () => ServiceContext, options: HttpApiOpt
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
+    if (path.startsWith('/v1/admin/')) {
+      handleAdmin(ctx, req, res, path, q === -1 ? '' : url.slice(q + 1), {
+        parseDecisionRequest,
+        decisionBody: (outcomes, m) => decisionBody(outcomes, m, ctx.headers),
+        fail: (error) => fail(ctx, res, error),
+      });
+      return;
+    }
     const mode = MODES.get(path);
     if (mode !== undefined) {
       if (req.method !== 'POST') return methodNotAllowed(res, 'POST');

@@ -4,7 +4,9 @@ import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
 import { type Clock, gcra, isFloodgateError, type Store } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
+import { createOverrides, memoryOverrides, type OverrideBackend, type Overrides } from 'floodgate/overrides';
 import { type Logger, pino } from 'pino';
+import { AdminAuth, type AdminOptions } from './admin/auth.js';
 import { ConfigError, type DescriptorConfig, type ServiceConfig } from './config.js';
 import { loadConfigPath, parseConfigText } from './config-files.js';
 import type { ServiceContext } from './context.js';
@@ -91,6 +93,13 @@ export interface ServiceOptions {
   grpcTls?: TlsOptions;
   /** Serve the HTTP API over HTTPS, and with `clientCaFile` require client certificates (mutual TLS). */
   httpTls?: TlsOptions;
+  /**
+   * The admin API (`/v1/admin/…`, on the HTTP port): stored overrides and a key's state, behind a bearer
+   * token or an admin client certificate. Turns stored overrides on. Unset: no admin API (404).
+   */
+  admin?: AdminOptions;
+  /** Where stored overrides live when `store` is a store object: the memory's by default. */
+  overridesBackend?: OverrideBackend;
 }
 
 /** The outcome of a reload. */
@@ -137,6 +146,10 @@ export class Service implements ServiceContext {
   engine!: Engine;
   draining = false;
   readonly shadowMode: boolean;
+  /** The admin API's authentication, when it is on. */
+  admin: AdminAuth | undefined;
+  /** Stored overrides, when the admin API is on. */
+  overrides: Overrides | undefined;
   /** Ports actually bound (0 until started, or when that API is off). */
   httpPort = 0;
   grpcPort = 0;
@@ -176,6 +189,14 @@ export class Service implements ServiceContext {
     this.shadowMode = options.shadowMode ?? false;
   }
 
+  /**
+   * The most denied keys over the last two epochs of the live view (a Space-Saving sketch: each count
+   * over-estimates by at most its `error`), for the admin API. Keys never become metric labels.
+   */
+  topDenied(): unknown {
+    return this.stats.deniedKeys.top(20);
+  }
+
   get storeName(): string {
     return this.store?.name ?? 'none';
   }
@@ -212,6 +233,14 @@ export class Service implements ServiceContext {
     } else {
       this.opened = await openStore(options.store);
       this.store = this.opened.store;
+    }
+    if (options.admin !== undefined) {
+      this.admin = new AdminAuth(options.admin);
+      this.overrides = createOverrides({
+        backend: options.overridesBackend ?? this.opened?.overrides ?? memoryOverrides(),
+        ...(options.admin.refreshMs === undefined ? {} : { refreshMs: options.admin.refreshMs }),
+        ...(options.clock === undefined ? {} : { clock: options.clock }),
+      });
     }
     this.metrics = new Metrics(this.stats, this.store);
     this.engine = this.newEngine(config);
@@ -384,6 +413,7 @@ export class Service implements ServiceContext {
       failure: this.options.failure,
       stopIncrementWhenOverLimit: this.options.stopIncrementWhenOverLimit,
       clock: this.options.clock,
+      overrides: this.overrides,
     });
     // The live view's most denied keys and store errors come from the limiter's own events. Denials made
     // without the store (failure 'closed') say nothing about a key, so they are not counted against it.

@@ -1,4 +1,5 @@
 import { type MemoryStoreOptions, memoryStore } from 'floodgate';
+import { memoryOverrides } from 'floodgate/overrides';
 import { type OpenedStore, redact, StoreUrlError } from './stores/opened.js';
 
 export { type OpenedStore, redact, StoreUrlError } from './stores/opened.js';
@@ -75,6 +76,7 @@ function openMemory(text: string): OpenedStore {
   ];
   return {
     store,
+    overrides: memoryOverrides(),
     description: shown.length === 0 ? 'memory' : `memory (${shown.join(', ')})`,
     close: async () => {},
   };

@@ -1,4 +1,5 @@
 import type { Store } from 'floodgate';
+import type { OverrideBackend } from 'floodgate/overrides';
 
 /** A store opened from a URL, with what the service needs to release it. */
 export interface OpenedStore {
@@ -7,6 +8,8 @@ export interface OpenedStore {
   readonly description: string;
   /** Closes the store and the client the service created for it. */
   close(): Promise<void>;
+  /** Where the store keeps stored overrides (its own keys or table), for the admin API. */
+  readonly overrides?: OverrideBackend;
   /** Readies the store (creates its tables); retried by readiness probes until it succeeds. */
   prepare?(): Promise<void>;
 }

@@ -1,3 +1,4 @@
+import { postgresOverrides } from 'floodgate/overrides';
 import { fromPg, postgresStore } from 'floodgate/postgres';
 import pg from 'pg';
 import { type OpenedStore, redact, StoreUrlError } from './opened.js';
@@ -40,14 +41,22 @@ export function openPostgres(url: string): OpenedStore {
     throw new StoreUrlError(`postgres store: ${error instanceof Error ? error.message : String(error)}`);
   }
   let migrated: Promise<void> | undefined;
+  const overrides = postgresOverrides({
+    client: fromPg(pool),
+    ...(options.schema === undefined ? {} : { schema: options.schema }),
+  });
   return {
     store,
+    overrides,
     description: redact(url),
     prepare: () => {
-      migrated ??= store.migrate().catch((error: unknown) => {
-        migrated = undefined;
-        throw error;
-      });
+      migrated ??= Promise.all([store.migrate(), overrides.migrate()]).then(
+        () => undefined,
+        (error: unknown) => {
+          migrated = undefined;
+          throw error;
+        },
+      );
       return migrated;
     },
     close: async () => {

@@ -1,3 +1,4 @@
+import { redisOverrides } from 'floodgate/overrides';
 import { fromIoredis, redisStore } from 'floodgate/redis';
 import { Cluster, Redis } from 'ioredis';
 import { type OpenedStore, redact, StoreUrlError } from './opened.js';
@@ -48,6 +49,7 @@ export async function openRedis(url: string, scheme: string): Promise<OpenedStor
   const store = redisStore({ client: fromIoredis(client) });
   return {
     store,
+    overrides: redisOverrides({ client: fromIoredis(client) }),
     description,
     close: async () => {
       await store.close();

@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import { sqliteOverrides } from 'floodgate/overrides';
 import { sqliteStore } from 'floodgate/sqlite';
 import { type OpenedStore, StoreUrlError } from './opened.js';
 
@@ -31,8 +32,12 @@ export function openSqlite(url: string): OpenedStore {
   try {
     const store = sqliteStore({ database, ...(table === undefined ? {} : { table }) });
     store.migrate();
+    // The overrides' tables: created synchronously (better-sqlite3), before the service serves.
+    const overrides = sqliteOverrides({ database });
+    void overrides.migrate();
     return {
       store,
+      overrides,
       description: `sqlite:${rest}${table === undefined ? '' : ` (table ${table})`}`,
       close: async () => {
         database.close();
