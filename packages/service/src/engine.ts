@@ -10,7 +10,7 @@ import {
   type PolicyDecision,
   type Store,
 } from 'floodgate';
-import { validateCost } from 'floodgate/model';
+import { checkResolution, compilePolicy, validateCost } from 'floodgate/model';
 import { isSyncStore } from 'floodgate/store';
 import { ENVOY_UNITS, type ServiceConfig } from './config.js';
 import { envoyPolicy } from './envoy-config.js';
@@ -505,6 +505,7 @@ export class Engine {
         }
       }
     }
+    checkResolutions(plan, descriptors);
     return plan;
   }
 
@@ -633,6 +634,23 @@ function checkCost(cost: unknown, field: string): void {
     validateCost(cost, field);
   } catch (error) {
     throw new RequestError('invalid', (error as Error).message, field);
+  }
+}
+
+/**
+ * A cost below the resolution of a policy it is charged to (a cost the policy's count could lose in
+ * rounding, `checkResolution`) is the client's fault, refused before any descriptor reaches the store.
+ */
+function checkResolutions(plan: readonly Planned[], descriptors: readonly DescriptorRequest[]): void {
+  for (let i = 0; i < plan.length; i++) {
+    const p = plan[i] as Planned;
+    if (p.kind !== 'policies' || p.policies === undefined || !(p.cost > 0 && p.cost < 1)) continue;
+    const field = descriptors[i]?.cost === undefined ? 'cost' : `descriptors[${i}].cost`;
+    try {
+      checkResolution(p.policies.map(compilePolicy), p.cost, field);
+    } catch (error) {
+      throw new RequestError('invalid', (error as Error).message, field);
+    }
   }
 }
 

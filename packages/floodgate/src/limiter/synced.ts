@@ -1,7 +1,7 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { MIN_COST, validateCost } from '../model/cost.js';
+import { checkResolution, countResolution, MIN_COST, type Resolved, validateCost } from '../model/cost.js';
 import type { Decision, PolicyDecision } from '../model/decision.js';
 import { quotaOf } from '../model/policy.js';
 import type { Limiter } from './limiter.js';
@@ -97,9 +97,12 @@ export class SyncedLimiter {
   private timer: ReturnType<typeof setInterval> | undefined;
   private syncing: Promise<void> | undefined;
   private closed = false;
+  private readonly resolved: readonly Resolved[];
 
   constructor(limiter: Limiter, options: SyncedOptions = {}) {
     const compiled = localPolicies(limiter, options, 'synced');
+    // Local counts hold up to the smallest limit whatever the kind (a meter's too): the same resolution.
+    this.resolved = compiled.map((c) => ({ name: c.name, limit: c.limit, resolution: countResolution(c.limit) }));
     const syncMs = options.syncMs ?? 100;
     if (typeof syncMs !== 'number' || !Number.isFinite(syncMs) || !(syncMs >= 1) || syncMs > 2 ** 31 - 1) {
       throw invalid('ERR_INVALID_OPTION', 'syncMs', options.syncMs, 'a number of milliseconds from 1');
@@ -148,6 +151,7 @@ export class SyncedLimiter {
       throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
     }
     const cost = options?.cost === undefined ? 1 : validateCost(options.cost);
+    checkResolution(this.resolved, cost);
     if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the synced limiter is closed');
     if (cost === 0 || key.length > HASH_KEYS_LONGER_THAN) {
       // A check changes nothing: the store answers it. A long key is not kept (its count would hold the
