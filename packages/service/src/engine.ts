@@ -505,8 +505,7 @@ export class Engine {
         }
       }
     }
-    checkResolutions(plan, descriptors);
-    return plan;
+    return checkResolutions(plan, descriptors);
   }
 
   /**
@@ -641,7 +640,7 @@ function checkCost(cost: unknown, field: string): void {
  * A cost below the resolution of a policy it is charged to (a cost the policy's count could lose in
  * rounding, `checkResolution`) is the client's fault, refused before any descriptor reaches the store.
  */
-function checkResolutions(plan: readonly Planned[], descriptors: readonly DescriptorRequest[]): void {
+function checkResolutions(plan: Planned[], descriptors: readonly DescriptorRequest[]): Planned[] {
   for (let i = 0; i < plan.length; i++) {
     const p = plan[i] as Planned;
     if (p.kind !== 'policies' || p.policies === undefined || !(p.cost > 0 && p.cost < 1)) continue;
@@ -652,6 +651,7 @@ function checkResolutions(plan: readonly Planned[], descriptors: readonly Descri
       throw new RequestError('invalid', (error as Error).message, field);
     }
   }
+  return plan;
 }
 
 /**
