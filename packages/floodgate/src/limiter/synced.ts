@@ -68,6 +68,12 @@ interface Entry {
   denied: Decision | undefined;
   deniedUntilMs: number;
   deniedCost: number;
+  /**
+   * When the store last said the key is over the limit (a denial, units owed, or a count with no room
+   * left), local ms; -Infinity when it has room. For `syncMs` after it, every call on the key is denied
+   * locally: at most one store call per key per sync interval while it is over.
+   */
+  overAtMs: number;
 }
 
 /** Oldest entries looked at for one to drop when `maxKeys` are held. */
@@ -182,6 +188,7 @@ export class SyncedLimiter {
         this.stats.cachedDenials++;
         return { ...entry.denied, retryAfterMs: Math.max(1, Math.ceil(entry.deniedUntilMs - nowMs)) };
       }
+      if (nowMs - entry.overAtMs < this.syncMs) return this.overDenial(entry, nowMs);
       if (entry.busy !== undefined) {
         await entry.busy;
         continue;
@@ -273,6 +280,7 @@ export class SyncedLimiter {
       denied: undefined,
       deniedUntilMs: 0,
       deniedCost: 0,
+      overAtMs: Number.NEGATIVE_INFINITY,
     };
     this.entries.set(key, entry);
     if (this.autoSync && this.timer === undefined) {
@@ -310,6 +318,7 @@ export class SyncedLimiter {
       this.stats.storeDecisions++;
       const decision = await this.limiter.limit(key, { cost });
       this.observe(entry, decision, mark, sentMs);
+      entry.overAtMs = decision.allowed || decision.reason !== 'limit' ? Number.NEGATIVE_INFINITY : sentMs;
       if (!decision.allowed && decision.reason === 'limit' && Number.isFinite(decision.retryAfterMs)) {
         // A denial consumes nothing: only time lets the call pass (others' calls only make it wait longer).
         entry.denied = decision;
@@ -365,7 +374,10 @@ export class SyncedLimiter {
     if (!(entry.unsynced >= MIN_COST)) entry.unsynced = 0;
     entry.denied = undefined;
     this.observe(entry, decision, mark, sentMs);
-    if (entry.owed) entry.room = 0;
+    if (entry.owed) {
+      entry.room = 0;
+      entry.overAtMs = sentMs;
+    }
   }
 
   private async cycle(): Promise<void> {
@@ -385,6 +397,9 @@ export class SyncedLimiter {
             const sentMs = this.nowMs();
             this.stats.refreshes++;
             this.observe(entry, await this.limiter.limit(key, { cost: 0 }), mark, sentMs);
+            // Still no room: the key stays over for another interval, this read its one store call.
+            if (entry.overAtMs > Number.NEGATIVE_INFINITY)
+              entry.overAtMs = entry.room > 0 ? Number.NEGATIVE_INFINITY : sentMs;
           }).catch(() => {
             this.stats.syncErrors++;
           }),
@@ -400,6 +415,21 @@ export class SyncedLimiter {
       clearInterval(this.timer);
       this.timer = undefined;
     }
+  }
+
+  /** A call on a key over the limit, within `syncMs` of the store saying so: denied without a store call. */
+  private overDenial(entry: Entry, nowMs: number): Decision {
+    this.stats.cachedDenials++;
+    const retryAfterMs = Math.max(1, Math.ceil(entry.overAtMs + this.syncMs - nowMs));
+    const base = entry.denied ?? entry.snapshot;
+    return {
+      ...base,
+      allowed: false,
+      reason: 'limit',
+      remaining: 0,
+      retryAfterMs,
+      policies: base.policies.map((p) => ({ ...p, allowed: false, remaining: 0, retryAfterMs })),
+    };
   }
 
   private localAdmission(entry: Entry): Decision {
