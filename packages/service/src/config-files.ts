@@ -70,9 +70,24 @@ export function loadConfigPath(path: string, options: ConfigLoadOptions = {}): L
   const hash = createHash('sha256');
   const sources: { file: string; text: string }[] = [];
   let bytes = 0;
+  let written = 0;
   for (const file of files) {
     const text = readConfigFile(file);
     bytes += Buffer.byteLength(text, 'utf8');
+    written += writtenRules(text);
+    if (written > MAX_RULES) {
+      throw new ConfigError(
+        [
+          {
+            path: '',
+            line: 0,
+            column: 0,
+            message: `the config files hold more than ${MAX_RULES} descriptor rules (${written} written out by ${file.slice(path.length + 1)}, before any file is parsed)`,
+          },
+        ],
+        path,
+      );
+    }
     if (bytes > MAX_DIRECTORY_BYTES) {
       throw new ConfigError(
         [
@@ -90,6 +105,17 @@ export function loadConfigPath(path: string, options: ConfigLoadOptions = {}): L
     sources.push({ file, text });
   }
   return { config: combine(sources, options, path), sha256: hash.digest('hex'), files };
+}
+
+/**
+ * The rules a config text writes out in block style, one per line that starts a list item with `key:`
+ * (`- key: user`): fewer than it holds (flow-style rules and aliases are not counted), never more outside
+ * a block scalar holding such lines, so a directory whose files write out more than {@link MAX_RULES} is
+ * refused as it is read, before the slow part (parsing and checking every file: 77 s and 568 MiB for
+ * 1,000 files of 16 kB) begins.
+ */
+function writtenRules(text: string): number {
+  return text.match(/^[ \t]*-[ \t]+key[ \t]*:/gm)?.length ?? 0;
 }
 
 /**

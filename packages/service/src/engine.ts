@@ -10,7 +10,7 @@ import {
   type PolicyDecision,
   type Store,
 } from 'floodgate';
-import { validateCost } from 'floodgate/model';
+import { checkResolution, compilePolicy, validateCost } from 'floodgate/model';
 import type { Overrides } from 'floodgate/overrides';
 import { isSyncStore } from 'floodgate/store';
 import { applyOverrides } from './admin/resolve.js';
@@ -516,7 +516,7 @@ export class Engine {
         }
       }
     }
-    return plan;
+    return checkResolutions(plan, descriptors);
   }
 
   /**
@@ -645,6 +645,24 @@ function checkCost(cost: unknown, field: string): void {
   } catch (error) {
     throw new RequestError('invalid', (error as Error).message, field);
   }
+}
+
+/**
+ * A cost below the resolution of a policy it is charged to (a cost the policy's count could lose in
+ * rounding, `checkResolution`) is the client's fault, refused before any descriptor reaches the store.
+ */
+function checkResolutions(plan: Planned[], descriptors: readonly DescriptorRequest[]): Planned[] {
+  for (let i = 0; i < plan.length; i++) {
+    const p = plan[i] as Planned;
+    if (p.kind !== 'policies' || p.policies === undefined || !(p.cost > 0 && p.cost < 1)) continue;
+    const field = descriptors[i]?.cost === undefined ? 'cost' : `descriptors[${i}].cost`;
+    try {
+      checkResolution(p.policies.map(compilePolicy), p.cost, field);
+    } catch (error) {
+      throw new RequestError('invalid', (error as Error).message, field);
+    }
+  }
+  return plan;
 }
 
 /**

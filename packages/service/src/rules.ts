@@ -1,5 +1,6 @@
 import type { Policy } from 'floodgate';
 import { type DescriptorConfig, type DomainConfig, ENVOY_UNITS, type ServiceConfig } from './config.js';
+import { PrefixTrie } from './prefix-trie.js';
 import type { DecisionStats, Tally } from './stats.js';
 
 /** One entry of a request descriptor: `remote_address = 10.0.0.1`. */
@@ -79,32 +80,20 @@ export interface Rule {
 }
 
 /**
- * The prefix rules of one key, by prefix, with the distinct prefix lengths longest first: matching a
- * value looks up one prefix of it per distinct length, however many rules there are, instead of trying
- * every prefix (a config of 50,000 `path: /p123/*` rules would cost 50,000 comparisons per entry).
+ * The prefix rules of one key, in a trie: matching a value walks it once, linear in its length however
+ * many rules and distinct prefix lengths there are (a config of 50,000 `path: /p123/*` rules, or 1,000
+ * prefix lengths against values of 990 characters, costs one pass over the value).
  */
 export class Prefixes {
-  private readonly rules = new Map<string, Rule>();
-  private lengths: number[] = [];
+  private readonly rules = new PrefixTrie<Rule>();
 
   add(prefix: string, rule: Rule): void {
-    if (!this.rules.has(prefix) && !this.lengths.includes(prefix.length)) {
-      this.lengths.push(prefix.length);
-      this.lengths.sort((a, b) => b - a);
-    }
     this.rules.set(prefix, rule);
   }
 
   /** The rule of the longest prefix of `value`. */
   match(value: string): Rule | undefined {
-    const lengths = this.lengths;
-    for (let i = 0; i < lengths.length; i++) {
-      const length = lengths[i] as number;
-      if (length > value.length) continue;
-      const rule = this.rules.get(length === value.length ? value : value.slice(0, length));
-      if (rule !== undefined) return rule;
-    }
-    return undefined;
+    return this.rules.longest(value);
   }
 }
 
@@ -132,12 +121,11 @@ export function wildcardMatch(parts: readonly string[], value: string): boolean 
 /**
  * The wildcard rules of one key in envoyproxy/ratelimit's format: a value with `*` anywhere matches as
  * that service matches it, and of several that match, the one written first wins. Patterns with one
- * trailing `*` (most of them) are looked up by prefix, one lookup per distinct prefix length; the others
- * are tried in order, each until one written earlier has matched.
+ * trailing `*` (most of them) are looked up by prefix, in a trie walked once per value; the others are
+ * tried in order, each until one written earlier has matched.
  */
 export class Wildcards {
-  private readonly prefixes = new Map<string, { rule: Rule; order: number }>();
-  private lengths: number[] = [];
+  private readonly prefixes = new PrefixTrie<{ rule: Rule; order: number }>();
   private readonly patterns: { parts: string[]; rule: Rule; order: number }[] = [];
   private count = 0;
 
@@ -148,7 +136,6 @@ export class Wildcards {
       const prefix = parts[0] as string;
       if (this.prefixes.has(prefix)) return;
       this.prefixes.set(prefix, { rule, order });
-      if (!this.lengths.includes(prefix.length)) this.lengths.push(prefix.length);
     } else {
       this.patterns.push({ parts, rule, order });
     }
@@ -157,18 +144,14 @@ export class Wildcards {
   /** The first-written wildcard rule that matches `value`. */
   match(value: string): Rule | undefined {
     let best: { rule: Rule; order: number } | undefined;
-    const lengths = this.lengths;
-    for (let i = 0; i < lengths.length; i++) {
-      const length = lengths[i] as number;
-      if (length > value.length) continue;
-      const found = this.prefixes.get(length === value.length ? value : value.slice(0, length));
-      if (found !== undefined && (best === undefined || found.order < best.order)) best = found;
-    }
+    this.prefixes.prefixesOf(value, (found) => {
+      if (best === undefined || found.order < best.order) best = found;
+    });
     for (const p of this.patterns) {
       if (best !== undefined && p.order > best.order) break;
       if (wildcardMatch(p.parts, value)) return p.rule;
     }
-    return best?.rule;
+    return (best as { rule: Rule } | undefined)?.rule;
   }
 }
 

@@ -1,8 +1,13 @@
-/** Codes of the warnings a middleware emits, each once per middleware (and the ones derived from it). */
+/**
+ * Codes of the warnings floodgate emits: a middleware's, each once per middleware (and the ones derived
+ * from it), and the Redis store's, once per store (its server's eviction settings).
+ */
 export type FloodgateWarningCode =
   | 'FLOODGATE_UNTRUSTED_PROXY'
   | 'FLOODGATE_UNKNOWN_ADDRESS'
-  | 'FLOODGATE_SETTLE_FAILED';
+  | 'FLOODGATE_SETTLE_FAILED'
+  | 'FLOODGATE_REDIS_EVICTION'
+  | 'FLOODGATE_REDIS_POLICY_UNKNOWN';
 
 /**
  * Emits a `FloodgateWarning` as a process warning (`process.on('warning', …)` sees it, with its

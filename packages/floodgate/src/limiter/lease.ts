@@ -1,7 +1,7 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { MIN_COST, validateCost } from '../model/cost.js';
+import { checkResolution, countResolution, MIN_COST, type Resolved, validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import { kindOf } from '../model/kinds.js';
 import { giveBack, takeLease } from './leasing.js';
@@ -81,9 +81,12 @@ export class LeasedLimiter {
   private readonly returning = new Set<Promise<void>>();
   private timer: ReturnType<typeof setInterval> | undefined;
   private closed = false;
+  private readonly resolved: readonly Resolved[];
 
   constructor(limiter: Limiter, options: LeaseOptions) {
     const compiled = localPolicies(limiter, options, 'leased');
+    // Local counts hold up to the smallest limit whatever the kind (a meter's too): the same resolution.
+    this.resolved = compiled.map((c) => ({ name: c.name, limit: c.limit, resolution: countResolution(c.limit) }));
     if (typeof limiter.store.refund !== 'function') {
       throw new FloodgateError(
         'ERR_INVALID_OPTION',
@@ -136,6 +139,7 @@ export class LeasedLimiter {
       throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
     }
     const cost = options?.cost === undefined ? 1 : validateCost(options.cost);
+    checkResolution(this.resolved, cost);
     if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the leased limiter is closed');
     if (cost === 0 || cost > this.size || key.length > HASH_KEYS_LONGER_THAN) {
       // A check, or more than a lease holds: the store decides it alone. So does a long key: a lease

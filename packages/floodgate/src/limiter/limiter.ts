@@ -2,7 +2,7 @@ import { type Clock, systemClock, wholeClockUs } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { isPlainKey, validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
-import { validateCost } from '../model/cost.js';
+import { checkResolution, validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
@@ -462,6 +462,7 @@ export class Limiter {
         { option: 'policies' },
       );
     }
+    if (cost < 1) checkResolution(policies, cost);
     if (maxDelayUs > 0) requireReservable(policies);
     let nowUs = readUs ?? this.clock?.nowUs();
     if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);

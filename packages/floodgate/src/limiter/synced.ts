@@ -1,7 +1,7 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { MIN_COST, validateCost } from '../model/cost.js';
+import { checkResolution, countResolution, MIN_COST, type Resolved, validateCost } from '../model/cost.js';
 import type { Decision, PolicyDecision } from '../model/decision.js';
 import { quotaOf } from '../model/policy.js';
 import type { Limiter } from './limiter.js';
@@ -68,6 +68,12 @@ interface Entry {
   denied: Decision | undefined;
   deniedUntilMs: number;
   deniedCost: number;
+  /**
+   * When the store last said the key is over the limit (a denial, units owed, or a count with no room
+   * left), local ms; -Infinity when it has room. For `syncMs` after it, every call on the key is denied
+   * locally: at most one store call per key per sync interval while it is over.
+   */
+  overAtMs: number;
 }
 
 /** Oldest entries looked at for one to drop when `maxKeys` are held. */
@@ -97,9 +103,12 @@ export class SyncedLimiter {
   private timer: ReturnType<typeof setInterval> | undefined;
   private syncing: Promise<void> | undefined;
   private closed = false;
+  private readonly resolved: readonly Resolved[];
 
   constructor(limiter: Limiter, options: SyncedOptions = {}) {
     const compiled = localPolicies(limiter, options, 'synced');
+    // Local counts hold up to the smallest limit whatever the kind (a meter's too): the same resolution.
+    this.resolved = compiled.map((c) => ({ name: c.name, limit: c.limit, resolution: countResolution(c.limit) }));
     const syncMs = options.syncMs ?? 100;
     if (typeof syncMs !== 'number' || !Number.isFinite(syncMs) || !(syncMs >= 1) || syncMs > 2 ** 31 - 1) {
       throw invalid('ERR_INVALID_OPTION', 'syncMs', options.syncMs, 'a number of milliseconds from 1');
@@ -148,6 +157,7 @@ export class SyncedLimiter {
       throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
     }
     const cost = options?.cost === undefined ? 1 : validateCost(options.cost);
+    checkResolution(this.resolved, cost);
     if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the synced limiter is closed');
     if (cost === 0 || key.length > HASH_KEYS_LONGER_THAN) {
       // A check changes nothing: the store answers it. A long key is not kept (its count would hold the
@@ -178,6 +188,7 @@ export class SyncedLimiter {
         this.stats.cachedDenials++;
         return { ...entry.denied, retryAfterMs: Math.max(1, Math.ceil(entry.deniedUntilMs - nowMs)) };
       }
+      if (nowMs - entry.overAtMs < this.syncMs) return this.overDenial(entry, nowMs);
       if (entry.busy !== undefined) {
         await entry.busy;
         continue;
@@ -269,6 +280,7 @@ export class SyncedLimiter {
       denied: undefined,
       deniedUntilMs: 0,
       deniedCost: 0,
+      overAtMs: Number.NEGATIVE_INFINITY,
     };
     this.entries.set(key, entry);
     if (this.autoSync && this.timer === undefined) {
@@ -306,6 +318,7 @@ export class SyncedLimiter {
       this.stats.storeDecisions++;
       const decision = await this.limiter.limit(key, { cost });
       this.observe(entry, decision, mark, sentMs);
+      entry.overAtMs = decision.allowed || decision.reason !== 'limit' ? Number.NEGATIVE_INFINITY : sentMs;
       if (!decision.allowed && decision.reason === 'limit' && Number.isFinite(decision.retryAfterMs)) {
         // A denial consumes nothing: only time lets the call pass (others' calls only make it wait longer).
         entry.denied = decision;
@@ -361,7 +374,10 @@ export class SyncedLimiter {
     if (!(entry.unsynced >= MIN_COST)) entry.unsynced = 0;
     entry.denied = undefined;
     this.observe(entry, decision, mark, sentMs);
-    if (entry.owed) entry.room = 0;
+    if (entry.owed) {
+      entry.room = 0;
+      entry.overAtMs = sentMs;
+    }
   }
 
   private async cycle(): Promise<void> {
@@ -381,6 +397,9 @@ export class SyncedLimiter {
             const sentMs = this.nowMs();
             this.stats.refreshes++;
             this.observe(entry, await this.limiter.limit(key, { cost: 0 }), mark, sentMs);
+            // Still no room: the key stays over for another interval, this read its one store call.
+            if (entry.overAtMs > Number.NEGATIVE_INFINITY)
+              entry.overAtMs = entry.room > 0 ? Number.NEGATIVE_INFINITY : sentMs;
           }).catch(() => {
             this.stats.syncErrors++;
           }),
@@ -396,6 +415,21 @@ export class SyncedLimiter {
       clearInterval(this.timer);
       this.timer = undefined;
     }
+  }
+
+  /** A call on a key over the limit, within `syncMs` of the store saying so: denied without a store call. */
+  private overDenial(entry: Entry, nowMs: number): Decision {
+    this.stats.cachedDenials++;
+    const retryAfterMs = Math.max(1, Math.ceil(entry.overAtMs + this.syncMs - nowMs));
+    const base = entry.denied ?? entry.snapshot;
+    return {
+      ...base,
+      allowed: false,
+      reason: 'limit',
+      remaining: 0,
+      retryAfterMs,
+      policies: base.policies.map((p) => ({ ...p, allowed: false, remaining: 0, retryAfterMs })),
+    };
   }
 
   private localAdmission(entry: Entry): Decision {

@@ -1,4 +1,5 @@
 import { FloodgateError } from '../errors.js';
+import { countResolution } from './cost.js';
 import type { CompiledNumbers } from './descriptor.js';
 import { toUs } from './fields.js';
 import { type Kind, kindOf } from './kinds.js';
@@ -16,6 +17,11 @@ export interface CompiledPolicy extends CompiledNumbers {
   readonly kind: Kind;
   /** Penalty once denied, µs; 0 when off. */
   readonly blockUs: number;
+  /**
+   * The smallest positive cost the policy represents (`countResolution` of its limit for a kind that
+   * counts, 0 for a meter): a smaller cost is refused before any store is called (`checkResolution`).
+   */
+  readonly resolution: number;
 }
 
 const cache = new WeakMap<Policy, CompiledPolicy>();
@@ -25,8 +31,19 @@ export function compilePolicy(policy: Policy): CompiledPolicy {
   let compiled = cache.get(policy);
   if (compiled === undefined) {
     const { kind, limit, a, b, c } = algorithmOf(policy).compile(policy);
-    // `checkFlags` reads the kind's descriptor, and so refuses a number no kind has.
-    compiled = { policy, name: policy.name, kind: kind as Kind, limit, blockUs: toUs(policy.blockMs), a, b, c };
+    // `kindOf` refuses a number no kind has.
+    const k = kindOf({ kind, name: policy.name });
+    compiled = {
+      policy,
+      name: policy.name,
+      kind: kind as Kind,
+      limit,
+      blockUs: toUs(policy.blockMs),
+      a,
+      b,
+      c,
+      resolution: k.capacity === 'count' ? countResolution(limit) : 0,
+    };
     checkFlags(compiled);
     cache.set(policy, compiled);
   }

@@ -1,6 +1,6 @@
 export type { AlgorithmDescriptor, Gauge, PolicyBase, PolicyBaseOptions, Quota } from './algorithm.js';
 export { type CompiledPolicy, compilePolicy, toUs } from './compile.js';
-export { MAX_COST, MIN_COST, validateCost } from './cost.js';
+export { checkResolution, countResolution, MAX_COST, MIN_COST, type Resolved, validateCost } from './cost.js';
 export { type DecideOptions, decide, evaluatePolicy, inspect, settleDenied } from './decide.js';
 export {
   type Decision,

@@ -100,14 +100,16 @@ export const evaluateSlidingLog: Evaluate = (c, s, nowUs, cost, _maxDelayUs, out
 
 /**
  * The state after a denied attempt is logged (`countDenied`): the attempt is appended, then only the
- * shortest run of newest events whose costs reach `limit` is kept, then entries beyond the bound are
- * coalesced.
+ * shortest run of newest events whose costs exceed `limit` is kept, then entries beyond the bound are
+ * coalesced. Older events leave the window first, and while that run is live no call fits, a check (cost
+ * 0) included: so dropping them changes no decision. (A run that only reached the limit, as kept before,
+ * answered a check "allowed" where the whole log says no.)
  */
 export function logDeniedAttempt(c: CompiledNumbers, s: State | undefined, nowUs: number, cost: number): State {
   const appended = appendPair(s, firstLive(s, nowUs - c.a), nowUs, cost);
   let sum = 0;
   let keepFrom = appended.length;
-  while (keepFrom > 1 && sum < c.limit) {
+  while (keepFrom > 1 && sum <= c.limit) {
     keepFrom -= 2;
     sum += appended[keepFrom + 1] as number;
   }

@@ -1,6 +1,7 @@
 import { deepStrictEqual, strictEqual } from 'node:assert/strict';
 import { isFloodgateError } from '../errors.js';
 import { createLimiter } from '../limiter/limiter.js';
+import { compilePolicy } from '../model/compile.js';
 import { MAX_COST, MIN_COST } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import {
@@ -284,8 +285,20 @@ export async function runExtremeCostTable(store: Store, table: ExtremeCostTable,
   let call = 0;
   const compare = (got: Decision, want: Decision, what: string) =>
     deepStrictEqual(got, want, `${table.name}: call ${call} (${what}) at ${clock.nowUs()} µs`);
+  const resolution = Math.max(...table.policies.map((p) => compilePolicy(p).resolution));
   for (const cost of table.costs) {
     call++;
+    if (cost > 0 && cost < resolution) {
+      // Below a policy's resolution: refused before any store, by the limiter over either store.
+      for (const limiter of [subject, reference]) {
+        const refusal = await limiter.limit('k', { cost }).then(
+          () => undefined,
+          (error: unknown) => (isFloodgateError(error) ? error.code : error),
+        );
+        strictEqual(refusal, 'ERR_INVALID_COST', `${table.name}: cost ${cost} below the resolution ${resolution}`);
+      }
+      continue;
+    }
     compare(await subject.check('k', { cost }), await reference.check('k', { cost }), `check cost ${cost}`);
     for (let i = 0; i < table.repeat; i++) {
       call++;

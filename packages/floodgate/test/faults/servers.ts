@@ -57,12 +57,15 @@ export interface TestRedis {
  * (/dev/shm) where there is one: it outlives the process all the same, and an fsync to a disk that other
  * tests keep busy can stall Redis past the limiter's timeout, which is not the fault under test.
  */
-export function startRedis(options: { durable?: boolean } = {}): Promise<TestRedis> {
+export function startRedis(options: { durable?: boolean; args?: readonly string[] } = {}): Promise<TestRedis> {
   // On a port the OS says is free (not a fixed range that clones testing side by side would share).
   return withFreePorts(1, ([port]) => startRedisOn(port as number, options));
 }
 
-async function startRedisOn(port: number, options: { durable?: boolean }): Promise<TestRedis> {
+async function startRedisOn(
+  port: number,
+  options: { durable?: boolean; args?: readonly string[] },
+): Promise<TestRedis> {
   const dir = await mkdtemp(join(existsSync('/dev/shm') ? '/dev/shm' : tmpdir(), 'floodgate-fault-redis-'));
   let child: ChildProcess | undefined;
   const killNow = () => child?.kill('SIGKILL');
@@ -86,6 +89,7 @@ async function startRedisOn(port: number, options: { durable?: boolean }): Promi
     '--logfile',
     join(dir, 'redis.log'),
     ...(options.durable ? ['--appendonly', 'yes', '--appendfsync', 'always'] : ['--appendonly', 'no']),
+    ...(options.args ?? []),
   ];
   const server: TestRedis = {
     port,

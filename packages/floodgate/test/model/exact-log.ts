@@ -3,7 +3,7 @@ import type { CompiledPolicy } from '../../src/model/index.js';
 /**
  * The exact sliding log, as the model kept it before entries were coalesced: every event, `(time, cost)`
  * oldest first, with the model's rules (live costs summed newest first, the minimum gap from the newest
- * event, a logged denied attempt keeping only the shortest newest run that reaches the limit). The
+ * event, a logged denied attempt keeping only the shortest newest run that exceeds the limit). The
  * reference the coalesced log is compared with. Dropping dead entries moves a start index, so a long
  * flood costs O(live entries) per call, not a copy of the log.
  */
@@ -42,12 +42,12 @@ export class ExactLog {
     }
   }
 
-  /** A logged denied attempt: appended, then only the shortest newest run reaching the limit is kept. */
+  /** A logged denied attempt: appended, then only the shortest newest run exceeding the limit is kept. */
   logDenied(nowUs: number, cost: number): void {
     this.append(nowUs, cost);
     let sum = 0;
     let keep = this.times.length;
-    while (keep > this.start && sum < this.c.limit) {
+    while (keep > this.start && sum <= this.c.limit) {
       keep--;
       sum += this.costs[keep] as number;
     }

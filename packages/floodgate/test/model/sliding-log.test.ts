@@ -187,3 +187,27 @@ describe('the sliding log keeps at most ceil(limit) + 1 entries, and is never le
     expect(s).toEqual([0, START_US + 20, 0.5, START_US + 40, 0.25, START_US + 60, 0.25]);
   });
 });
+
+describe('a check (cost 0) on a countDenied log', () => {
+  it('answers as the whole log of every attempt: not allowed once attempts exceed the limit', () => {
+    const c = compilePolicy(slidingLog({ limit: 5, windowMs: 3_600_000, countDenied: true }));
+    let s: State | undefined;
+    const out = emptyEvaluation();
+    const call = (nowUs: number, cost: number, commit = true) => {
+      decide([c], [s], nowUs, cost, { commit }, [out]);
+      if (commit && out.next !== undefined) s = [...out.next];
+      return out.allowed;
+    };
+    const calls = [1, 1, 1, 1, 1].map((cost, i) => call(START_US + i, cost));
+    expect(calls).toEqual([true, true, true, true, true]);
+    // Full, without an attempt over: a check still fits (5 + 0 ≤ 5), as in every kind.
+    expect(call(START_US + 10, 0, false)).toBe(true);
+    // A denied attempt is logged: the whole log holds 6 > 5, and a check must say no.
+    expect(call(START_US + 11, 1)).toBe(false);
+    expect(call(START_US + 12, 0, false)).toBe(false);
+    // The trimmed log keeps what exceeds the limit: 1 + 1 + 1 + 1 + 1 (the attempt) + 1 > 5.
+    let kept = 0;
+    for (let i = 2; i < (s as State).length; i += 2) kept += (s as State)[i] as number;
+    expect(kept).toBeGreaterThan(5);
+  });
+});

@@ -15,6 +15,7 @@ import {
   METER_SCRIPT,
   METER_SCRIPT_SHA,
 } from './script.js';
+import { ServerPolicyWatch } from './server-policy.js';
 import { hashSlot } from './slot.js';
 import { DECIDE_WIRE, METER_BATCH_WIRE, METER_CALL_WIRE, OP, REASON_CODES } from './wire.js';
 
@@ -177,6 +178,8 @@ class RedisStoreImpl implements RedisStore {
   private closing: Promise<void> | undefined;
   private idle: (() => void) | undefined;
   private pending = 0;
+  /** The server's eviction settings, read (and warned about) once, at the first decision. */
+  readonly serverPolicy = new ServerPolicyWatch();
 
   constructor(
     readonly client: RedisScriptClient,
@@ -187,6 +190,7 @@ class RedisStoreImpl implements RedisStore {
   ) {}
 
   decide(request: StoreRequest): Promise<StoreResult> {
+    this.serverPolicy.onDecide(this.client);
     const nowUs = request.nowUs;
     if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
       return Promise.reject(
