@@ -69,7 +69,7 @@ BEGIN
   ap := ${n.fn('append')}(s, f, now, cost);
   m := array_length(ap, 1);
   keep := m;
-  WHILE keep > 1 AND total < lim LOOP
+  WHILE keep > 1 AND total <= lim LOOP
     keep := keep - 2;
     total := total + ap[keep + 2];
   END LOOP;

@@ -80,14 +80,14 @@ local function load_sliding_log()
   end
 
   -- The state after a denied attempt is logged (countDenied): the attempt is appended, then only the
-  -- shortest run of newest events whose costs reach the limit is kept, then the log is coalesced.
+  -- shortest run of newest events whose costs exceed the limit is kept, then the log is coalesced.
   log_denied_attempt = function(c, s, now, cost)
     local appended = log_append(s, first_live(s, now - c.a), now, cost)
     local n = #appended
     local sum = 0
     -- keep_from is the model's (0-based) index; appended[keep_from + 1] is its entry here.
     local keep_from = n
-    while keep_from > 1 and sum < c.limit do
+    while keep_from > 1 and sum <= c.limit do
       keep_from = keep_from - 2
       sum = sum + appended[keep_from + 2]
     end
