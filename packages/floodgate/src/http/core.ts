@@ -16,6 +16,7 @@ import {
   type RateLimitOutcome,
   type RequestAccess,
 } from './options.js';
+import { reportOutages } from './outages.js';
 import { type Refunds, refunds } from './refunds.js';
 import { requestKey } from './request-key.js';
 import type { Shared } from './warnings.js';
@@ -43,12 +44,12 @@ export function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: read
         );
       }
     }
+    reportOutages(options.limiter);
     return options.limiter;
   }
   const store = options.store;
-  const async = store !== undefined && typeof store === 'object' && store !== null && !isSyncStore(store);
-  const timeoutMs = options.timeoutMs ?? (async ? 1000 : undefined);
-  return createLimiter({
+  const timeoutMs = options.timeoutMs;
+  const limiter = createLimiter({
     ...(store === undefined ? {} : { store }),
     ...(policies === undefined ? {} : { policies }),
     prefix: options.prefix ?? 'http',
@@ -57,6 +58,8 @@ export function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: read
     failure: options.failure ?? 'open',
     ...(options.breaker === undefined ? {} : { breaker: options.breaker }),
   });
+  reportOutages(limiter);
+  return limiter;
 }
 
 /** Exposes the deciding limiter on a middleware function, read-only (for `reset`, events, metrics). */

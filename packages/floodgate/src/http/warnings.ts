@@ -1,5 +1,9 @@
-/** Codes of the warnings a middleware emits, each once per middleware (and the ones derived from it). */
+/**
+ * Codes of the warnings a middleware emits: each once per middleware (and the ones derived from it),
+ * except `FLOODGATE_STORE_FAILING`, once each time its limiter's circuit breaker opens.
+ */
 export type FloodgateWarningCode =
+  | 'FLOODGATE_STORE_FAILING'
   | 'FLOODGATE_UNTRUSTED_PROXY'
   | 'FLOODGATE_UNKNOWN_ADDRESS'
   | 'FLOODGATE_SETTLE_FAILED';

@@ -3,7 +3,7 @@ import { FloodgateError, invalid } from '../errors.js';
 import { validatePrefix } from '../keys.js';
 import { definePolicy, type Policy } from '../model/policy.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
-import type { Store } from '../stores/store.js';
+import { isSyncStore, type Store } from '../stores/store.js';
 import type { BlockedCacheOptions } from './blocked-cache.js';
 import type { BreakerOptions } from './breaker.js';
 import type { CallOptions, FailurePolicy, KeyOptions, Limiter, LimiterOptions } from './limiter.js';
@@ -39,10 +39,7 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
   if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function')) {
     throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
   }
-  const timeoutMs = options.timeoutMs;
-  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !Number.isFinite(timeoutMs))) {
-    throw invalid('ERR_INVALID_OPTION', 'timeoutMs', timeoutMs, 'a finite number of milliseconds above 0');
-  }
+  const timeoutMs = validateTimeout(options.timeoutMs, store);
   const failure = validateFailure(options.failure, isLimiter);
   const breaker = options.breaker ?? {};
   if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {
@@ -63,6 +60,23 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
     blockedCache: cache === true ? {} : cache,
     policies,
   };
+}
+
+/**
+ * The default `timeoutMs` of a store that answers asynchronously (Redis, PostgreSQL, any network store):
+ * no call waits on it longer, whatever its client's own retries. Stores that decide synchronously
+ * (memory, SQLite) never wait, so they get no timer.
+ */
+export const DEFAULT_STORE_TIMEOUT_MS = 1000;
+
+/** `timeoutMs`: a finite number of ms above 0, or `false` for no timer; by default 1000 ms on an asynchronous store. */
+function validateTimeout(timeoutMs: unknown, store: Store): number | undefined {
+  if (timeoutMs === false) return undefined;
+  if (timeoutMs === undefined) return isSyncStore(store) ? undefined : DEFAULT_STORE_TIMEOUT_MS;
+  if (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+    throw invalid('ERR_INVALID_OPTION', 'timeoutMs', timeoutMs, 'a finite number of milliseconds above 0, or false');
+  }
+  return timeoutMs;
 }
 
 function validateFailure(failure: unknown, isLimiter: (value: unknown) => boolean): FailurePolicy {
