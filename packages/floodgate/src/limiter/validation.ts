@@ -2,6 +2,7 @@ import type { Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { validatePrefix } from '../keys.js';
 import { definePolicy, type Policy } from '../model/policy.js';
+import { refuseUnknownOptions } from '../options-check.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
 import { isSyncStore, type Store } from '../stores/store.js';
 import type { BlockedCacheOptions } from './blocked-cache.js';
@@ -25,11 +26,31 @@ export interface LimiterConfig {
   readonly policies: readonly Policy[];
 }
 
+/** The options of `createLimiter`. */
+const LIMITER_OPTIONS: readonly (keyof LimiterOptions)[] = [
+  'store',
+  'policies',
+  'prefix',
+  'clock',
+  'timeoutMs',
+  'failure',
+  'breaker',
+  'blockedCache',
+];
+
+/** express-rate-limit's limit and window, which are a policy here. */
+export const POLICY_HINTS: Readonly<Record<string, string>> = {
+  windowMs: 'a window is a policy: policies: fixedWindow({ limit, windowMs })',
+  limit: 'a limit is a policy: policies: fixedWindow({ limit, windowMs })',
+  max: 'a limit is a policy: policies: fixedWindow({ limit: max, windowMs })',
+};
+
 /** Validates `createLimiter`'s options; `isLimiter` tells a fallback limiter (this module does not import the class). */
 export function validateLimiterOptions(options: LimiterOptions, isLimiter: (value: unknown) => boolean): LimiterConfig {
   if (typeof options !== 'object' || options === null) {
     throw invalid('ERR_INVALID_OPTION', 'createLimiter options', options, 'an object');
   }
+  refuseUnknownOptions(options, 'createLimiter', LIMITER_OPTIONS, POLICY_HINTS);
   const store = options.store ?? memoryStore();
   if (typeof store !== 'object' || store === null || typeof store.decide !== 'function') {
     throw invalid('ERR_INVALID_OPTION', 'store', store, 'a floodgate store');
