@@ -3,7 +3,7 @@ import { FloodgateError, invalid } from '../errors.js';
 import { isPlainKey, validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { validateCost } from '../model/cost.js';
-import type { Decision } from '../model/decision.js';
+import { changedDecision, type Decision } from '../model/decision.js';
 import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
 import { type FastPath, isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
@@ -114,6 +114,34 @@ export function createLimiter(options: LimiterOptions): Limiter {
 }
 
 const UNSET = Symbol('unset');
+
+/** Whether a cost-0 status may hide that a cost-1 call would be denied: some policy has less than 1 left. */
+function atLimit(now: Decision): boolean {
+  return now.allowed && now.reason !== 'degraded' && now.policies.some((p) => p.remaining < 1);
+}
+
+/** A status: what remains now (`now`, cost 0), and whether a call of cost 1 would pass (`next`). */
+function statusOf(now: Decision, next: Decision): Decision {
+  if (next.allowed || next.reason === 'degraded') return now;
+  return changedDecision(now, {
+    allowed: false,
+    retryAfterMs: next.retryAfterMs,
+    policy: next.policy,
+    limit: next.limit,
+    remaining: now.policies.find((p) => p.policy === next.policy)?.remaining ?? now.remaining,
+    ...(next.reason === undefined ? {} : { reason: next.reason }),
+    policies: now.policies.map((p, i) => {
+      const n = next.policies[i];
+      if (n === undefined || n.allowed) return p;
+      return {
+        ...p,
+        allowed: false,
+        retryAfterMs: n.retryAfterMs,
+        ...(n.reason === undefined ? {} : { reason: n.reason }),
+      };
+    }),
+  });
+}
 
 /** A process warning, or `console.warn` where there is no `process` (edge runtimes, browsers). */
 function warn(message: string): void {
@@ -257,7 +285,11 @@ export class Limiter {
     }
   }
 
-  /** Reports every policy's state for the key (a cost-0 check); changes nothing. */
+  /**
+   * Reports every policy's state for the key, changing nothing: `remaining` and `resetAfterMs` as they
+   * are now (a cost-0 check), `allowed`, `retryAfterMs` and `reason` for a call of cost 1 (at the limit
+   * it says `allowed: false` and when one fits again; a second check, of cost 1, tells).
+   */
   status(key: string, options?: KeyOptions): Promise<Decision> {
     let callOptions: CallOptions;
     try {
@@ -265,7 +297,9 @@ export class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.decide(key, callOptions, false);
+    return this.decide(key, callOptions, false).then((now) =>
+      atLimit(now) ? this.decide(key, { ...callOptions, cost: 1 }, false).then((next) => statusOf(now, next)) : now,
+    );
   }
 
   /** Forgets the key under the limiter's (or the given) policies. */
@@ -322,7 +356,9 @@ export class Limiter {
 
   /** `status` without a promise. */
   statusSync(key: string, options?: KeyOptions): Decision {
-    return this.decideSync(key, statusOptions(options), false);
+    const callOptions = statusOptions(options);
+    const now = this.decideSync(key, callOptions, false);
+    return atLimit(now) ? statusOf(now, this.decideSync(key, { ...callOptions, cost: 1 }, false)) : now;
   }
 
   /** `reset` without a promise. */
