@@ -3,7 +3,7 @@ import { FloodgateError, invalid } from '../errors.js';
 import { isPlainKey, validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { validateCost } from '../model/cost.js';
-import { changedDecision, type Decision } from '../model/decision.js';
+import type { Decision } from '../model/decision.js';
 import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
 import { type FastPath, isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
@@ -123,7 +123,8 @@ function atLimit(now: Decision): boolean {
 /** A status: what remains now (`now`, cost 0), and whether a call of cost 1 would pass (`next`). */
 function statusOf(now: Decision, next: Decision): Decision {
   if (next.allowed || next.reason === 'degraded') return now;
-  return changedDecision(now, {
+  return {
+    ...now,
     allowed: false,
     retryAfterMs: next.retryAfterMs,
     policy: next.policy,
@@ -140,7 +141,7 @@ function statusOf(now: Decision, next: Decision): Decision {
         ...(n.reason === undefined ? {} : { reason: n.reason }),
       };
     }),
-  });
+  };
 }
 
 /** A process warning, or `console.warn` where there is no `process` (edge runtimes, browsers). */
