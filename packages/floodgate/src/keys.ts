@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import { describeValue, FloodgateError, invalid } from './errors.js';
+import { sha256Base64url } from './sha256.js';
 
 /** Keys longer than this are refused: `ERR_INVALID_KEY`. */
 export const MAX_KEY_LENGTH = 65_536;
@@ -57,9 +57,7 @@ export function encodeKey(key: string): string {
       }
     }
   }
-  return encoded.length > HASH_KEYS_LONGER_THAN
-    ? `#${createHash('sha256').update(encoded).digest('base64url')}`
-    : encoded;
+  return encoded.length > HASH_KEYS_LONGER_THAN ? `#${sha256Base64url(encoded)}` : encoded;
 }
 
 /** The char code of the mark that starts every key `localKey` rewrites. */
@@ -87,7 +85,7 @@ export function isPlainKey(key: unknown): key is string {
  */
 export function localKey(key: string): string {
   if (key.length > HASH_KEYS_LONGER_THAN) {
-    return MARK + createHash('sha256').update(key).digest('base64url');
+    return MARK + sha256Base64url(key);
   }
   return key.charCodeAt(0) === LONG_KEY_MARK ? MARK + key : key;
 }

@@ -245,7 +245,8 @@ export class Engine {
     this.limiter = createLimiter({
       store,
       prefix: config.prefix,
-      ...(options.storeTimeoutMs === undefined || this.sync ? {} : { timeoutMs: options.storeTimeoutMs }),
+      // No `storeTimeoutMs`: no timer (the service's 0), not the limiter's default.
+      ...(this.sync ? {} : { timeoutMs: options.storeTimeoutMs ?? false }),
       ...(options.failure === undefined ? {} : { failure: options.failure }),
       ...(options.clock === undefined ? {} : { clock: options.clock }),
     });

@@ -24,6 +24,8 @@ export class Metrics {
   /** Calls a full store refused (new keys past the memory store's `maxKeys`, when it refuses them). */
   readonly storeFull: Counter<'store'>;
   private readonly storeUp: Gauge<'store'>;
+  private readonly breakerOpen: Gauge<'store'>;
+  private readonly breakerOpenings: Counter<'store'>;
   private readonly reloads: Counter<'result'>;
   private readonly lastReload: Gauge;
   private readonly configInfo: Gauge<'sha256'>;
@@ -185,6 +187,19 @@ export class Metrics {
       });
     }
     this.storeUp.set({ store: store.name }, 1);
+    this.breakerOpen = new Gauge({
+      name: 'floodgate_store_breaker_open',
+      help: "1 while the store's circuit breaker is open or half-open: decisions are made without the store, by the failure policy.",
+      labelNames: ['store'],
+      registers,
+    });
+    this.breakerOpen.set({ store: store.name }, 0);
+    this.breakerOpenings = new Counter({
+      name: 'floodgate_store_breaker_openings_total',
+      help: "Times the store's circuit breaker opened (the store failed; calls skip it for a cool-down).",
+      labelNames: ['store'],
+      registers,
+    });
     this.tlsRefusals = new Counter({
       name: 'floodgate_tls_refused_connections_total',
       help: 'TLS connections refused, by API and reason (handshake, handshake_timeout, handshake_limit, alpn, client_san).',
@@ -224,6 +239,12 @@ export class Metrics {
   /** Counts a gRPC connection or request a transport limit refused or ended. */
   grpcLimit(limit: string): void {
     this.grpcLimits.inc({ limit });
+  }
+
+  /** Records a change of the store's circuit breaker (an opening is counted). */
+  breaker(store: string, state: 'closed' | 'open' | 'half-open'): void {
+    this.breakerOpen.set({ store }, state === 'closed' ? 0 : 1);
+    if (state === 'open') this.breakerOpenings.inc({ store });
   }
 
   setStoreUp(store: string, up: boolean): void {

@@ -113,6 +113,13 @@ export interface ReloadResult {
 /** How long the certificate files are left to settle after a change before they are read. */
 const TLS_DEBOUNCE_MS = 250;
 
+/** What calls get while the store is skipped, for the log line of a breaker opening. */
+const FAILURE_WORDS: Record<'throw' | 'open' | 'closed', string> = {
+  throw: "fail with the store's error (failure 'throw': gRPC UNAVAILABLE, HTTP 503)",
+  open: "are admitted without limiting (failure 'open')",
+  closed: "are denied (failure 'closed')",
+};
+
 /** How long a readiness probe result is reused. */
 const PROBE_CACHE_MS = 1000;
 const PROBE_TIMEOUT_MS = 2000;
@@ -424,6 +431,16 @@ export class Service implements ServiceContext {
     engine.limiter.on('storeError', ({ error }) => {
       if (error.code === 'ERR_STORE_FULL') this.metrics.storeFull.inc({ store: this.storeName });
       else stats.storeErrors++;
+    });
+    // A new engine's breaker is closed; one log line per opening, never one per call.
+    this.metrics.breaker(this.storeName, 'closed');
+    engine.limiter.on('breaker', ({ state, error, failure }) => {
+      this.metrics.breaker(this.storeName, state);
+      if (state !== 'open') return;
+      this.logger.warn(
+        { store: this.opened?.description ?? this.storeName, failure, code: error?.code, err: error },
+        `the ${this.storeName} store is failing: until it answers again, calls ${typeof failure === 'string' ? FAILURE_WORDS[failure] : 'are decided by the fallback limiter'}`,
+      );
     });
     return engine;
   }

@@ -165,12 +165,15 @@ describe.skipIf(!runRedis)('Redis stopped and started under a running service', 
     const redis = redisServer(port);
     servers.push(redis);
     const { startService } = await import('../src/service.js');
+    const { pino } = await import('pino');
+    const lines: { msg: string; failure?: string; code?: string }[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
     const service = await startService({
       config: configFor(`open-${randomBytes(4).toString('hex')}`),
       store: `redis://127.0.0.1:${port}`,
       httpPort: 0,
       grpcPort: 0,
-      logger: 'silent',
+      logger,
       failure: 'open',
     });
     services.push(service);
@@ -182,7 +185,18 @@ describe.skipIf(!runRedis)('Redis stopped and started under a running service', 
       for (let i = 0; i < 5; i++) expect((await client.shouldRateLimit(request)).overall_code).toBe('OK');
       const decided = await post(service, '/v1/decide', request);
       expect((decided.body.descriptors as Record<string, unknown>[])[0]).toMatchObject({ reason: 'degraded' });
-      expect((await get(service, '/metrics')).text).toMatch(/floodgate_degraded_decisions_total 6/);
+      const metrics = (await get(service, '/metrics')).text;
+      expect(metrics).toMatch(/floodgate_degraded_decisions_total 6/);
+      // The breaker opened once: one log line, however many calls it answered, and the metrics say so.
+      expect(metrics).toMatch(/floodgate_store_breaker_open\{store="redis"\} 1/);
+      expect(metrics).toMatch(/floodgate_store_breaker_openings_total\{store="redis"\} 1/);
+      const opened = lines.filter((line) => line.msg.startsWith('the redis store is failing'));
+      expect(opened.map((line) => [line.msg, line.failure])).toEqual([
+        [
+          "the redis store is failing: until it answers again, calls are admitted without limiting (failure 'open')",
+          'open',
+        ],
+      ]);
     } finally {
       client.close();
     }

@@ -2,6 +2,7 @@ import { systemClock } from '../clock.js';
 import { FloodgateError, invalid, isFloodgateError } from '../errors.js';
 import { takeLease } from '../limiter/leasing.js';
 import { createLimiter, Limiter, normalizePolicies } from '../limiter/limiter.js';
+import { POLICY_HINTS } from '../limiter/validation.js';
 import { validateCost } from '../model/cost.js';
 import type { Decision, Policy } from '../model/index.js';
 import { isSyncStore } from '../stores/store.js';
@@ -16,6 +17,7 @@ import {
   type RateLimitOutcome,
   type RequestAccess,
 } from './options.js';
+import { reportOutages } from './outages.js';
 import { type Refunds, refunds } from './refunds.js';
 import { requestKey } from './request-key.js';
 import type { Shared } from './warnings.js';
@@ -43,12 +45,12 @@ export function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: read
         );
       }
     }
+    reportOutages(options.limiter);
     return options.limiter;
   }
   const store = options.store;
-  const async = store !== undefined && typeof store === 'object' && store !== null && !isSyncStore(store);
-  const timeoutMs = options.timeoutMs ?? (async ? 1000 : undefined);
-  return createLimiter({
+  const timeoutMs = options.timeoutMs;
+  const limiter = createLimiter({
     ...(store === undefined ? {} : { store }),
     ...(policies === undefined ? {} : { policies }),
     prefix: options.prefix ?? 'http',
@@ -57,6 +59,8 @@ export function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: read
     failure: options.failure ?? 'open',
     ...(options.breaker === undefined ? {} : { breaker: options.breaker }),
   });
+  reportOutages(limiter);
+  return limiter;
 }
 
 /** Exposes the deciding limiter on a middleware function, read-only (for `reset`, events, metrics). */
@@ -82,10 +86,30 @@ export function createHttpRateLimiter<Req>(
   return build(options, access, { warned: new Set(), proxyChecked: false });
 }
 
-/** Refuses options that are not an object, before an adapter reads them. */
+/** express-rate-limit's options, which rateLimit refuses with what to write instead. */
+const EXPRESS_RATE_LIMIT_HINTS: Readonly<Record<string, string>> = {
+  ...POLICY_HINTS,
+  keyGenerator: 'the key is key: (request) => string',
+  standardHeaders: "the header format is headers: 'ietf' (or 'draft-7', 'draft-6')",
+  legacyHeaders: "the header format is headers: 'legacy'",
+};
+
+/**
+ * Refuses options that are not an object, and express-rate-limit's (`windowMs`, `limit`, `max`…) with
+ * what to write instead, before an adapter reads them.
+ */
 export function requireOptions<T>(options: T): NonNullable<T> {
   if (typeof options !== 'object' || options === null) {
     throw invalid('ERR_INVALID_OPTION', 'rateLimit options', options, 'an object');
+  }
+  for (const habit of Object.keys(EXPRESS_RATE_LIMIT_HINTS)) {
+    if ((options as Record<string, unknown>)[habit] !== undefined) {
+      throw new FloodgateError(
+        'ERR_INVALID_OPTION',
+        `${habit} is not an option of rateLimit (${EXPRESS_RATE_LIMIT_HINTS[habit]})`,
+        { option: habit, unknownOption: true },
+      );
+    }
   }
   return options as NonNullable<T>;
 }

@@ -180,6 +180,9 @@ export function deniedProblem(decision: Decision, status: number, cost: number, 
     detail = `This request costs ${cost}, more than policy ${policy} admits at once (${decision.limit}); it can never pass as it is.`;
   } else if (decision.reason === 'blocked') {
     detail = `Policy ${policy} blocks this client; retry in ${seconds(decision.retryAfterMs)} s.`;
+  } else if (decision.remaining > 0) {
+    // Part of the quota is left, less than this request costs: it is not used up.
+    detail = `This request costs ${cost}, more than the ${decision.remaining} that remain of policy ${policy} (${rate}); retry in ${seconds(decision.retryAfterMs)} s.`;
   } else {
     detail = `Policy ${policy} (${rate}) is used up; retry in ${seconds(decision.retryAfterMs)} s.`;
   }

@@ -31,10 +31,10 @@ export interface RateLimitOptions<Req> {
   /** Key prefix of the limiter built here. @default 'http' */
   prefix?: string;
   /**
-   * Longest wait for the store (limiter built here). @default 1000 for stores that answer asynchronously
-   * (network stores), none for the memory and SQLite stores
+   * Longest wait for the store (limiter built here), ms; `false` for none. @default 1000 for stores that
+   * answer asynchronously (network stores), none for the memory and SQLite stores
    */
-  timeoutMs?: number;
+  timeoutMs?: number | false;
   /**
    * What happens when the store fails or times out (limiter built here): `'open'` admits, `'closed'`
    * answers 503, `{ fallback }` decides with another limiter. A request never waits on a dead store.

@@ -27,8 +27,8 @@ export interface ThrottlerStorageOptions {
   store?: Store;
   /** Key prefix of the limiter built here. @default 'throttler' */
   prefix?: string;
-  /** Longest wait for the store. @default 1000 for stores that answer asynchronously */
-  timeoutMs?: number;
+  /** Longest wait for the store, ms; `false` for none. @default 1000 for stores that answer asynchronously */
+  timeoutMs?: number | false;
   /** When the store fails: `'open'` admits, `'closed'` blocks, `{ fallback }` asks another limiter. @default 'open' */
   failure?: FailurePolicy;
   /** Circuit breaker of the limiter built here. */

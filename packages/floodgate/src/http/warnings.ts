@@ -1,8 +1,10 @@
 /**
  * Codes of the warnings floodgate emits: a middleware's, each once per middleware (and the ones derived
- * from it), and the Redis store's, once per store (its server's eviction settings).
+ * from it), except `FLOODGATE_STORE_FAILING`, once each time its limiter's circuit breaker opens; and the
+ * Redis store's, once per store (its server's eviction settings).
  */
 export type FloodgateWarningCode =
+  | 'FLOODGATE_STORE_FAILING'
   | 'FLOODGATE_UNTRUSTED_PROXY'
   | 'FLOODGATE_UNKNOWN_ADDRESS'
   | 'FLOODGATE_SETTLE_FAILED'

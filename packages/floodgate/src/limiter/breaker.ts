@@ -37,7 +37,7 @@ export class Breaker {
 
   constructor(
     options: BreakerOptions,
-    private readonly onChange: (state: BreakerState) => void,
+    private readonly onChange: (state: BreakerState, error: FloodgateError | undefined) => void,
     /** The limiter's `timeoutMs`, if any: a probe is not stale before it could have timed out. */
     storeTimeoutMs?: number,
   ) {
@@ -93,13 +93,14 @@ export class Breaker {
     this.probing = false;
   }
 
-  failure(nowMs: number): void {
+  /** A store fault (`error`, which the `breaker` event of an opening carries). */
+  failure(nowMs: number, error?: FloodgateError): void {
     this.failures++;
     const wasProbe = this.probing;
     this.probing = false;
     if (wasProbe || this.failures >= this.failureThreshold) {
       this.openUntilMs = nowMs + this.cooldownMs;
-      if (this.state !== 'open') this.set('open');
+      if (this.state !== 'open') this.set('open', error);
     }
   }
 
@@ -108,8 +109,8 @@ export class Breaker {
     return this.state === 'open' ? Math.max(0, Math.ceil(this.openUntilMs - nowMs)) : 0;
   }
 
-  private set(state: BreakerState): void {
+  private set(state: BreakerState, error?: FloodgateError): void {
     this.state = state;
-    this.onChange(state);
+    this.onChange(state, error);
   }
 }

@@ -38,9 +38,12 @@ export interface LimiterOptions {
   clock?: Clock;
   /**
    * Longest wait for the store on one call, in ms; past it the call fails with `ERR_TIMEOUT` and the
-   * `failure` policy decides. Unset: no timer (the memory store never waits).
+   * `failure` policy decides. `false`: no timer, a call waits as long as the store's client does (with
+   * ioredis' default retries, over a minute when Redis is down). Stores that decide synchronously
+   * (memory, SQLite) never wait and get no timer.
+   * @default 1000 on a store that answers asynchronously (Redis, PostgreSQL)
    */
-  timeoutMs?: number;
+  timeoutMs?: number | false;
   /**
    * What a call gets when the store fails or times out: `'throw'` rejects with the error, `'open'` admits
    * as if the key were untouched, `'closed'` denies, `{ fallback }` asks another limiter (e.g. one on the
@@ -70,8 +73,12 @@ export interface LimiterEvents {
   decision: { key: string; cost: number; commit: boolean; decision: Decision; source: 'store' | 'cache' | 'degraded' };
   /** A store call failed or timed out (the decision then follows the `failure` option). */
   storeError: { key: string; error: FloodgateError };
-  /** The circuit breaker changed state. */
-  breaker: { state: BreakerState };
+  /**
+   * The circuit breaker changed state. On `'open'`, `error` is the store fault that opened it, and until
+   * it closes again every call is decided by `failure` without the store (`failure` says how): the
+   * HTTP middleware and the service log one line per opening from this event.
+   */
+  breaker: { state: BreakerState; error?: FloodgateError; failure: FailurePolicy };
 }
 
 /** See {@link LimiterOptions.failure}. */
@@ -108,6 +115,42 @@ export function createLimiter(options: LimiterOptions): Limiter {
 
 const UNSET = Symbol('unset');
 
+/** Whether a cost-0 status may hide that a cost-1 call would be denied: some policy has less than 1 left. */
+function atLimit(now: Decision): boolean {
+  return now.allowed && now.reason !== 'degraded' && now.policies.some((p) => p.remaining < 1);
+}
+
+/** A status: what remains now (`now`, cost 0), and whether a call of cost 1 would pass (`next`). */
+function statusOf(now: Decision, next: Decision): Decision {
+  if (next.allowed || next.reason === 'degraded') return now;
+  return {
+    ...now,
+    allowed: false,
+    retryAfterMs: next.retryAfterMs,
+    policy: next.policy,
+    limit: next.limit,
+    remaining: now.policies.find((p) => p.policy === next.policy)?.remaining ?? now.remaining,
+    ...(next.reason === undefined ? {} : { reason: next.reason }),
+    policies: now.policies.map((p, i) => {
+      const n = next.policies[i];
+      if (n === undefined || n.allowed) return p;
+      return {
+        ...p,
+        allowed: false,
+        retryAfterMs: n.retryAfterMs,
+        ...(n.reason === undefined ? {} : { reason: n.reason }),
+      };
+    }),
+  };
+}
+
+/** A process warning, or `console.warn` where there is no `process` (edge runtimes, browsers). */
+function warn(message: string): void {
+  const proc = (globalThis as { process?: { emitWarning?: (message: string) => void } }).process;
+  if (typeof proc?.emitWarning === 'function') proc.emitWarning(message);
+  else console.warn(`Warning: ${message}`);
+}
+
 /**
  * What the leased limiter and the HTTP middleware of this package use of a limiter: its store-call path, its
  * requests and its events. Not part of the public API (not exported from the package).
@@ -137,6 +180,10 @@ export class Limiter {
   readonly store: Store;
   readonly prefix: string;
   readonly policies: readonly Policy[];
+  /** What a call gets when the store fails (see {@link LimiterOptions.failure}). */
+  readonly failure: FailurePolicy;
+  /** The longest wait for the store on one call, ms; undefined when there is no timer. */
+  readonly timeoutMs: number | undefined;
   /** The local cache of denied keys, when enabled. */
   readonly blockedCache: BlockedCache | undefined;
   private readonly compiled: readonly CompiledPolicy[];
@@ -156,6 +203,8 @@ export class Limiter {
   constructor(options: LimiterOptions) {
     const config = validateLimiterOptions(options, (value) => value instanceof Limiter);
     this.store = config.store;
+    this.failure = config.failure;
+    this.timeoutMs = config.timeoutMs;
     this.syncStore = isSyncStore(config.store) ? config.store : undefined;
     this.prefix = config.prefix;
     this.reusable.prefix = this.prefix;
@@ -164,7 +213,15 @@ export class Limiter {
     this.breaker =
       config.breaker === false
         ? undefined
-        : new Breaker(config.breaker, (state) => this.emit('breaker', { state }), config.timeoutMs);
+        : new Breaker(
+            config.breaker,
+            (state, error) =>
+              this.emit(
+                'breaker',
+                error === undefined ? { state, failure: config.failure } : { state, error, failure: config.failure },
+              ),
+            config.timeoutMs,
+          );
     this.blockedCache = config.blockedCache === false ? undefined : new BlockedCache(config.blockedCache);
     this.calls = new StoreCall({
       store: config.store,
@@ -229,7 +286,11 @@ export class Limiter {
     }
   }
 
-  /** Reports every policy's state for the key (a cost-0 check); changes nothing. */
+  /**
+   * Reports every policy's state for the key, changing nothing: `remaining` and `resetAfterMs` as they
+   * are now (a cost-0 check), `allowed`, `retryAfterMs` and `reason` for a call of cost 1 (at the limit
+   * it says `allowed: false` and when one fits again; a second check, of cost 1, tells).
+   */
   status(key: string, options?: KeyOptions): Promise<Decision> {
     let callOptions: CallOptions;
     try {
@@ -237,7 +298,9 @@ export class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.decide(key, callOptions, false);
+    return this.decide(key, callOptions, false).then((now) =>
+      atLimit(now) ? this.decide(key, { ...callOptions, cost: 1 }, false).then((next) => statusOf(now, next)) : now,
+    );
   }
 
   /** Forgets the key under the limiter's (or the given) policies. */
@@ -294,7 +357,9 @@ export class Limiter {
 
   /** `status` without a promise. */
   statusSync(key: string, options?: KeyOptions): Decision {
-    return this.decideSync(key, statusOptions(options), false);
+    const callOptions = statusOptions(options);
+    const now = this.decideSync(key, callOptions, false);
+    return atLimit(now) ? statusOf(now, this.decideSync(key, { ...callOptions, cost: 1 }, false)) : now;
   }
 
   /** `reset` without a promise. */
@@ -311,9 +376,7 @@ export class Limiter {
       try {
         (listener as (event: LimiterEvents[E]) => void)(payload);
       } catch (error) {
-        process.emitWarning(
-          `a floodgate '${event}' listener threw: ${error instanceof Error ? error.message : String(error)}`,
-        );
+        warn(`a floodgate '${event}' listener threw: ${error instanceof Error ? error.message : String(error)}`);
       }
     }
   }

@@ -131,10 +131,14 @@ export class StoreCall {
     if (timeoutMs === undefined) return pending;
     return new Promise<T>((resolve, reject) => {
       const timer = setTimeout(() => {
+        // Why, when the store can tell (`connection refused to 127.0.0.1:6379`).
+        const why = this.store.unreachable?.();
         reject(
-          new FloodgateError('ERR_TIMEOUT', `the ${this.store.name} store did not answer within ${timeoutMs} ms`, {
-            option: 'timeoutMs',
-          }),
+          new FloodgateError(
+            'ERR_TIMEOUT',
+            `the ${this.store.name} store did not answer within ${timeoutMs} ms${why === undefined ? '' : `: ${why}`}`,
+            { option: 'timeoutMs' },
+          ),
         );
       }, timeoutMs);
       pending.then(
@@ -173,7 +177,7 @@ export class StoreCall {
         this.options.storeError({ key, error: failure });
         return failure;
       case 'fault':
-        gate?.failure(this.options.localMs());
+        gate?.failure(this.options.localMs(), failure);
         this.options.storeError({ key, error: failure });
         return failure;
     }

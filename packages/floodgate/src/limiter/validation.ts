@@ -2,8 +2,9 @@ import type { Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { validatePrefix } from '../keys.js';
 import { definePolicy, type Policy } from '../model/policy.js';
+import { refuseUnknownOptions } from '../options-check.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
-import type { Store } from '../stores/store.js';
+import { isSyncStore, type Store } from '../stores/store.js';
 import type { BlockedCacheOptions } from './blocked-cache.js';
 import type { BreakerOptions } from './breaker.js';
 import type { CallOptions, FailurePolicy, KeyOptions, Limiter, LimiterOptions } from './limiter.js';
@@ -25,11 +26,31 @@ export interface LimiterConfig {
   readonly policies: readonly Policy[];
 }
 
+/** The options of `createLimiter`. */
+const LIMITER_OPTIONS: readonly (keyof LimiterOptions)[] = [
+  'store',
+  'policies',
+  'prefix',
+  'clock',
+  'timeoutMs',
+  'failure',
+  'breaker',
+  'blockedCache',
+];
+
+/** express-rate-limit's limit and window, which are a policy here. */
+export const POLICY_HINTS: Readonly<Record<string, string>> = {
+  windowMs: 'a window is a policy: policies: fixedWindow({ limit, windowMs })',
+  limit: 'a limit is a policy: policies: fixedWindow({ limit, windowMs })',
+  max: 'a limit is a policy: policies: fixedWindow({ limit: max, windowMs })',
+};
+
 /** Validates `createLimiter`'s options; `isLimiter` tells a fallback limiter (this module does not import the class). */
 export function validateLimiterOptions(options: LimiterOptions, isLimiter: (value: unknown) => boolean): LimiterConfig {
   if (typeof options !== 'object' || options === null) {
     throw invalid('ERR_INVALID_OPTION', 'createLimiter options', options, 'an object');
   }
+  refuseUnknownOptions(options, 'createLimiter', LIMITER_OPTIONS, POLICY_HINTS);
   const store = options.store ?? memoryStore();
   if (typeof store !== 'object' || store === null || typeof store.decide !== 'function') {
     throw invalid('ERR_INVALID_OPTION', 'store', store, 'a floodgate store');
@@ -39,10 +60,7 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
   if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function')) {
     throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
   }
-  const timeoutMs = options.timeoutMs;
-  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !Number.isFinite(timeoutMs))) {
-    throw invalid('ERR_INVALID_OPTION', 'timeoutMs', timeoutMs, 'a finite number of milliseconds above 0');
-  }
+  const timeoutMs = validateTimeout(options.timeoutMs, store);
   const failure = validateFailure(options.failure, isLimiter);
   const breaker = options.breaker ?? {};
   if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {
@@ -63,6 +81,23 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
     blockedCache: cache === true ? {} : cache,
     policies,
   };
+}
+
+/**
+ * The default `timeoutMs` of a store that answers asynchronously (Redis, PostgreSQL, any network store):
+ * no call waits on it longer, whatever its client's own retries. Stores that decide synchronously
+ * (memory, SQLite) never wait, so they get no timer.
+ */
+export const DEFAULT_STORE_TIMEOUT_MS = 1000;
+
+/** `timeoutMs`: a finite number of ms above 0, or `false` for no timer; by default 1000 ms on an asynchronous store. */
+function validateTimeout(timeoutMs: unknown, store: Store): number | undefined {
+  if (timeoutMs === false) return undefined;
+  if (timeoutMs === undefined) return isSyncStore(store) ? undefined : DEFAULT_STORE_TIMEOUT_MS;
+  if (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+    throw invalid('ERR_INVALID_OPTION', 'timeoutMs', timeoutMs, 'a finite number of milliseconds above 0, or false');
+  }
+  return timeoutMs;
 }
 
 function validateFailure(failure: unknown, isLimiter: (value: unknown) => boolean): FailurePolicy {

@@ -95,6 +95,44 @@ export function trimNumber(n: number): string {
   return String(n).replace('e+', 'e');
 }
 
+const UNITS: readonly (readonly [string, number])[] = [
+  ['d', 86_400_000],
+  ['h', 3_600_000],
+  ['m', 60_000],
+  ['s', 1000],
+];
+
+/**
+ * A duration in ms as a policy name writes it: in the largest unit it is a whole number of (`1d`, `1h`,
+ * `90s`, `1m`), else in ms (`1500ms`, `0.5ms`).
+ */
+export function nameDuration(ms: number): string {
+  for (const [unit, size] of UNITS) if (ms >= size && ms % size === 0) return `${trimNumber(ms / size)}${unit}`;
+  return `${trimNumber(ms)}ms`;
+}
+
+/** True when `x` is within a relative 1e-12 of `y`: a rate written back from a count and a duration. */
+function close(x: number, y: number): boolean {
+  return Math.abs(x - y) <= Math.abs(y) * 1e-12;
+}
+
+/**
+ * A rate of `perSecond` units a second as a policy name writes it, from the numbers the user most
+ * likely wrote: `1000-per-1h` when `count` units take a whole duration (1000 / 3600 a second), else
+ * `n-per-1s`, `-1m`, `-1h` or `-1d` for the first unit in which it is a whole number (`5-per-1m`), else
+ * the rate a second itself (`0.3-per-1s`).
+ */
+export function nameRate(perSecond: number, count: number): string {
+  const ms = Math.round((count / perSecond) * 1000);
+  if (ms > 0 && close((count * 1000) / ms, perSecond)) return `${trimNumber(count)}-per-${nameDuration(ms)}`;
+  for (const [unit, size] of [...UNITS].reverse()) {
+    const n = (perSecond * size) / 1000;
+    const whole = Math.round(n);
+    if (whole >= 1 && close(whole, n)) return `${whole}-per-1${unit}`;
+  }
+  return `${trimNumber(perSecond)}-per-1s`;
+}
+
 /** Microseconds in a duration given in milliseconds, rounded to the nearest microsecond. */
 export function toUs(ms: number): number {
   return Math.round(ms * 1000);

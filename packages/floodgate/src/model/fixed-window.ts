@@ -2,7 +2,7 @@ import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algor
 import { windowQuota } from './algorithm.js';
 import { MAX_COST } from './cost.js';
 import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
-import { count, duration, flag, oneOf, toUs, trimNumber } from './fields.js';
+import { count, duration, flag, nameDuration, oneOf, toUs, trimNumber } from './fields.js';
 import { admit, deny, nextState3, type State } from './types.js';
 
 /** At most `limit` per window; windows aligned to the clock or to a key's first request. */
@@ -33,7 +33,7 @@ export const FIXED_WINDOW: AlgorithmDescriptor<FixedWindowPolicy> = {
   factory: 'fixedWindow',
   fields: { limit: count(), windowMs: duration(), align: oneOf('clock', 'first-request'), countDenied: flag() },
   derivedName: (p) =>
-    `fixed-window-${trimNumber(p.limit)}-per-${trimNumber(p.windowMs)}ms${p.align === 'clock' ? '' : '-first-request'}${p.countDenied ? '-count-denied' : ''}`,
+    `fixed-window-${trimNumber(p.limit)}-per-${nameDuration(p.windowMs)}${p.align === 'clock' ? '' : '-first-request'}${p.countDenied ? '-count-denied' : ''}`,
   compile: (p) => ({
     kind: FIXED_WINDOW_KIND.id,
     limit: p.limit,

@@ -1,5 +1,5 @@
 import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
-import { count, duration, toUs, trimNumber } from './fields.js';
+import { count, duration, nameDuration, toUs, trimNumber } from './fields.js';
 import { checkMeter, compileMeter } from './meter.js';
 
 /** Generic cell rate algorithm: `limit` per `periodMs`, up to `burst` at once; one timestamp per key. */
@@ -25,7 +25,7 @@ export const GCRA: AlgorithmDescriptor<GcraPolicy> = {
   fields: { limit: count(), periodMs: duration(), burst: count({ fallback: 'limit' }) },
   check: (p, path) => checkMeter(path, (p.periodMs * 1000) / p.limit, p.burst, `${path}.periodMs / ${path}.limit`),
   derivedName: (p) =>
-    `gcra-${trimNumber(p.limit)}-per-${trimNumber(p.periodMs)}ms${p.burst === p.limit ? '' : `-burst-${trimNumber(p.burst)}`}`,
+    `gcra-${trimNumber(p.limit)}-per-${nameDuration(p.periodMs)}${p.burst === p.limit ? '' : `-burst-${trimNumber(p.burst)}`}`,
   // Emission interval T: one unit of cost every T µs; up to `burst` units may be owed at once.
   compile: (p) => compileMeter(toUs(p.periodMs) / p.limit, p.burst, false),
   quota: (p) => ({ burst: p.burst, ratePerMs: p.limit / p.periodMs, windowMs: (p.burst * p.periodMs) / p.limit }),

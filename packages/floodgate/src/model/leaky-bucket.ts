@@ -1,5 +1,5 @@
 import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
-import { count, oneOf, positive, trimNumber } from './fields.js';
+import { count, nameRate, oneOf, positive, trimNumber } from './fields.js';
 import { checkMeter, compileMeter } from './meter.js';
 
 /** Drip-free leaky bucket: a level that leaks `leakPerSecond`; `queue` mode shapes calls with `delayMs`. */
@@ -25,7 +25,7 @@ export const LEAKY_BUCKET: AlgorithmDescriptor<LeakyBucketPolicy> = {
   fields: { capacity: count(), leakPerSecond: positive(), mode: oneOf('meter', 'queue') },
   check: (p, path) => checkMeter(path, 1e6 / p.leakPerSecond, p.capacity, `1 s / ${path}.leakPerSecond`),
   derivedName: (p) =>
-    `leaky-bucket-${trimNumber(p.capacity)}-leak-${trimNumber(p.leakPerSecond)}ps${p.mode === 'queue' ? '-queue' : ''}`,
+    `leaky-bucket-${trimNumber(p.capacity)}-leak-${nameRate(p.leakPerSecond, p.capacity)}${p.mode === 'queue' ? '-queue' : ''}`,
   compile: (p) => compileMeter(1e6 / p.leakPerSecond, p.capacity, p.mode === 'queue'),
   quota: (p) => ({
     burst: p.capacity,

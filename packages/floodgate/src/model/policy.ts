@@ -1,6 +1,6 @@
 import { FloodgateError } from '../errors.js';
 import type { AlgorithmDescriptor, Quota } from './algorithm.js';
-import { duration, type FieldReader, fail, trimNumber } from './fields.js';
+import { duration, type FieldReader, fail, nameDuration } from './fields.js';
 import { FIXED_WINDOW, type FixedWindowOptions, type FixedWindowPolicy } from './fixed-window.js';
 import { GCRA, type GcraOptions, type GcraPolicy } from './gcra.js';
 import { LEAKY_BUCKET, type LeakyBucketOptions, type LeakyBucketPolicy } from './leaky-bucket.js';
@@ -93,7 +93,7 @@ export function definePolicy(input: unknown, path = 'policy'): Policy {
   const policy = read as unknown as Policy;
   descriptor.check?.(policy, path);
   let derived = descriptor.derivedName(policy);
-  if (blockMs) derived += `-block-${trimNumber(blockMs)}ms`;
+  if (blockMs) derived += `-block-${nameDuration(blockMs)}`;
   const name = o.name === undefined ? shorten(derived) : o.name;
   if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
     fail(`${path}.name`, o.name, 'a lower-case name matching [a-z][a-z0-9_.-]* of at most 64 characters');

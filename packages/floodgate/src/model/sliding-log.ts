@@ -1,7 +1,7 @@
 import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
 import { windowQuota } from './algorithm.js';
 import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
-import { count, duration, flag, toUs, trimNumber } from './fields.js';
+import { count, duration, flag, nameDuration, toUs, trimNumber } from './fields.js';
 import { appendPair, firstLive, liveSum, takeFromPair, waitToFit } from './pairs.js';
 import { admit, deny, type State } from './types.js';
 
@@ -47,7 +47,7 @@ export const SLIDING_LOG: AlgorithmDescriptor<SlidingLogPolicy> = {
     countDenied: flag(),
   },
   derivedName: (p) =>
-    `sliding-log-${trimNumber(p.limit)}-per-${trimNumber(p.windowMs)}ms${p.minGapMs ? `-gap-${trimNumber(p.minGapMs)}ms` : ''}${p.countDenied ? '-count-denied' : ''}`,
+    `sliding-log-${trimNumber(p.limit)}-per-${nameDuration(p.windowMs)}${p.minGapMs ? `-gap-${nameDuration(p.minGapMs)}` : ''}${p.countDenied ? '-count-denied' : ''}`,
   compile: (p) => ({
     kind: SLIDING_LOG_KIND.id,
     limit: p.limit,

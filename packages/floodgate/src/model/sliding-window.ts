@@ -3,7 +3,7 @@ import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algor
 import { windowQuota } from './algorithm.js';
 import { BUCKETED_WINDOW } from './bucketed-window.js';
 import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
-import { count, duration, optionalDuration, toUs, trimNumber } from './fields.js';
+import { count, duration, nameDuration, optionalDuration, toUs, trimNumber } from './fields.js';
 import { admit, deny, nextState4, type State } from './types.js';
 
 /**
@@ -61,7 +61,7 @@ export const SLIDING_WINDOW: AlgorithmDescriptor<SlidingWindowPolicy> = {
     }
   },
   derivedName: (p) =>
-    `sliding-window-${trimNumber(p.limit)}-per-${trimNumber(p.windowMs)}ms${p.precisionMs === undefined ? '' : `-precision-${trimNumber(p.precisionMs)}ms`}`,
+    `sliding-window-${trimNumber(p.limit)}-per-${nameDuration(p.windowMs)}${p.precisionMs === undefined ? '' : `-precision-${nameDuration(p.precisionMs)}`}`,
   compile: (p) =>
     p.precisionMs === undefined
       ? { kind: SLIDING_WINDOW_KIND.id, limit: p.limit, a: toUs(p.windowMs), b: 0, c: 0 }

@@ -1,7 +1,7 @@
 import { describeValue, FloodgateError } from '../errors.js';
 import type { AlgorithmDescriptor, PolicyBase, PolicyBaseOptions } from './algorithm.js';
 import type { CompiledNumbers, Evaluate, KindDescriptor } from './descriptor.js';
-import { count, duration, oneOf, positive, toUs, trimNumber } from './fields.js';
+import { count, duration, nameDuration, oneOf, positive, toUs, trimNumber } from './fields.js';
 import { checkMeter, compileMeter } from './meter.js';
 import { admit, deny, nextState3, type State } from './types.js';
 
@@ -66,7 +66,7 @@ export const TOKEN_BUCKET: AlgorithmDescriptor<TokenBucketPolicy> = {
     }
   },
   derivedName: (p) =>
-    `token-bucket-${trimNumber(p.capacity)}-refill-${trimNumber(p.refillAmount)}-per-${trimNumber(p.refillIntervalMs)}ms${p.refill === 'interval' ? '-interval' : ''}`,
+    `token-bucket-${trimNumber(p.capacity)}-refill-${trimNumber(p.refillAmount)}-per-${nameDuration(p.refillIntervalMs)}${p.refill === 'interval' ? '-interval' : ''}`,
   compile(p) {
     const intervalUs = toUs(p.refillIntervalMs);
     if (p.refill === 'continuous') return compileMeter(intervalUs / p.refillAmount, p.capacity, false);

@@ -71,6 +71,11 @@ export interface Store {
   readonly name: string;
   /** True when the store reads its own clock when a request carries no `nowUs`. */
   readonly hasOwnClock: boolean;
+  /**
+   * Optional. Why the server cannot be reached now, in plain words (`connection refused to
+   * 127.0.0.1:6379`), or undefined when it can (or the store cannot tell): a call that times out says it.
+   */
+  unreachable?(): string | undefined;
   decide(request: StoreRequest): Promise<StoreResult>;
   /** Forgets the state of `key` under the given policies. */
   reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void>;

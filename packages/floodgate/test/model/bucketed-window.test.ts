@@ -48,7 +48,7 @@ describe('slidingWindow({ precisionMs }): the bucketed window', () => {
     const bucketed = slidingWindow({ limit: 100, windowMs: 60_000, precisionMs: 1000 });
     expect(bucketed).toEqual({
       algorithm: 'sliding-window',
-      name: 'sliding-window-100-per-60000ms-precision-1000ms',
+      name: 'sliding-window-100-per-1m-precision-1s',
       blockMs: 0,
       limit: 100,
       windowMs: 60_000,

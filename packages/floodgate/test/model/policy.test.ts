@@ -108,10 +108,45 @@ describe('policy validation', () => {
     });
   }
 
+  it.each([
+    [leakyBucket({ capacity: 1000, leakPerSecond: 1000 / (30 * 86_400) }), 'leaky-bucket-1000-leak-1000-per-30d'],
+    [leakyBucket({ capacity: 1000, leakPerSecond: 1000 / 3600 }), 'leaky-bucket-1000-leak-1000-per-1h'],
+    [leakyBucket({ capacity: 7, leakPerSecond: 0.3 }), 'leaky-bucket-7-leak-18-per-1m'],
+    [leakyBucket({ capacity: 10, leakPerSecond: 5, mode: 'queue' }), 'leaky-bucket-10-leak-10-per-2s-queue'],
+    [leakyBucket({ capacity: 3, leakPerSecond: Math.PI }), 'leaky-bucket-3-leak-3.141592653589793-per-1s'],
+    [fixedWindow({ limit: 10, windowMs: 60_000 }), 'fixed-window-10-per-1m'],
+    [fixedWindow({ limit: 10, windowMs: 90_000, align: 'first-request' }), 'fixed-window-10-per-90s-first-request'],
+    [gcra({ limit: 100, periodMs: 3_600_000, burst: 10 }), 'gcra-100-per-1h-burst-10'],
+    [
+      slidingLog({ limit: 5, windowMs: 1500, minGapMs: 10, blockMs: 300_000 }),
+      'sliding-log-5-per-1500ms-gap-10ms-block-5m',
+    ],
+    [
+      slidingWindow({ limit: 100, windowMs: 86_400_000, precisionMs: 600_000 }),
+      'sliding-window-100-per-1d-precision-10m',
+    ],
+    [tokenBucket({ capacity: 10, refillAmount: 1, refillIntervalMs: 1000 }), 'token-bucket-10-refill-1-per-1s'],
+    [
+      tokenBucket({ capacity: 10, refillAmount: 2, refillIntervalMs: 0.5, refill: 'interval' }),
+      'token-bucket-10-refill-2-per-0.5ms-interval',
+    ],
+  ])('derives a short name from the inputs: %#', (policy, name) => {
+    expect(policy.name).toBe(name);
+  });
+
+  it('derives different names for different leak rates, however close', () => {
+    const names = new Set(
+      [1000 / 3600, 1000 / 3601, 0.3, 0.30000001, 1 / 3, 0.333, 5, 5.5].map(
+        (leakPerSecond) => leakyBucket({ capacity: 1000, leakPerSecond }).name,
+      ),
+    );
+    expect(names.size).toBe(8);
+  });
+
   it('fills defaults and derives stable names', () => {
     expect(gcra({ limit: 100, periodMs: 60_000 })).toEqual({
       algorithm: 'gcra',
-      name: 'gcra-100-per-60000ms',
+      name: 'gcra-100-per-1m',
       blockMs: 0,
       limit: 100,
       periodMs: 60_000,
@@ -119,7 +154,7 @@ describe('policy validation', () => {
     });
     expect(slidingLog({ limit: MAX_SLIDING_LOG_LIMIT, windowMs: 1000 }).limit).toBe(1000);
     expect(slidingLog({ limit: 5, windowMs: 1000, minGapMs: 10, countDenied: true, blockMs: 5 }).name).toBe(
-      'sliding-log-5-per-1000ms-gap-10ms-count-denied-block-5ms',
+      'sliding-log-5-per-1s-gap-10ms-count-denied-block-5ms',
     );
     const long = leakyBucket({ capacity: 123456.789, leakPerSecond: 1 / 3, mode: 'queue', blockMs: 123456.5 });
     expect(long.name.length).toBeLessThanOrEqual(64);

@@ -1,3 +1,4 @@
+import { errorMonitor } from 'node:events';
 import { invalid } from '../../errors.js';
 
 /**
@@ -12,6 +13,69 @@ export interface RedisScriptClient {
   evalsha(sha: string, keys: readonly string[], args: readonly string[]): Promise<unknown>;
   /** `EVAL script numkeys …keys …args`, routed by the first key (also caches the script on that node). */
   eval(script: string, keys: readonly string[], args: readonly string[]): Promise<unknown>;
+  /**
+   * Why the server cannot be reached now, in plain words (`connection refused to 127.0.0.1:6379`), or
+   * undefined while the client is connected: store errors and timeouts say it instead of the client's
+   * own words (ioredis' "Stream isn't writeable…"). Optional.
+   */
+  unreachable?(): string | undefined;
+}
+
+/** What the adapters read of a client to say why it is not connected. */
+interface Observed {
+  on?(event: symbol, listener: (error: unknown) => void): unknown;
+}
+
+/** The last error a client emitted. */
+interface ConnectionErrors {
+  last: { code?: unknown; address?: unknown; port?: unknown } | undefined;
+}
+
+const watches = new WeakMap<object, ConnectionErrors>();
+
+/**
+ * Watches a client's connection errors (through `errorMonitor`, which neither handles nor hides them)
+ * and returns what to say of the last one while `connected()` is false.
+ */
+function connectionWatch(client: Observed, connected: () => boolean, address: () => string): () => string | undefined {
+  // One watch per client, however many stores adapt it (and from its first adaptation on).
+  let watch = watches.get(client);
+  if (watch === undefined) {
+    const errors: ConnectionErrors = { last: undefined };
+    watch = errors;
+    watches.set(client, errors);
+    if (typeof client.on === 'function') {
+      client.on(errorMonitor, (error) => {
+        if (typeof error === 'object' && error !== null) errors.last = error as ConnectionErrors['last'];
+      });
+    }
+  }
+  const seen = watch;
+  return () => {
+    if (connected()) return undefined;
+    const last = seen.last;
+    const where =
+      typeof last?.address === 'string' && typeof last.port === 'number' ? `${last.address}:${last.port}` : address();
+    switch (last?.code) {
+      case 'ECONNREFUSED':
+        return `connection refused to ${where}`;
+      case undefined:
+        return `not connected to ${where}`;
+      default:
+        return `cannot connect to ${where} (${String(last?.code)})`;
+    }
+  };
+}
+
+/**
+ * A failed call's error, led by why the server cannot be reached when the client says it cannot
+ * (`connection refused to 127.0.0.1:6379 (Stream isn't writeable…)`), the client's own error kept as
+ * `cause`; any other error as it is.
+ */
+export function explainUnreachable(client: RedisScriptClient, error: unknown): unknown {
+  const why = client.unreachable?.();
+  if (why === undefined || !(error instanceof Error) || isNoScriptError(error)) return error;
+  return new Error(`${why} (${error.message})`, { cause: error });
 }
 
 /** The part of an ioredis `Redis` or `Cluster` client the store uses. */
@@ -40,11 +104,37 @@ export function fromIoredis(client: IoredisClient): RedisScriptClient {
   if (typeof client !== 'object' || client === null || typeof client.evalsha !== 'function') {
     throw invalid('ERR_INVALID_OPTION', 'fromIoredis(client)', client, 'an ioredis Redis or Cluster client');
   }
+  const io = client as IoredisClient & Observed & { status?: unknown; options?: { host?: unknown; port?: unknown } };
+  const unreachable = connectionWatch(
+    io,
+    () => io.status === undefined || io.status === 'ready',
+    () =>
+      client.isCluster
+        ? 'the cluster'
+        : `${String(io.options?.host ?? 'localhost')}:${String(io.options?.port ?? 6379)}`,
+  );
   return {
     cluster: client.isCluster === true,
     evalsha: (sha, keys, args) => client.evalsha(sha, keys.length, ...keys, ...args),
     eval: (script, keys, args) => client.eval(script, keys.length, ...keys, ...args),
+    unreachable,
   };
+}
+
+/** Where a node-redis client connects, from its options. */
+function nodeRedisAddress(client: unknown): string {
+  const options = (
+    client as { options?: { url?: unknown; socket?: { host?: unknown; port?: unknown; path?: unknown } } }
+  ).options;
+  if (typeof options?.url === 'string') {
+    try {
+      const url = new URL(options.url);
+      return `${url.hostname}:${url.port === '' ? 6379 : url.port}`;
+    } catch {}
+  }
+  const socket = options?.socket;
+  if (typeof socket?.path === 'string') return socket.path;
+  return `${String(socket?.host ?? 'localhost')}:${String(socket?.port ?? 6379)}`;
 }
 
 /**
@@ -72,18 +162,26 @@ export function fromNodeRedis(client: NodeRedisClient): RedisScriptClient {
   if (typeof target !== 'object' || target === null || typeof target.evalSha !== 'function') {
     throw invalid('ERR_INVALID_OPTION', 'fromNodeRedis(client)', client, 'a node-redis client or cluster client');
   }
+  const ready = (client as { isReady?: unknown }).isReady;
+  const unreachable = connectionWatch(
+    client as Observed,
+    () => cluster || typeof ready !== 'boolean' || (client as unknown as { isReady: boolean }).isReady,
+    () => nodeRedisAddress(client),
+  );
   const routed = cluster ? keyRoutedSend(client) : undefined;
   if (routed !== undefined) {
     return {
       cluster,
       evalsha: (sha, keys, args) => routed(keys[0], ['EVALSHA', sha, String(keys.length), ...keys, ...args]),
       eval: (script, keys, args) => routed(keys[0], ['EVAL', script, String(keys.length), ...keys, ...args]),
+      unreachable,
     };
   }
   return {
     cluster,
     evalsha: (sha, keys, args) => target.evalSha(sha, { keys: [...keys], arguments: [...args] }),
     eval: (script, keys, args) => target.eval(script, { keys: [...keys], arguments: [...args] }),
+    unreachable,
   };
 }
 

@@ -6,7 +6,7 @@ import { KIND_METER } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { toStoreError } from '../store-errors.js';
-import { isNoScriptError, type RedisScriptClient } from './clients.js';
+import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './clients.js';
 import {
   DECIDE_SCRIPT,
   DECIDE_SCRIPT_SHA,
@@ -189,6 +189,10 @@ class RedisStoreImpl implements RedisStore {
     private readonly fastPath: boolean,
   ) {}
 
+  unreachable(): string | undefined {
+    return this.client.unreachable?.();
+  }
+
   decide(request: StoreRequest): Promise<StoreResult> {
     this.serverPolicy.onDecide(this.client);
     const nowUs = request.nowUs;
@@ -321,7 +325,8 @@ class RedisStoreImpl implements RedisStore {
       else if (meters !== undefined) settleMeters(calls, reply);
       else settle(calls, reply);
     } catch (error) {
-      for (const call of calls) call.reject(error);
+      const explained = explainUnreachable(this.client, error);
+      for (const call of calls) call.reject(explained);
     } finally {
       lane.inFlight--;
       this.pending -= calls.length;

@@ -31,7 +31,7 @@ export const gcraTables: Scenario[] = [
           resetAfterMs: 12_000 * (i + 1),
         })),
       },
-      { at: 0, expect: deny(12_000, { remaining: 0, resetAfterMs: 60_000, policy: 'gcra-5-per-60000ms' }) },
+      { at: 0, expect: deny(12_000, { remaining: 0, resetAfterMs: 60_000, policy: 'gcra-5-per-1m' }) },
       { at: 11_999, expect: deny(1) },
       { at: 11_999.999, expect: deny(1) },
       { at: 12_000, expect: { allowed: true, remaining: 0, resetAfterMs: 60_000 } },
