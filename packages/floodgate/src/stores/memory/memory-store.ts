@@ -315,7 +315,13 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   private lastTable: Table | undefined;
 
   table(prefix: string, c: CompiledPolicy): Table {
-    if (c === this.lastPolicy && prefix === this.lastPrefix) return this.lastTable as Table;
+    if (c === this.lastPolicy && prefix === this.lastPrefix) {
+      // The lane marks the table as used by its policy without passing here: mark it again, as
+      // `findTable` does (eviction and the summary read a table's keys by its last policy).
+      const last = this.lastTable as Table;
+      if (last.policy !== c) last.policy = c;
+      return last;
+    }
     const table = this.findTable(prefix, c);
     this.lastPolicy = c;
     this.lastPrefix = prefix;
