@@ -138,7 +138,7 @@ export class Eviction {
    * that many entries.
    */
   makeRoom(needed: number, nowUs: number, key: string | undefined): void {
-    if (nowUs >= this.earliestExpiry && this.newSinceSweep >= this.sweepEvery) this.sweep(nowUs);
+    if (nowUs >= this.earliestExpiry && this.newSinceSweep >= this.sweepEvery) this.sweep(nowUs, key);
     while (this.count + needed > this.maxKeys) {
       if (this.whenFull === 'evict') {
         if (!this.evictOne(nowUs, key)) return;
@@ -168,17 +168,20 @@ export class Eviction {
     }
   }
 
-  /** Drops every expired key: one pass over the list, from the end, so a swapped-in entry was already seen. */
-  private sweep(nowUs: number): void {
+  /**
+   * Drops every expired key but `key`'s own entries (its call counted them as held and is about to
+   * rewrite them): one pass over the list, from the end, so a swapped-in entry was already seen.
+   */
+  private sweep(nowUs: number, key: string | undefined): void {
     this.sweeps++;
     this.newSinceSweep = 0;
     let removed = 0;
     let earliest = Number.POSITIVE_INFINITY;
     for (let i = this.count - 1; i >= 0; i--) {
-      const expiresAt = (this.tables[this.entries[i * 2] as number] as Table).expiresAt(
-        this.entries[i * 2 + 1] as number,
-      );
-      if (expiresAt <= nowUs) {
+      const table = this.tables[this.entries[i * 2] as number] as Table;
+      const slot = this.entries[i * 2 + 1] as number;
+      const expiresAt = table.expiresAt(slot);
+      if (expiresAt <= nowUs && (key === undefined || table.keys[slot] !== key)) {
         this.remove(i);
         removed++;
       } else if (expiresAt < earliest) earliest = expiresAt;
