@@ -51,7 +51,8 @@ for (let v = 0; v < VICTIMS; v++) for (let i = 0; i < VICTIM_USED; i++) limiter.
 // The established half of the honest clients make their first call before the flood.
 for (let h = 0; h < HONEST / 2; h++) honest(`honest-${h}`);
 const pending: string[] = [];
-for (let h = 0; h < HONEST; h++) for (let i = h < HONEST / 2 ? 1 : 0; i < HONEST_CALLS; i++) pending.push(`honest-${h}`);
+for (let h = 0; h < HONEST; h++)
+  for (let i = h < HONEST / 2 ? 1 : 0; i < HONEST_CALLS; i++) pending.push(`honest-${h}`);
 const every = Math.max(1, Math.floor(FLOOD / pending.length));
 const start = performance.now();
 let next = 0;

@@ -316,8 +316,8 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
 
   table(prefix: string, c: CompiledPolicy): Table {
     if (c === this.lastPolicy && prefix === this.lastPrefix) {
-      // The lane marks the table as used by its policy without passing here: mark it again, as
-      // `findTable` does (eviction and the summary read a table's keys by its last policy).
+      // The meter fast path marks the table as used by its policy without passing here: mark it again,
+      // as `findTable` does (eviction and the summary read a table's keys by its last policy).
       const last = this.lastTable as Table;
       if (last.policy !== c) last.policy = c;
       return last;
