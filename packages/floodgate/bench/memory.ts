@@ -196,6 +196,19 @@ async function main(): Promise<void> {
       for (const key of keys) limiter.limitSync(key);
       return limiter;
     });
+    // A store at its cap that has let keys go: a tenth more keys than it holds. Its policy's summary
+    // (fixed: summaryCells × 24 bytes for a meter) is counted apart, per held key as the rest.
+    let summaryBytes = 0;
+    const fullBytes = await bytesPerKey((keys) => {
+      const store = memoryStore({ maxKeys: Math.floor(HEAP_KEYS / 1.1) });
+      // A policy that keeps every key live for the run, so only forced evictions make room.
+      const limiter = createLimiter({ store, policies: [gcra({ limit: 5, periodMs: 3_600_000 })] });
+      for (const key of keys) limiter.limitSync(key);
+      summaryBytes = store.summaryBytes;
+      return limiter;
+    });
+    const held = Math.floor(HEAP_KEYS / 1.1);
+    const fullPerHeld = (fullBytes * HEAP_KEYS - summaryBytes) / held;
     const rlfBytes = await bytesPerKey(async (keys) => {
       const limiter = new RateLimiterMemory({ points: LIMIT, duration: 3600 });
       for (const key of keys) await limiter.consume(key);
@@ -204,6 +217,9 @@ async function main(): Promise<void> {
     console.log(`  bare Map<string, number>                     ${mapBytes.toFixed(1).padStart(7)} bytes`);
     console.log(
       `  floodgate memory store, GCRA                 ${oursBytes.toFixed(1).padStart(7)} bytes (target ≤ 100)`,
+    );
+    console.log(
+      `  floodgate memory store at its cap (${fmt(held)})  ${fullPerHeld.toFixed(1).padStart(7)} bytes per held key, plus the summary: ${fmt(summaryBytes)} bytes`,
     );
     console.log(`  rate-limiter-flexible RateLimiterMemory      ${rlfBytes.toFixed(1).padStart(7)} bytes`);
   }

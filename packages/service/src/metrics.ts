@@ -169,7 +169,7 @@ export class Metrics {
       });
       new Counter({
         name: 'floodgate_memory_store_forced_evictions_total',
-        help: 'Live keys (the least consumed of a sample) forgotten before their expiry because the memory store was full.',
+        help: 'Live keys let go before their expiry because the memory store was full, their state kept in its fixed-size summary.',
         registers,
         collect() {
           this.reset();

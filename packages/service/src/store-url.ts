@@ -1,4 +1,4 @@
-import { type MemoryStoreOptions, memoryStore } from 'floodgate';
+import { isFloodgateError, type MemoryStore, type MemoryStoreOptions, memoryStore } from 'floodgate';
 import { memoryOverrides } from 'floodgate/overrides';
 import { type OpenedStore, redact, StoreUrlError } from './stores/opened.js';
 
@@ -6,7 +6,7 @@ export { type OpenedStore, redact, StoreUrlError } from './stores/opened.js';
 
 /** Store URL schemes, in the form the CLI documents. */
 export const STORE_URL_FORMS: readonly string[] = [
-  'memory (the default; memory:?maxKeys=1000000&whenFull=evict, or whenFull=refuse)',
+  'memory (the default; memory:?maxKeys=1000000&whenFull=evict&summaryCells=65536, or whenFull=refuse)',
   'redis://[user:password@]host:port[/db]  (rediss:// for TLS)',
   'redis+cluster://[user:password@]host:port,host:port[,…]  (rediss+cluster:// for TLS)',
   'postgres://user:password@host:port/db[?table=name&schema=name&unlogged=true]  (postgresql:// too)',
@@ -64,15 +64,25 @@ function openMemory(text: string): OpenedStore {
         if (value !== 'evict' && value !== 'refuse')
           throw new StoreUrlError(`memory store: whenFull must be evict or refuse, got ${JSON.stringify(value)}`);
         options.whenFull = value;
+      } else if (name === 'summaryCells') {
+        const n = Number(value);
+        if (!Number.isSafeInteger(n) || n < 1)
+          throw new StoreUrlError(
+            `memory store: summaryCells must be a positive integer, got ${JSON.stringify(value)}`,
+          );
+        options.summaryCells = n;
       } else {
-        throw new StoreUrlError(`memory store: unknown parameter ${JSON.stringify(name)} (known: maxKeys, whenFull)`);
+        throw new StoreUrlError(
+          `memory store: unknown parameter ${JSON.stringify(name)} (known: maxKeys, whenFull, summaryCells)`,
+        );
       }
     }
   }
-  const store = memoryStore(options);
+  const store = newMemoryStore(options);
   const shown = [
     ...(options.maxKeys === undefined ? [] : [`maxKeys ${options.maxKeys}`]),
     ...(options.whenFull === undefined ? [] : [`whenFull ${options.whenFull}`]),
+    ...(options.summaryCells === undefined ? [] : [`summaryCells ${options.summaryCells}`]),
   ];
   return {
     store,
@@ -80,4 +90,16 @@ function openMemory(text: string): OpenedStore {
     description: shown.length === 0 ? 'memory' : `memory (${shown.join(', ')})`,
     close: async () => {},
   };
+}
+
+/** `memoryStore(options)`, its refusal of an option (one past its bounds) as a store URL error. */
+function newMemoryStore(options: MemoryStoreOptions): MemoryStore {
+  try {
+    return memoryStore(options);
+  } catch (error) {
+    if (isFloodgateError(error) && error.code === 'ERR_INVALID_OPTION') {
+      throw new StoreUrlError(`memory store: ${error.message}`);
+    }
+    throw error;
+  }
 }

@@ -112,7 +112,9 @@ interface Subject {
 function subject(run: Run, clock: Clock, reference: boolean): Subject {
   const store = reference
     ? undefined
-    : memoryStore({ maxKeys: run.maxKeys ?? 1_000_000, whenFull: run.whenFull ?? 'evict' });
+    : // One summary cell: every key the store lets go lands in it whatever the store's secret, so the
+      // two stores compared hold the same summary.
+      memoryStore({ maxKeys: run.maxKeys ?? 1_000_000, whenFull: run.whenFull ?? 'evict', summaryCells: 1 });
   const limiter = createLimiter({
     store: store ?? modelStore(),
     policies: run.policies,

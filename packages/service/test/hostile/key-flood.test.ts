@@ -2,8 +2,8 @@
 // on the memory store. The client controls the descriptors (64 per request here, as in the full-size
 // attack: maxKeys 1,000,000 and 2,000,000 keys; packages/service/bench/key-flood.ts runs that size).
 // Scaled to maxKeys 2,000, 20 victims (the same 1% of the store as 100 in 10,000) and 20,000 fresh keys
-// so that it runs in seconds. An eviction takes a victim only if all five keys it samples are victims:
-// (20/2,000)^5 = 1e-10 each, so the 18,000 evictions leave every victim in place but for a chance of 2e-6.
+// so that it runs in seconds. A victim let go keeps its state in the memory store's summary, so it comes
+// back at its limit.
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Service, startService } from '../../src/service.js';
 import { descriptor, get, post } from '../helpers.js';
@@ -87,7 +87,11 @@ describe('hostile: a flood of fresh descriptors against keys at their limit (ser
     expect(await victimsAdmitted(s, 2)).toBe(0);
     const metrics = (await get(s, '/metrics')).text;
     expect(metric(metrics, 'floodgate_memory_store_keys')).toBe(MAX_KEYS);
-    expect(metric(metrics, 'floodgate_memory_store_forced_evictions_total')).toBe(FLOOD - (MAX_KEYS - VICTIMS));
+    // Each fresh session stored lets a key go into the summary; one whose summary cell holds a live
+    // window of a session let go (a block until that window ends) is denied, and stores nothing.
+    const forced = metric(metrics, 'floodgate_memory_store_forced_evictions_total');
+    expect(forced).toBeGreaterThan(MAX_KEYS);
+    expect(forced).toBeLessThanOrEqual(FLOOD - (MAX_KEYS - VICTIMS));
   });
 
   it('whenFull=refuse with --failure open: the flood is admitted as degraded, the victims stay exact', {

@@ -1,18 +1,18 @@
 import { FloodgateError } from '../../errors.js';
 import { inspect } from '../../model/decide.js';
 import { emptyEvaluation } from '../../model/types.js';
+import { Summary, summarySeed } from './summary.js';
 import type { Table } from './tables.js';
 
 /**
- * Entries looked at per eviction. Each one costs a cost-0 evaluation. The chance that an eviction picks a
- * key at its limit while a fraction f of the held keys are less consumed is at most (1 − f)^5: 1e-10 when
- * f = 0.99 (a flood against a hundred keys in ten thousand), 3% when f = 0.5, where the pool below does
- * better. Redis samples 5 for its approximate LRU, for the same trade.
+ * Entries looked at per eviction. Each one costs a cost-0 evaluation and a look at its summary cell
+ * (`evictionScore`). Which key goes only decides how precise the store stays: a key let go keeps what it
+ * owes in its summary. Redis samples 5 for its approximate LRU, for the same trade.
  */
 const SAMPLES = 5;
 
 /**
- * Candidates remembered between evictions (Redis keeps 16 too): each eviction takes the least consumed of
+ * Candidates remembered between evictions (Redis keeps 16 too): each eviction takes the lowest score of
  * the pool and the new sample, so the good candidates that earlier samples found are not lost.
  */
 const POOL_SIZE = 16;
@@ -32,8 +32,11 @@ interface Candidate {
  * - on every write, `earliestExpiry` lowered to the write's expiry when it is earlier (inline: the hot path);
  * - `makeRoom(needed, nowUs, key)` before writing `needed` new keys of `key` when `count + needed > maxKeys`:
  *   it drops expired keys, then evicts or refuses (`ERR_STORE_FULL`) as `whenFull` says;
- * - the counters (`forcedEvictions`, `refusedKeys`, `expiredRemoved`, `sweeps`) and `clear()`.
- * Everything else (sampling, the candidate pool, sweeps) stays in this file, so the rule can change alone.
+ * - `summaryOf(table)`: the summary of the keys `table` let go, which a key the table does not hold
+ *   starts from (`Summary.read`);
+ * - the counters (`forcedEvictions`, `refusedKeys`, `expiredRemoved`, `sweeps`), `summaryBytes` and `clear()`.
+ * Everything else (sampling, the candidate pool, sweeps, folding an evicted key's state into its table's
+ * summary) stays in this file, so the rule can change alone.
  */
 export class Eviction {
   forcedEvictions = 0;
@@ -62,19 +65,36 @@ export class Eviction {
   }));
   private poolSize = 0;
   private readonly probe = emptyEvaluation();
+  /** Per table (by id), the summary of the keys it let go; undefined until it lets one go. */
+  private readonly summaries: (Summary | undefined)[] = [];
+  private readonly seed = summarySeed();
 
   /** `tables`: the store's tables by id (the store appends to it). */
   constructor(
     private readonly tables: readonly Table[],
     readonly maxKeys: number,
     readonly whenFull: 'evict' | 'refuse',
+    readonly summaryCells: number,
   ) {
     this.sweepEvery = Math.max(1, Math.floor(maxKeys / 10));
     this.newSinceSweep = this.sweepEvery;
   }
 
-  /** Forgets every entry (the tables are cleared by the store). */
+  /** Bytes held by the summaries (none until a key is let go). */
+  get summaryBytes(): number {
+    let bytes = 0;
+    for (const summary of this.summaries) bytes += summary === undefined ? 0 : summary.bytes;
+    return bytes;
+  }
+
+  /** The summary of the keys `table` let go, if it let any go. */
+  summaryOf(table: Table): Summary | undefined {
+    return this.summaries[table.id];
+  }
+
+  /** Forgets every entry and every summary (the tables are cleared by the store). */
   clear(): void {
+    this.summaries.length = 0;
     this.count = 0;
     this.poolSize = 0;
     this.earliestExpiry = Number.POSITIVE_INFINITY;
@@ -112,13 +132,13 @@ export class Eviction {
 
   /**
    * Makes room for `needed` new entries of `key` (whose own entries are never dropped for it). Expired
-   * keys go first; then, when the store is full of live keys, `'evict'` forgets the least consumed of a
-   * sample and `'refuse'` throws `ERR_STORE_FULL`. Should every held entry be this key's own (a cap below
+   * keys go first; then, when the store is full of live keys, `'evict'` lets the cheapest of a sample go
+   * into its summary and `'refuse'` throws `ERR_STORE_FULL`. Should every held entry be this key's own (a cap below
    * the number of policies of one call), the call is stored anyway: the cap is then exceeded by at most
    * that many entries.
    */
   makeRoom(needed: number, nowUs: number, key: string | undefined): void {
-    if (nowUs >= this.earliestExpiry && this.newSinceSweep >= this.sweepEvery) this.sweep(nowUs);
+    if (nowUs >= this.earliestExpiry && this.newSinceSweep >= this.sweepEvery) this.sweep(nowUs, key);
     while (this.count + needed > this.maxKeys) {
       if (this.whenFull === 'evict') {
         if (!this.evictOne(nowUs, key)) return;
@@ -148,17 +168,20 @@ export class Eviction {
     }
   }
 
-  /** Drops every expired key: one pass over the list, from the end, so a swapped-in entry was already seen. */
-  private sweep(nowUs: number): void {
+  /**
+   * Drops every expired key but `key`'s own entries (its call counted them as held and is about to
+   * rewrite them): one pass over the list, from the end, so a swapped-in entry was already seen.
+   */
+  private sweep(nowUs: number, key: string | undefined): void {
     this.sweeps++;
     this.newSinceSweep = 0;
     let removed = 0;
     let earliest = Number.POSITIVE_INFINITY;
     for (let i = this.count - 1; i >= 0; i--) {
-      const expiresAt = (this.tables[this.entries[i * 2] as number] as Table).expiresAt(
-        this.entries[i * 2 + 1] as number,
-      );
-      if (expiresAt <= nowUs) {
+      const table = this.tables[this.entries[i * 2] as number] as Table;
+      const slot = this.entries[i * 2 + 1] as number;
+      const expiresAt = table.expiresAt(slot);
+      if (expiresAt <= nowUs && (key === undefined || table.keys[slot] !== key)) {
         this.remove(i);
         removed++;
       } else if (expiresAt < earliest) earliest = expiresAt;
@@ -181,9 +204,43 @@ export class Eviction {
   }
 
   /**
-   * Frees one entry: an expired one met in the sample, or else the least consumed of the sample and the
-   * pool (ties: the nearest expiry, which gives the least back). Returns false when nothing but `key`'s
-   * own entries is held.
+   * Folds the state of a live entry that is forced out into its table's summary (made on first use), so
+   * that the key, when it comes back, starts from no less than it had: eviction never over-admits.
+   */
+  private fold(table: Table, slot: number, nowUs: number): void {
+    let summary = this.summaries[table.id];
+    if (summary === undefined) {
+      summary = new Summary(table.policy, this.summaryCells, this.seed);
+      this.summaries[table.id] = summary;
+    }
+    summary.fold(table.policy, table.keys[slot] as string, table.stateAt(slot), table.expiresAt(slot), nowUs);
+  }
+
+  /**
+   * How much an entry is worth keeping, lowest first out; -1 when it holds nothing worth keeping. Since a
+   * key that leaves keeps what it owes in its summary cell, what eviction can lose is only precision: the
+   * key's own (how much stricter it comes back: the consumption of its cell joined with it, less its own),
+   * counted twice, plus what it has left (a key at its limit comes back exact from its cell, while a key
+   * that used little would meet the cell's other keys: it is the one to keep).
+   */
+  private evictionScore(table: Table, slot: number, nowUs: number): number {
+    const consumed = this.consumed(table, slot, nowUs);
+    if (consumed < 0) return consumed;
+    const summary = this.summaries[table.id];
+    let loss = 0;
+    if (summary !== undefined) {
+      const back = summary.preview(table.policy, table.keys[slot] as string, table.stateAt(slot), nowUs);
+      const out = inspect(table.policy, back, nowUs, this.probe);
+      const whole = Math.floor(table.policy.limit);
+      loss = Math.max(0, (whole >= 1 ? 1 - out.remaining / whole : 1) - consumed);
+    }
+    return 2 * loss + (1 - consumed);
+  }
+
+  /**
+   * Frees one entry: an expired one met in the sample, or else the lowest `evictionScore` of the sample
+   * and the pool (ties: the nearest expiry, which gives the least back). Returns false when nothing but
+   * `key`'s own entries is held.
    */
   private evictOne(nowUs: number, key: string | undefined): boolean {
     const entries = this.entries;
@@ -192,7 +249,7 @@ export class Eviction {
       const table = this.tables[entries[i * 2] as number] as Table;
       const slot = entries[i * 2 + 1] as number;
       if (key !== undefined && table.keys[slot] === key) continue;
-      const consumed = this.consumed(table, slot, nowUs);
+      const consumed = this.evictionScore(table, slot, nowUs);
       if (consumed < 0) {
         this.remove(i);
         this.expiredRemoved++;
@@ -210,8 +267,8 @@ export class Eviction {
         this.dropCandidate(best);
         continue;
       }
-      // The score may be stale: time only lowers consumption, but calls since may have raised it.
-      const consumed = this.consumed(table, candidate.slot, nowUs);
+      // The score may be stale: time and calls since may have changed it.
+      const consumed = this.evictionScore(table, candidate.slot, nowUs);
       const expiresAt = table.expiresAt(candidate.slot);
       const i = table.pos[candidate.slot] as number;
       if (
@@ -223,6 +280,7 @@ export class Eviction {
         continue;
       }
       this.dropCandidate(best);
+      if (consumed >= 0) this.fold(table, candidate.slot, nowUs);
       this.remove(i);
       if (consumed < 0) this.expiredRemoved++;
       else this.forcedEvictions++;
@@ -234,6 +292,7 @@ export class Eviction {
       const slot = entries[i * 2 + 1] as number;
       if (table.keys[slot] === key) continue;
       const consumed = this.consumed(table, slot, nowUs);
+      if (consumed >= 0) this.fold(table, slot, nowUs);
       this.remove(i);
       if (consumed < 0) this.expiredRemoved++;
       else this.forcedEvictions++;
@@ -297,7 +356,7 @@ export class Eviction {
   }
 }
 
-/** Whether candidate `a` should be evicted before `b`: less consumed, then nearer expiry. */
+/** Whether candidate `a` should be evicted before `b`: a lower `evictionScore` (its `consumed` field), then nearer expiry. */
 function less(a: Candidate, b: Candidate): boolean {
   return a.consumed < b.consumed || (a.consumed === b.consumed && a.expiresAt < b.expiresAt);
 }

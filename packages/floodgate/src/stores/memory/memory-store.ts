@@ -11,6 +11,7 @@ import { type Evaluation, emptyEvaluation, type State } from '../../model/types.
 import type { CancelRequest, FastPath, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 import { Eviction } from './eviction.js';
 import { MeterFastPath, type MeterWriter } from './meter-fast-path.js';
+import { DEFAULT_SUMMARY_CELLS, MAX_SUMMARY_CELLS, type Summary } from './summary.js';
 import { LogTable, SlabTable, type Table } from './tables.js';
 
 /** Options of {@link memoryStore}. */
@@ -21,12 +22,21 @@ export interface MemoryStoreOptions {
    */
   maxKeys?: number;
   /**
-   * What a call that needs a new key does when the store is full of live keys. `'evict'` forgets the
-   * least consumed quota among a random sample (counted in `forcedEvictions`); `'refuse'` keeps every
-   * key and throws `ERR_STORE_FULL` (counted in `refusedKeys`), which the limiter answers per its
-   * `failure` policy. A call that stores nothing (a check) never needs room. @default 'evict'
+   * What a call that needs a new key does when the store is full of live keys. `'evict'` lets a held key
+   * go (counted in `forcedEvictions`), its state folded into its policy's summary, so it never comes back
+   * with more than it had; `'refuse'` keeps every key and throws `ERR_STORE_FULL` (counted in
+   * `refusedKeys`), which the limiter answers per its `failure` policy. A call that stores nothing (a
+   * check) never needs room. @default 'evict'
    */
   whenFull?: 'evict' | 'refuse';
+  /**
+   * Cells of the summary each policy keeps of the keys it let go (`whenFull: 'evict'`): a key the store
+   * does not hold starts from its cell, the most restrictive state of the keys that left through it. More
+   * cells, fewer keys denied for sharing one; each costs 24 to 40 bytes (3 to 5 doubles, by algorithm),
+   * allocated when the policy first lets a key go: 1.5 to 2.5 MiB per policy at the default. An integer
+   * from 1 to 2^24. @default 65_536
+   */
+  summaryCells?: number;
 }
 
 /** The in-process store: a bounded map per policy, decided synchronously. */
@@ -36,6 +46,10 @@ export interface MemoryStore extends SyncStore {
   readonly maxKeys: number;
   /** What a new key does when the store is full. */
   readonly whenFull: 'evict' | 'refuse';
+  /** Cells per policy summary. */
+  readonly summaryCells: number;
+  /** Bytes held by the summaries of keys let go (none until a key is). */
+  readonly summaryBytes: number;
   /** Keys held now, expired ones not yet dropped included. */
   readonly size: number;
   /** Live keys that still held state, dropped before their expiry to make room (`whenFull: 'evict'`). */
@@ -61,9 +75,10 @@ export interface MemoryStore extends SyncStore {
  * Bounded by `maxKeys`, with no timer per key. When a new key finds the store full, expired keys go
  * first: a pass over the store drops them all, at most once per tenth of `maxKeys` new keys (amortized
  * O(1) per new key) and only when some key may have expired. If the store is still full, `whenFull`
- * decides: `'evict'` forgets the least consumed of a few keys sampled at random (O(1) per new key, like
- * Redis's approximate LRU), so a flood of fresh keys pushes out other fresh keys rather than the keys at
- * their limit; `'refuse'` throws `ERR_STORE_FULL` instead.
+ * decides: `'evict'` lets go the cheapest of a few keys sampled at random (O(1) per new key, like Redis's
+ * approximate LRU), its state folded into its policy's fixed-size summary (summary.ts), which a key the
+ * store does not hold starts from: no key is ever admitted more than its policies allow, whatever the
+ * flood; `'refuse'` throws `ERR_STORE_FULL` instead.
  *
  * @example
  * ```ts
@@ -83,7 +98,16 @@ export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
   if (whenFull !== 'evict' && whenFull !== 'refuse') {
     throw invalid('ERR_INVALID_OPTION', 'whenFull', options.whenFull, "'evict' or 'refuse'");
   }
-  return new MemoryStoreImpl(maxKeys, whenFull);
+  const summaryCells = options.summaryCells ?? DEFAULT_SUMMARY_CELLS;
+  if (!Number.isSafeInteger(summaryCells) || summaryCells < 1 || summaryCells > MAX_SUMMARY_CELLS) {
+    throw invalid(
+      'ERR_INVALID_OPTION',
+      'summaryCells',
+      options.summaryCells,
+      `an integer from 1 to ${MAX_SUMMARY_CELLS}`,
+    );
+  }
+  return new MemoryStoreImpl(maxKeys, whenFull, summaryCells);
 }
 
 class MemoryStoreImpl implements MemoryStore, MeterWriter {
@@ -103,12 +127,33 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   constructor(
     readonly maxKeys: number,
     readonly whenFull: 'evict' | 'refuse',
+    readonly summaryCells: number,
   ) {
-    this.eviction = new Eviction(this.tableList, maxKeys, whenFull);
+    this.eviction = new Eviction(this.tableList, maxKeys, whenFull, summaryCells);
   }
 
   get size(): number {
     return this.eviction.count;
+  }
+
+  get summaryBytes(): number {
+    return this.eviction.summaryBytes;
+  }
+
+  /** The summary of the keys `table` let go, if it let any go. */
+  summaryOf(table: Table): Summary | undefined {
+    return this.eviction.summaryOf(table);
+  }
+
+  /**
+   * The state a call on `key` starts from: the table's, or for a key it does not hold, the summary's
+   * (an upper bound on what a key that left still owes), or undefined (untouched).
+   */
+  private startState(table: Table, key: string, c: CompiledPolicy, nowUs: number): State | undefined {
+    const held = table.read(key);
+    if (held !== undefined) return held;
+    const summary = this.eviction.summaryOf(table);
+    return summary === undefined ? undefined : summary.read(c, key, nowUs);
   }
 
   get forcedEvictions(): number {
@@ -165,14 +210,14 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
       const c = policies[0] as CompiledPolicy;
       const table = this.table(prefix, c);
       const out = evaluations[0] as Evaluation;
-      const state = table.read(key);
+      const state = this.startState(table, key, c, nowUs);
       evaluatePolicy(c, state, nowUs, request.cost, request.maxDelayUs, out);
       const allowed = out.allowed;
       if (!allowed) settleDenied(c, state, nowUs, request.cost, request.commit, out);
       if (request.commit && out.next !== undefined) {
         const expiresAt = nowUs + out.resetAfterUs;
         // The key is in no other table of this call, so nothing needs protecting from eviction.
-        if (this.eviction.count >= this.maxKeys && state === undefined) this.eviction.makeRoom(1, nowUs, undefined);
+        if (this.eviction.count >= this.maxKeys && !table.has(key)) this.eviction.makeRoom(1, nowUs, undefined);
         this.write(table, key, out.next, expiresAt);
       } else if (!request.commit) out.next = undefined;
       const result = this.result;
@@ -181,7 +226,10 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
       return result;
     }
     const states = this.states;
-    for (let i = 0; i < n; i++) states[i] = this.table(prefix, policies[i] as CompiledPolicy).read(key);
+    for (let i = 0; i < n; i++) {
+      const c = policies[i] as CompiledPolicy;
+      states[i] = this.startState(this.table(prefix, c), key, c, nowUs);
+    }
     // A table's read() reuses one array per table; the policies of one call have distinct names, and
     // tables are per name, so no two states of one call share an array.
     const used = n === evaluations.length ? evaluations : evaluations.slice(0, n);
@@ -230,7 +278,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
     }
     // read() reuses one array per table: copy each state before reading the next.
     const states = policies.map((c) => {
-      const state = this.table(prefix, c).read(key);
+      const state = this.startState(this.table(prefix, c), key, c, nowUs);
       return state === undefined ? undefined : [...state];
     });
     const outs = policies.map(() => emptyEvaluation());
@@ -267,7 +315,13 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   private lastTable: Table | undefined;
 
   table(prefix: string, c: CompiledPolicy): Table {
-    if (c === this.lastPolicy && prefix === this.lastPrefix) return this.lastTable as Table;
+    if (c === this.lastPolicy && prefix === this.lastPrefix) {
+      // The meter fast path marks the table as used by its policy without passing here: mark it again,
+      // as `findTable` does (eviction and the summary read a table's keys by its last policy).
+      const last = this.lastTable as Table;
+      if (last.policy !== c) last.policy = c;
+      return last;
+    }
     const table = this.findTable(prefix, c);
     this.lastPolicy = c;
     this.lastPrefix = prefix;

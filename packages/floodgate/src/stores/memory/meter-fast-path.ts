@@ -4,6 +4,7 @@ import type { CompiledPolicy } from '../../model/compile.js';
 import { admittedDecision, type Decision, deniedDecision, wholeUsToMs } from '../../model/decision.js';
 import { clampRemaining } from '../../model/types.js';
 import type { FastPath } from '../store.js';
+import type { Summary } from './summary.js';
 import type { SlabTable } from './tables.js';
 
 /** What the meter fast path needs of the memory store: its bound, and two writes of a meter's state. */
@@ -11,6 +12,8 @@ export interface MeterWriter {
   /** Keys held now. */
   readonly size: number;
   readonly maxKeys: number;
+  /** The summary of the keys `table` let go, if it let any go: a key it does not hold starts from it. */
+  summaryOf(table: SlabTable): Summary | undefined;
   /** Stores a meter's state `[0, tat]` in a held slot of `table`, expiring at `tat`. */
   rewriteMeter(table: SlabTable, slot: number, tat: number): void;
   /** `rewriteMeter` for a new key, when the store has room for it. */
@@ -27,8 +30,8 @@ export interface MeterWriter {
  * model, and the fast-path suite of `floodgate/testing` holds it to them
  * (`runFastPathSuite`, run by test/stores/memory.test.ts). The calls it does not
  * cover it leaves to them, having changed nothing: a key that is not held as given (a long one, one that
- * starts with the mark, an invalid value), a new key when the store is full, a key in a penalty box, and a
- * committed denial that starts one. New keys take this path too, so that the code compiled for it is the
+ * starts with the mark, an invalid value), a new key when the store is full or when the policy has let
+ * keys go (it starts from their summary), a key in a penalty box, and a committed denial that starts one. New keys take this path too, so that the code compiled for it is the
  * code of held keys, whichever comes first.
  */
 export class MeterFastPath implements FastPath {
@@ -64,8 +67,9 @@ export class MeterFastPath implements FastPath {
       // A key in a penalty box is judged as it stands, the general way.
       if (table.field(slot, 0) > nowUs) return this.leave(nowUs);
       tat = table.field(slot, 1);
-    } else if (commit && store.size >= store.maxKeys) {
-      // A new key, and the store may have to make room for it: the general way.
+    } else if ((commit && store.size >= store.maxKeys) || store.summaryOf(table) !== undefined) {
+      // A new key, and the store may have to make room for it, or the key may have left it (it starts
+      // from the policy's summary): the general way.
       return this.leave(nowUs);
     }
     const c = this.c;
