@@ -229,7 +229,7 @@ function permitCost(options: PermitCallOptions | undefined): number {
   if (typeof options !== 'object' || options === null) {
     throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
   }
-  const cost = options.cost ?? 1;
+  const cost = options.cost === undefined ? 1 : options.cost;
   if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 1) {
     throw new FloodgateError(
       'ERR_INVALID_COST',
