@@ -10,8 +10,6 @@ export interface PermitHost {
   readonly clock: Clock | undefined;
 }
 
-const asyncDispose: symbol = Symbol.asyncDispose ?? Symbol.for('Symbol.asyncDispose');
-
 /** Local time, ms, to measure how long a store call took. */
 function localMs(clock: Clock | undefined): number {
   return clock === undefined ? performance.now() : clock.nowUs() / 1000;
@@ -103,7 +101,7 @@ export class Permit {
   }
 
   /** `await using permit = …`: releases the permit. */
-  async [asyncDispose](): Promise<void> {
+  async [Symbol.asyncDispose](): Promise<void> {
     await this.release();
   }
 

@@ -271,9 +271,9 @@ describe('permits: hostile input', () => {
     const { permits } = setup();
     expect(await rejectionOf(permits.limit('' as string))).toMatchObject({ code: 'ERR_INVALID_KEY' });
     expect(await rejectionOf(permits.limit(1 as unknown as string))).toMatchObject({ code: 'ERR_INVALID_KEY' });
-    expect(errorOf(() => createPermits({ store: {} as never, policy: concurrency({ limit: 1, leaseMs: 1 }) }))).toMatchObject(
-      { code: 'ERR_INVALID_OPTION', option: 'store' },
-    );
+    expect(
+      errorOf(() => createPermits({ store: {} as never, policy: concurrency({ limit: 1, leaseMs: 1 }) })),
+    ).toMatchObject({ code: 'ERR_INVALID_OPTION', option: 'store' });
     expect(
       errorOf(() => createPermits({ store: memoryPermitStore(), policy: { algorithm: 'gcra' } as never })),
     ).toMatchObject({ code: 'ERR_INVALID_POLICY', option: 'policy' });
