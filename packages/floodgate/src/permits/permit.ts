@@ -1,5 +1,6 @@
 import type { Clock } from '../clock.js';
 import { FloodgateError } from '../errors.js';
+import { toStoreError } from '../stores/store-errors.js';
 import type { PermitStore } from './store.js';
 
 /** What a permit needs of the {@link Permits} that granted it. */
@@ -69,9 +70,14 @@ export class Permit {
     if (this.#released === undefined) {
       this.#disarm();
       const host = this.#host;
-      this.#released = Promise.resolve(
-        host.store.release(this.#storageKey, { leaseId: this.leaseId, nowUs: host.clock?.nowUs() }),
-      ).then((reply) => reply.released);
+      const send = async () =>
+        (await host.store.release(this.#storageKey, { leaseId: this.leaseId, nowUs: host.clock?.nowUs() })).released;
+      const released: Promise<boolean> = send().catch((error: unknown) => {
+        // A release that failed may be tried again; until then the lease runs on in the store.
+        if (this.#released === released) this.#released = undefined;
+        throw toStoreError(host.store.name, error);
+      });
+      this.#released = released;
     }
     return this.#released;
   }
@@ -85,11 +91,16 @@ export class Permit {
     if (this.done) return false;
     const host = this.#host;
     const sentMs = localMs(host.clock);
-    const reply = await host.store.refresh(this.#storageKey, {
-      leaseUs: host.leaseUs,
-      leaseId: this.leaseId,
-      nowUs: host.clock?.nowUs(),
-    });
+    let reply: Awaited<ReturnType<PermitStore['refresh']>>;
+    try {
+      reply = await host.store.refresh(this.#storageKey, {
+        leaseUs: host.leaseUs,
+        leaseId: this.leaseId,
+        nowUs: host.clock?.nowUs(),
+      });
+    } catch (error) {
+      throw toStoreError(host.store.name, error);
+    }
     if (this.#released !== undefined) return false;
     if (!reply.refreshed) {
       this.#lose('the lease had run out when it was refreshed');

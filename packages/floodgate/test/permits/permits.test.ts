@@ -300,3 +300,27 @@ describe('permits: hostile input', () => {
     expect((await permits.limit('e')).allowed).toBe(true);
   });
 });
+
+describe('permits: a failing store', () => {
+  it('a release that fails rejects with a FloodgateError and may be tried again', async () => {
+    const clock = manualClock();
+    const inner = memoryPermitStore({ clock });
+    let fail = false;
+    const store = {
+      name: 'flaky',
+      acquire: inner.acquire.bind(inner),
+      refresh: inner.refresh.bind(inner),
+      release: (key: string, args: Parameters<typeof inner.release>[1]) => {
+        if (fail) throw new Error('connection reset');
+        return inner.release(key, args);
+      },
+    };
+    const permits = createPermits({ store, policy: concurrency({ limit: 1, leaseMs: 1000 }), clock });
+    const permit = (await permits.limit('k')).permit;
+    fail = true;
+    expect(await rejectionOf(permit?.release() as Promise<boolean>)).toMatchObject({ code: 'ERR_STORE_UNAVAILABLE' });
+    fail = false;
+    expect(await permit?.release()).toBe(true);
+    expect((await permits.limit('k')).allowed).toBe(true);
+  });
+});
