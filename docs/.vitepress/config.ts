@@ -107,6 +107,7 @@ export default defineConfig({
           { text: 'Stores and atomicity', link: '/stores' },
           { text: 'Waiting instead of failing', link: '/waiting' },
           { text: 'Stored overrides', link: '/overrides' },
+          { text: 'Concurrency limits', link: '/concurrency' },
           { text: 'Failure modes', link: '/failure-modes' },
           { text: 'Headers and client keys', link: '/headers' },
           { text: 'Clocks', link: '/clocks' },

@@ -5,6 +5,8 @@
  * - `ERR_STORE_UNAVAILABLE`, `ERR_TIMEOUT`, `ERR_STORE_PROTOCOL`: the store is unreachable, slow or failing.
  * - `ERR_STORE_REJECTED`: the store answered and refused this one call (see `classifyStoreError`).
  * - `ERR_STORE_FULL`: the store holds as many keys as it may and refuses new ones.
+ * - `ERR_LEASE_LOST`: a concurrency permit's lease ran out (or its refresh was refused) before it was
+ *   released: the reason of the permit's `signal`.
  * - `ERR_STORE_VERSION`: the database holds the functions of another version of the store's port only:
  *   run the store's `migrate()`. A fault of the store like `ERR_STORE_UNAVAILABLE`.
  */
@@ -21,6 +23,7 @@ export type FloodgateErrorCode =
   | 'ERR_TIMEOUT'
   | 'ERR_ABORTED'
   | 'ERR_QUEUE_FULL'
+  | 'ERR_LEASE_LOST'
   | 'ERR_CLOSED';
 
 const brand = Symbol.for('floodgate.error');

@@ -33,5 +33,28 @@ export {
 export * from './model/policy.js';
 export { type DeniedTracker, type TrackDeniedOptions, trackDenied } from './observe/denied.js';
 export { type TopKey, TopKeys, type TopKeysOptions, type TopKeysReport } from './observe/top-keys.js';
+export {
+  type MemoryPermitStore,
+  type MemoryPermitStoreOptions,
+  memoryPermitStore,
+} from './permits/memory-permit-store.js';
+export type { AcquireReply, RefreshReply, ReleaseReply } from './permits/model.js';
+export { Permit } from './permits/permit.js';
+export {
+  createPermits,
+  type PermitCallOptions,
+  type PermitDecision,
+  Permits,
+  type PermitsOptions,
+  type WithPermitResult,
+} from './permits/permits.js';
+export {
+  type ConcurrencyOptions,
+  type ConcurrencyPolicy,
+  concurrency,
+  MAX_LEASE_MS,
+  MAX_PERMIT_LIMIT,
+} from './permits/policy.js';
+export type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from './permits/store.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
 export type { Store } from './stores/store.js';

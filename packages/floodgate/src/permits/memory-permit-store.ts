@@ -1,0 +1,124 @@
+import { type Clock, systemClock, wholeClockUs } from '../clock.js';
+import { FloodgateError, invalid } from '../errors.js';
+import {
+  type AcquireReply,
+  acquirePermit,
+  emptyPermitState,
+  isForgettable,
+  type PermitState,
+  type RefreshReply,
+  type ReleaseReply,
+  refreshPermit,
+  releasePermit,
+} from './model.js';
+import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from './store.js';
+
+/** Options of {@link memoryPermitStore}. */
+export interface MemoryPermitStoreOptions {
+  /** The store's clock, when the caller gives no time. @default systemClock */
+  clock?: Clock;
+  /**
+   * Most keys held at once. A new key beyond them is refused with `ERR_STORE_FULL` (never by dropping a
+   * key that holds leases, which would let its permits be granted twice). @default 100000
+   */
+  maxKeys?: number;
+}
+
+/** The in-process permit store: synchronous, exact, one process only. */
+export interface MemoryPermitStore extends PermitStore {
+  readonly name: 'memory';
+  acquire(key: string, args: PermitAcquireArgs): AcquireReply;
+  refresh(key: string, args: PermitRefreshArgs): RefreshReply;
+  release(key: string, args: PermitReleaseArgs): ReleaseReply;
+  /** How many keys the store holds now. */
+  readonly size: number;
+}
+
+/** Keys looked at for forgetting on each call: idle keys leave in a bounded number of calls. */
+const SWEEP_PER_CALL = 2;
+
+/**
+ * An in-process store of concurrency permits, running the permit model directly: every call is a
+ * synchronous update of one key's leases.
+ *
+ * @example
+ * ```ts
+ * const permits = createPermits({ store: memoryPermitStore(), policy: concurrency({ limit: 2, leaseMs: 30_000 }) });
+ * ```
+ */
+export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): MemoryPermitStore {
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('ERR_INVALID_OPTION', 'memoryPermitStore options', options, 'an object');
+  }
+  const clock = options.clock ?? systemClock;
+  if (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function') {
+    throw invalid('ERR_INVALID_OPTION', 'clock', options.clock, 'a Clock');
+  }
+  const maxKeys = options.maxKeys ?? 100_000;
+  if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
+    throw invalid('ERR_INVALID_OPTION', 'maxKeys', options.maxKeys, 'a whole number ≥ 1');
+  }
+  const states = new Map<string, PermitState>();
+  let cursor = states.keys();
+
+  const forgetSome = (nowUs: number) => {
+    for (let i = 0; i < SWEEP_PER_CALL && states.size > 0; i++) {
+      let next = cursor.next();
+      if (next.done === true) {
+        cursor = states.keys();
+        next = cursor.next();
+        if (next.done === true) return;
+      }
+      const state = states.get(next.value);
+      if (state !== undefined && isForgettable(state, nowUs)) states.delete(next.value);
+    }
+  };
+  const stateOf = (key: string, nowUs: number, create: boolean): PermitState | undefined => {
+    forgetSome(nowUs);
+    let state = states.get(key);
+    if (state === undefined && create) {
+      if (states.size >= maxKeys) {
+        throw new FloodgateError('ERR_STORE_FULL', `the memory permit store holds maxKeys (${maxKeys}) keys`, {
+          option: 'maxKeys',
+        });
+      }
+      state = emptyPermitState();
+      states.set(key, state);
+    }
+    return state;
+  };
+  const settle = (key: string, state: PermitState, nowUs: number) => {
+    if (isForgettable(state, nowUs)) states.delete(key);
+  };
+  const now = (nowUs: number | undefined) => wholeClockUs(nowUs ?? clock.nowUs());
+
+  return {
+    name: 'memory',
+    get size() {
+      return states.size;
+    },
+    acquire(key, args) {
+      const nowUs = now(args.nowUs);
+      const state = stateOf(key, nowUs, true) as PermitState;
+      const reply = acquirePermit(state, nowUs, args.limit, args.leaseUs, args.cost, args.leaseId);
+      settle(key, state, nowUs);
+      return reply;
+    },
+    refresh(key, args) {
+      const nowUs = now(args.nowUs);
+      const state = stateOf(key, nowUs, false);
+      if (state === undefined) return { refreshed: false, expiresAtUs: 0, nowUs };
+      const reply = refreshPermit(state, nowUs, args.leaseUs, args.leaseId);
+      settle(key, state, nowUs);
+      return reply;
+    },
+    release(key, args) {
+      const nowUs = now(args.nowUs);
+      const state = stateOf(key, nowUs, false);
+      if (state === undefined) return { released: false, nowUs };
+      const reply = releasePermit(state, nowUs, args.leaseId);
+      settle(key, state, nowUs);
+      return reply;
+    },
+  };
+}

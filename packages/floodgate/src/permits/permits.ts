@@ -1,0 +1,241 @@
+import type { Clock } from '../clock.js';
+import { describeValue, FloodgateError, invalid } from '../errors.js';
+import { encodeKey, storageKey, validateKey, validatePrefix } from '../keys.js';
+import { toStoreError } from '../stores/store-errors.js';
+import { newLeaseId, validateLeaseId } from './lease-id.js';
+import { Permit, type PermitHost } from './permit.js';
+import type { ConcurrencyPolicy } from './policy.js';
+import type { PermitStore } from './store.js';
+
+/** Options of {@link createPermits}. */
+export interface PermitsOptions {
+  /** Where the leases live: `memoryPermitStore()` or `redisPermitStore({ client })` (floodgate/redis). */
+  store: PermitStore;
+  /** The concurrency policy: `concurrency({ limit, leaseMs })`. */
+  policy: ConcurrencyPolicy;
+  /** Prefix of every storage key. @default 'floodgate' */
+  prefix?: string;
+  /**
+   * The caller's clock instead of the store's (tests, simulations). Leases then expire on this clock,
+   * so every process sharing a key must share it too. @default the store's clock (Redis `TIME`)
+   */
+  clock?: Clock;
+}
+
+/** Options of one permit call. */
+export interface PermitCallOptions {
+  /** The cost the permit holds: a whole number. @default 1 */
+  cost?: number;
+}
+
+/**
+ * The outcome of asking for a permit: denial is data. When `allowed`, `permit` holds the grant until
+ * released (or until its lease runs out).
+ */
+export interface PermitDecision {
+  allowed: boolean;
+  /** The policy's limit: the most cost in flight at once. */
+  limit: number;
+  /** Cost in flight after the call (this permit included when allowed). */
+  inFlight: number;
+  /** How many permits of cost 1 would be granted right now, after this call. */
+  remaining: number;
+  /**
+   * 0 when allowed; otherwise ceil ms until enough leases run out for this cost if none is released
+   * first (an upper bound: a release frees a permit sooner); Infinity when the cost exceeds the limit.
+   */
+  retryAfterMs: number;
+  /** ceil ms until every lease now live has run out. */
+  resetAfterMs: number;
+  /** The policy's name. */
+  policy: string;
+  reason?: 'limit' | 'exceeds-capacity';
+  /** The permit, when allowed. */
+  permit?: Permit;
+}
+
+/** What {@link Permits.withPermit} resolves to: the function's value when it ran, the decision always. */
+export type WithPermitResult<T> =
+  | { allowed: true; value: T; decision: PermitDecision }
+  | { allowed: false; decision: PermitDecision };
+
+/**
+ * Concurrency permits under one policy: at most `policy.limit` (summed costs) in flight per key.
+ *
+ * @example
+ * ```ts
+ * const permits = createPermits({ store: memoryPermitStore(), policy: concurrency({ limit: 2, leaseMs: 30_000 }) });
+ * const d = await permits.limit('user-1');
+ * if (d.permit) {
+ *   try { … } finally { await d.permit.release(); }
+ * }
+ * ```
+ */
+export class Permits {
+  readonly policy: ConcurrencyPolicy;
+  readonly prefix: string;
+  readonly #host: PermitHost;
+
+  constructor(options: PermitsOptions) {
+    if (typeof options !== 'object' || options === null) {
+      throw invalid('ERR_INVALID_OPTION', 'createPermits options', options, 'an object');
+    }
+    const { store, policy, clock } = options;
+    if (
+      typeof store !== 'object' ||
+      store === null ||
+      typeof store.acquire !== 'function' ||
+      typeof store.refresh !== 'function' ||
+      typeof store.release !== 'function'
+    ) {
+      throw invalid('ERR_INVALID_OPTION', 'store', store, 'a permit store: memoryPermitStore() or redisPermitStore()');
+    }
+    if (typeof policy !== 'object' || policy === null || policy.algorithm !== 'concurrency') {
+      throw invalid('ERR_INVALID_POLICY', 'policy', policy, 'a concurrency policy: concurrency({ limit, leaseMs })');
+    }
+    if (clock !== undefined && (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function')) {
+      throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a Clock');
+    }
+    this.policy = policy;
+    this.prefix = validatePrefix(options.prefix ?? 'floodgate');
+    this.#host = { store, leaseUs: policy.leaseMs * 1000, clock };
+  }
+
+  /** Asks for a permit of `cost` on `key`, without waiting: the decision says whether it was granted. */
+  async limit(key: string, options?: PermitCallOptions): Promise<PermitDecision> {
+    validateKey(key);
+    const cost = permitCost(options);
+    const { policy } = this;
+    if (cost > policy.limit) {
+      return {
+        allowed: false,
+        limit: policy.limit,
+        inFlight: 0,
+        remaining: 0,
+        retryAfterMs: Number.POSITIVE_INFINITY,
+        resetAfterMs: 0,
+        policy: policy.name,
+        reason: 'exceeds-capacity',
+      };
+    }
+    const host = this.#host;
+    const leaseId = newLeaseId();
+    const where = this.#storageKey(key);
+    const sentMs = host.clock === undefined ? performance.now() : host.clock.nowUs() / 1000;
+    const reply = await this.#call(() =>
+      host.store.acquire(where, {
+        limit: policy.limit,
+        leaseUs: host.leaseUs,
+        cost,
+        leaseId,
+        nowUs: host.clock?.nowUs(),
+      }),
+    );
+    const tookMs = (host.clock === undefined ? performance.now() : host.clock.nowUs() / 1000) - sentMs;
+    const decision: PermitDecision = {
+      allowed: reply.granted,
+      limit: policy.limit,
+      inFlight: reply.inFlight,
+      remaining: Math.max(0, policy.limit - reply.inFlight),
+      retryAfterMs: reply.granted ? 0 : Math.ceil(reply.retryAfterUs / 1000),
+      resetAfterMs: Math.ceil(reply.resetAfterUs / 1000),
+      policy: policy.name,
+    };
+    if (!reply.granted) {
+      decision.reason = 'limit';
+      return decision;
+    }
+    decision.permit = new Permit(
+      host,
+      { key, storageKey: where, leaseId, cost, fence: reply.fence },
+      (reply.expiresAtUs - reply.nowUs) / 1000 - tookMs,
+    );
+    return decision;
+  }
+
+  /**
+   * Runs `fn` holding a permit and releases it in `finally`. When no permit is granted, `fn` does not
+   * run. `fn` gets the permit's `signal`: stop the work when it aborts (the lease was lost).
+   */
+  async withPermit<T>(
+    key: string,
+    fn: (signal: AbortSignal, permit: Permit) => T | Promise<T>,
+    options?: PermitCallOptions,
+  ): Promise<WithPermitResult<T>> {
+    if (typeof fn !== 'function') throw invalid('ERR_INVALID_OPTION', 'fn', fn, 'a function');
+    const decision = await this.limit(key, options);
+    const permit = decision.permit;
+    if (permit === undefined) return { allowed: false, decision };
+    let value: T;
+    try {
+      value = await fn(permit.signal, permit);
+    } catch (error) {
+      // The function's error wins; a failed release leaves the permit to its lease.
+      await permit.release().catch(() => {});
+      throw error;
+    }
+    await permit.release();
+    return { allowed: true, value, decision };
+  }
+
+  /**
+   * Releases a lease by id, e.g. one granted in another process. Resolves to whether this call ended
+   * a live lease; an unknown or expired id changes nothing.
+   */
+  async release(key: string, leaseId: string): Promise<boolean> {
+    validateKey(key);
+    validateLeaseId(leaseId);
+    const host = this.#host;
+    const where = this.#storageKey(key);
+    const reply = await this.#call(() => host.store.release(where, { leaseId, nowUs: host.clock?.nowUs() }));
+    return reply.released;
+  }
+
+  /**
+   * Extends a live lease by id to `leaseMs` from now. Resolves to false, changing nothing, when the lease
+   * is not live: an expired lease is never taken back.
+   */
+  async refresh(key: string, leaseId: string): Promise<boolean> {
+    validateKey(key);
+    validateLeaseId(leaseId);
+    const host = this.#host;
+    const where = this.#storageKey(key);
+    const reply = await this.#call(() =>
+      host.store.refresh(where, { leaseUs: host.leaseUs, leaseId, nowUs: host.clock?.nowUs() }),
+    );
+    return reply.refreshed;
+  }
+
+  #storageKey(key: string): string {
+    return storageKey(this.prefix, encodeKey(key), this.policy.name);
+  }
+
+  async #call<R>(run: () => R | Promise<R>): Promise<R> {
+    try {
+      return await run();
+    } catch (error) {
+      throw toStoreError(this.#host.store.name, error);
+    }
+  }
+}
+
+/** Creates {@link Permits}: concurrency permits under one policy, on one store. */
+export function createPermits(options: PermitsOptions): Permits {
+  return new Permits(options);
+}
+
+function permitCost(options: PermitCallOptions | undefined): number {
+  if (options === undefined) return 1;
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
+  }
+  const cost = options.cost === undefined ? 1 : options.cost;
+  if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 1) {
+    throw new FloodgateError(
+      'ERR_INVALID_COST',
+      `cost must be a whole number from 1 to ${Number.MAX_SAFE_INTEGER}, got ${describeValue(cost)}`,
+      { option: 'cost' },
+    );
+  }
+  return cost;
+}
