@@ -12,7 +12,7 @@ import {
   type RedisScriptClient,
   redisStore,
 } from '../../src/stores/redis/index.js';
-<<<<<<< HEAD
+import { SERVER_POLICY_SCRIPT } from '../../src/stores/redis/server-policy.js';
 import {
   manualClock,
   runConformanceSuite,
@@ -20,10 +20,6 @@ import {
   runPlainDataSuite,
   uniquePrefix,
 } from '../../src/testing/index.js';
-=======
-import { SERVER_POLICY_SCRIPT } from '../../src/stores/redis/server-policy.js';
-import { manualClock, runConformanceSuite, runPlainDataSuite, uniquePrefix } from '../../src/testing/index.js';
->>>>>>> wip/flood
 import { ALL_DRIVERS, connectSingle, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
