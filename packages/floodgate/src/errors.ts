@@ -9,6 +9,10 @@
  *   released: the reason of the permit's `signal`.
  * - `ERR_STORE_VERSION`: the database holds the functions of another version of the store's port only:
  *   run the store's `migrate()`. A fault of the store like `ERR_STORE_UNAVAILABLE`.
+ * - `ERR_STORE_MISCONFIGURED`: the store's server answered that it cannot serve this configuration (a
+ *   database that does not exist, a failed login, a Redis that wants a password): retrying will not help,
+ *   the configuration must change. A fault of the store like `ERR_STORE_UNAVAILABLE` (the breaker and the
+ *   `failure` policy treat it alike), told apart so that it is reported as permanent.
  */
 export type FloodgateErrorCode =
   | 'ERR_INVALID_POLICY'
@@ -20,6 +24,7 @@ export type FloodgateErrorCode =
   | 'ERR_STORE_REJECTED'
   | 'ERR_STORE_FULL'
   | 'ERR_STORE_VERSION'
+  | 'ERR_STORE_MISCONFIGURED'
   | 'ERR_TIMEOUT'
   | 'ERR_ABORTED'
   | 'ERR_QUEUE_FULL'

@@ -5,6 +5,7 @@ import { basename, dirname, resolve } from 'node:path';
 import { type Clock, gcra, isFloodgateError, type Store } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
 import { createOverrides, memoryOverrides, type OverrideBackend, type Overrides } from 'floodgate/overrides';
+import { isPermanentStoreError } from 'floodgate/store';
 import { type Logger, pino } from 'pino';
 import { AdminAuth, type AdminOptions } from './admin/auth.js';
 import { ConfigError, type DescriptorConfig, type ServiceConfig } from './config.js';
@@ -488,7 +489,15 @@ export class Service implements ServiceContext {
         // With failure 'open' or 'closed' the limiter answers without the store: that is not a store up.
         (decision) => decision.reason !== 'degraded',
         (error: unknown) => {
-          this.logger.warn({ err: error }, 'store probe failed');
+          // A missing database or a refused login does not pass by waiting: said as such, at error level.
+          if (isPermanentStoreError(error)) {
+            this.logger.error(
+              { err: error, store: this.opened?.description ?? this.storeName },
+              'the store cannot work as configured (a missing database, a refused login): fix its URL or credentials, retrying will not help',
+            );
+          } else {
+            this.logger.warn({ err: error }, 'store probe failed');
+          }
           return false;
         },
       );

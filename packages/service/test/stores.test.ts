@@ -202,3 +202,28 @@ describe.skipIf(!runRedis)('Redis stopped and started under a running service', 
     }
   });
 });
+
+describe.skipIf(!runPostgres)('a PostgreSQL URL naming a missing database', () => {
+  it('stays unready and says at error level that retrying will not help', async () => {
+    const { startService } = await import('../src/service.js');
+    const { pino } = await import('pino');
+    const lines: { level: number; msg: string }[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    const { host, port, user } = PG_CONFIG;
+    const service = await startService({
+      config: configFor(`missing-${randomBytes(4).toString('hex')}`),
+      store: `postgres://${user}@${host}:${port}/floodgate_no_such_database`,
+      httpPort: 0,
+      grpcPort: false,
+      logger,
+    });
+    try {
+      await waitFor(() => lines.some((line) => line.msg.startsWith('the store cannot work as configured')), 10_000);
+      expect((await get(service, '/readyz')).status).not.toBe(200);
+      const said = lines.find((line) => line.msg.startsWith('the store cannot work as configured'));
+      expect(said?.level).toBe(50);
+    } finally {
+      await service.close();
+    }
+  });
+});

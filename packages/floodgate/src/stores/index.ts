@@ -52,4 +52,4 @@ export {
   type StoreResult,
   type SyncStore,
 } from './store.js';
-export { classifyStoreError, type StoreErrorClass } from './store-errors.js';
+export { classifyStoreError, isPermanentStoreError, type StoreErrorClass } from './store-errors.js';

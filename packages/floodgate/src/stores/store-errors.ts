@@ -27,6 +27,36 @@ export type StoreErrorClass = 'input' | 'fault' | 'full' | 'rejected';
  */
 const PG_REJECTED_CLASSES = new Set(['21', '22', '23', '27', '2F', '38', '39', '42', '44', '54', 'P0']);
 const PG_NOT_MIGRATED = new Set(['42P01', '42883', '3F000']);
+/**
+ * PostgreSQL SQLSTATEs that no retry mends: the database named does not exist (3D000), the login was
+ * refused (28000, 28P01).
+ */
+const PG_PERMANENT = new Set(['3D000', '28000', '28P01']);
+/** Redis replies that no retry mends: a password is wanted, or the one given is wrong. */
+const REDIS_PERMANENT = /^(NOAUTH|WRONGPASS) /;
+
+/**
+ * Whether a store error says the store cannot work as configured (a missing database, a refused login,
+ * a Redis that wants a password), so that retrying will not help: reported as `ERR_STORE_MISCONFIGURED`
+ * by {@link toStoreError}. Follows `cause` through floodgate's own errors (a timeout that says why).
+ */
+export function isPermanentStoreError(error: unknown): boolean {
+  for (let e = error, depth = 0; typeof e === 'object' && e !== null && depth < 4; depth++) {
+    if (isFloodgateError(e) && e.code === 'ERR_STORE_MISCONFIGURED') return true;
+    const code = (e as { code?: unknown }).code;
+    if (
+      typeof code === 'string' &&
+      PG_PERMANENT.has(code) &&
+      typeof (e as { severity?: unknown }).severity === 'string'
+    ) {
+      return true;
+    }
+    if (e instanceof Error && code === undefined && REDIS_PERMANENT.test(e.message)) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
+
 /** SQLite result codes that refuse one statement for its values; every other one (BUSY, IOERR, FULL…) is a fault. */
 const SQLITE_REJECTED = /^SQLITE_(CONSTRAINT|MISMATCH|TOOBIG|RANGE)(_|$)/;
 
@@ -83,6 +113,13 @@ export function classifyStoreError(error: unknown): StoreErrorClass {
 export function toStoreError(storeName: string, error: unknown): FloodgateError {
   if (isFloodgateError(error)) return error;
   const message = error instanceof Error ? error.message : String(error);
+  if (isPermanentStoreError(error)) {
+    return new FloodgateError(
+      'ERR_STORE_MISCONFIGURED',
+      `the ${storeName} store cannot work as configured (retrying will not help): ${message}`,
+      { cause: error },
+    );
+  }
   if (classifyStoreError(error) === 'rejected') {
     return new FloodgateError('ERR_STORE_REJECTED', `the ${storeName} store refused the call: ${message}`, {
       cause: error,
