@@ -238,9 +238,10 @@ describe('gRPC interop: shutdown with calls on the wire', () => {
   });
 
   it('keeps the connection through a burst of 1500 cancellations (calls timed out on a slow store)', async () => {
-    // Slow enough that no call is answered before the test cancels them all; the store timeout well
-    // above that delay, so that a loaded machine does not turn the delay into store timeouts.
-    const s = await start(slowStore(800), 10_000);
+    // Slow enough that no call is answered before the test cancels them all, even on a busy machine where
+    // opening 1,500 calls and cancelling them takes seconds; the store timeout well above that delay, so
+    // that a loaded machine does not turn the delay into store timeouts.
+    const s = await start(slowStore(5000), 15_000);
     const { rls } = clients(s.grpcPort, {});
     open.push(rls);
     const keep = unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries('10.5.9.9')] });
