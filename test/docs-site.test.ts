@@ -176,11 +176,12 @@ describe.runIf(browserAvailable())('the docs site in Chromium', () => {
       await page.goto(`${origin}${BASE}`);
       await page.getByRole('link', { name: 'Get started' }).first().click();
       await page.waitForURL(/getting-started\.html$/);
-      expect(await page.locator('h1').first().textContent()).toContain('Getting started');
+      await page.locator('h1', { hasText: 'Getting started' }).first().waitFor();
       // The sidebar leads to every guide; following it is a client-side navigation.
       await page.locator('.VPSidebar').getByRole('link', { name: 'Deploy the service' }).click();
       await page.waitForURL(/deploy\.html$/);
-      expect(await page.locator('h1').first().textContent()).toContain('Deploy the service');
+      // The URL changes before the page's content does: wait for the new heading.
+      await page.locator('h1', { hasText: 'Deploy the service' }).first().waitFor();
       expect(await page.locator('pre code').count()).toBeGreaterThan(3);
       // A guide's link to another guide, and the generated reference.
       await page.goto(`${origin}${BASE}choose-a-store.html`);

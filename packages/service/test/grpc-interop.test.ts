@@ -249,13 +249,13 @@ describe('gRPC interop: shutdown with calls on the wire', () => {
       unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries(`10.5.${i >> 8}.${i & 255}`)] }),
     );
     // The first 1000 (the stream limit) are being decided; the rest wait on the client.
-    await expect.poll(() => metric(s, IN_FLIGHT)).toBeGreaterThanOrEqual(1000);
+    await expect.poll(() => metric(s, IN_FLIGHT), { timeout: 4000 }).toBeGreaterThanOrEqual(1000);
     for (const c of calls) c.cancel();
     expect((await Promise.all(calls.map((c) => code(c.promise)))).every((c) => c === status.CANCELLED)).toBe(true);
     expect(await code(keep.promise)).toBe(status.OK);
     // The cancelled calls' work held their places under the stream limit until the store answered; then
     // the places are free: 999 new calls at once are all admitted and answered.
-    await expect.poll(() => metric(s, IN_FLIGHT)).toBe(0);
+    await expect.poll(() => metric(s, IN_FLIGHT), { timeout: 15_000 }).toBe(0);
     const again = Array.from(
       { length: 999 },
       (_, i) =>
