@@ -32,6 +32,10 @@ function edgeContext(): Record<string, unknown> {
   return createContext({
     TextEncoder,
     URL,
+    // Web Crypto's getRandomValues, which every edge runtime has (the memory store's summary seeds its hash).
+    crypto: {
+      getRandomValues: <T extends ArrayBufferView>(array: T): T => globalThis.crypto.getRandomValues(array as never),
+    },
     performance: { now: () => performance.now(), timeOrigin: performance.timeOrigin },
     setTimeout,
     clearTimeout,

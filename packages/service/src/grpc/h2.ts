@@ -562,9 +562,14 @@ class Shared {
   admit(address: string): boolean {
     const own = (this.byAddress.get(address) ?? 0) >= this.limits.maxConnectionsPerAddress;
     if (!own && this.sessions.size < this.limits.maxConnections) return true;
+    if (own) return this.evictIdle(address, EVICT_QUIET_MS);
     // Past the global cap, the address holding the most connections gives one up first: a client with
-    // a few pooled connections keeps them while another holds hundreds.
-    return this.evictIdle(own ? address : this.largestHolder()) || (!own && this.evictIdle(undefined));
+    // a few pooled connections keeps them while another holds hundreds. One holding more than half the
+    // cap gives up its quietest idle connection however recently it was used: a client that reopens
+    // each connection it loses and makes a call on it would otherwise never leave one quiet for long.
+    const largest = this.largestHolder();
+    const hoarding = (this.byAddress.get(largest) ?? 0) * 2 > this.limits.maxConnections;
+    return this.evictIdle(largest, hoarding ? 0 : EVICT_QUIET_MS) || this.evictIdle(undefined, EVICT_QUIET_MS);
   }
 
   /** The client address with the most connections open. */
@@ -582,10 +587,11 @@ class Shared {
 
   /**
    * Ends a connection with no stream open (of `address`, when given): the oldest that never opened one,
-   * else the one quiet longest, of those quiet for {@link EVICT_QUIET_MS} at least (a client in use keeps
-   * its connection; its new one is refused instead). False when there is none.
+   * else the one quiet longest, of those quiet for `quietMs` at least ({@link EVICT_QUIET_MS} but for a
+   * hoarding address: a client in use keeps its connection; its new one is refused instead). False when
+   * there is none.
    */
-  private evictIdle(address: string | undefined): boolean {
+  private evictIdle(address: string | undefined, quietMs: number): boolean {
     const now = Date.now();
     let victim: H2Session | undefined;
     for (const session of this.sessions) {
@@ -594,10 +600,7 @@ class Shared {
         victim = session;
         break;
       }
-      if (
-        now - session.quietSince >= EVICT_QUIET_MS &&
-        (victim === undefined || session.quietSince < victim.quietSince)
-      ) {
+      if (now - session.quietSince >= quietMs && (victim === undefined || session.quietSince < victim.quietSince)) {
         victim = session;
       }
     }
