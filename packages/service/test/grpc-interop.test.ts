@@ -245,6 +245,9 @@ describe('gRPC interop: shutdown with calls on the wire', () => {
     const { rls } = clients(s.grpcPort, {});
     open.push(rls);
     const keep = unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries('10.5.9.9')] });
+    // The call to keep is on the server before the burst: among the first of the stream limit, whatever
+    // order a busy client sends the rest in.
+    await expect.poll(() => metric(s, IN_FLIGHT), { timeout: 4000 }).toBeGreaterThanOrEqual(1);
     const calls = Array.from({ length: 1500 }, (_, i) =>
       unary(rls, 'ShouldRateLimit', { domain: 'api', descriptors: [entries(`10.5.${i >> 8}.${i & 255}`)] }),
     );

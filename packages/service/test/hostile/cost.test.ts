@@ -7,7 +7,7 @@ import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PG_CONFIG, requirePostgres, uniqueSchema } from '../../../floodgate/test/stores/sql/postgres-env.js';
 import { startService } from '../../src/service.js';
-import { descriptor, get, grpcClient, post } from '../helpers.js';
+import { descriptor, get, grpcClient, post, waitFor } from '../helpers.js';
 
 const runPostgres = await requirePostgres();
 const schemas: string[] = [];
@@ -45,6 +45,9 @@ async function attack(store: string): Promise<void> {
   });
   const client = grpcClient(service.grpcPort);
   try {
+    // Traffic once the service is ready, as a load balancer sends it: a PostgreSQL store is migrated by
+    // then (calls before it would be store faults, admitted by failure 'open').
+    await waitFor(async () => (await get(service, '/readyz')).status === 200, 30_000);
     const attacker = descriptor(['user', 'attacker']);
     const statuses = new Set<string>();
     for (let round = 0; round < 4; round++) {
