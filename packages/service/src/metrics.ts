@@ -18,6 +18,8 @@ export interface MethodTimer {
 export class Metrics {
   readonly registry = new Registry();
   readonly inFlight: Record<Api, number> = { http: 0, grpc: 0 };
+  /** gRPC calls answered or cancelled whose decision is still under way. */
+  abandoned = 0;
   private readonly duration: Histogram<'api' | 'method'>;
   private readonly errors: Counter<'api' | 'method' | 'code'>;
   readonly storeErrors: Counter<'store'>;
@@ -98,6 +100,17 @@ export class Metrics {
       collect() {
         this.set({ api: 'http' }, inFlight.http);
         this.set({ api: 'grpc' }, inFlight.grpc);
+      },
+    });
+    const abandoned = () => this.abandoned;
+    new Gauge({
+      name: 'floodgate_grpc_abandoned_calls',
+      help:
+        'gRPC calls answered (deadline passed) or cancelled while the store still decides them: each keeps ' +
+        "its place under its connection's stream limit until the store answers.",
+      registers,
+      collect() {
+        this.set(abandoned());
       },
     });
     this.duration = new Histogram({

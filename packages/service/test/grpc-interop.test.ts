@@ -104,6 +104,7 @@ async function metric(s: Service, pattern: RegExp): Promise<number> {
   return Number(pattern.exec(text)?.[1] ?? 0);
 }
 const IN_FLIGHT = /floodgate_in_flight_requests\{api="grpc"\} (\d+)/;
+const ABANDONED = /floodgate_grpc_abandoned_calls (\d+)/;
 
 describe('gRPC interop with @grpc/grpc-js', () => {
   it('keeps a channel with keepalive pings (also without calls) and answers on it', async () => {
@@ -256,9 +257,13 @@ describe('gRPC interop: shutdown with calls on the wire', () => {
     for (const c of calls) c.cancel();
     expect((await Promise.all(calls.map((c) => code(c.promise)))).every((c) => c === status.CANCELLED)).toBe(true);
     expect(await code(keep.promise)).toBe(status.OK);
-    // The cancelled calls' work held their places under the stream limit until the store answered; then
-    // the places are free: 999 new calls at once are all admitted and answered.
-    await expect.poll(() => metric(s, IN_FLIGHT), { timeout: 15_000 }).toBe(0);
+    // The cancelled calls are no longer in flight, but their work holds their places under the stream
+    // limit until the store answers; then the places are free: 999 new calls at once are all admitted
+    // and answered.
+    await expect.poll(() => metric(s, IN_FLIGHT), { timeout: 4000 }).toBe(0);
+    // All the places but the kept call's: its 999 companions under the limit were opened after it.
+    expect(await metric(s, ABANDONED)).toBe(999);
+    await expect.poll(() => metric(s, ABANDONED), { timeout: 15_000 }).toBe(0);
     const again = Array.from(
       { length: 999 },
       (_, i) =>

@@ -340,6 +340,50 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     expect(peer.frames.some((f) => f.type === 7)).toBe(false);
   });
 
+  it('charges a refused stream to the reset budget only when the peer itself goes past the stream limit', async () => {
+    const limits: string[] = [];
+    const working: H2Stream[] = [];
+    await start({
+      maxConcurrentStreams: 2,
+      resetBurst: 4,
+      resetsPerSecond: 0,
+      onLimit: (l) => limits.push(l),
+      onStream: (stream) => {
+        stream.handler = {
+          body: () => {
+            stream.hold();
+            working.push(stream);
+          },
+          tooLarge: () => {},
+          aborted: () => {},
+        };
+      },
+    });
+    const peer = await RawPeer.open();
+    // Two calls cancelled while their work goes on: 2 resets charged, their places held.
+    for (const id of [1, 3]) {
+      peer.send(1, 0x5, id, REQUEST_BLOCK);
+      peer.send(3, 0, id, Buffer.from([0, 0, 0, 8]));
+    }
+    // A client within the limit it was told (no stream open) retries: 20 refusals, none charged.
+    for (let i = 0; i < 20; i++) peer.send(1, 0x5, 5 + 2 * i, REQUEST_BLOCK);
+    peer.send(6, 0, 0, Buffer.from('still-up'));
+    await peer.waitFor((f) => f.type === 6);
+    expect(peer.frames.some((f) => f.type === 7)).toBe(false);
+    expect(
+      peer.frames.filter((f) => f.type === 3 && f.payload.readUInt32BE(0) === H2Error.REFUSED_STREAM),
+    ).toHaveLength(20);
+    expect(limits).toEqual([]);
+    // The work ends: the places are free, two calls take them and stay open.
+    for (const s of working.splice(0)) s.release();
+    for (const id of [47, 49]) peer.send(1, 0x5, id, REQUEST_BLOCK);
+    await expect.poll(() => working.map((s) => s.id)).toEqual([47, 49]);
+    // Past the limit with its own open streams, the peer pays: 2 tokens left, the third refusal ends it.
+    for (const id of [51, 53, 55]) peer.send(1, 0x5, id, REQUEST_BLOCK);
+    expect(await peer.goaway()).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(limits).toEqual(['resets']);
+  });
+
   it('lets a peer reset streams whose answer is out, within the reset budget', async () => {
     await start();
     const peer = await RawPeer.open();

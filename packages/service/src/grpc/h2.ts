@@ -1184,7 +1184,11 @@ export class H2Session {
       return;
     }
     if (this.streams.size + this.held >= this.options.maxConcurrentStreams) {
-      this.resetStream(id, H2Error.REFUSED_STREAM);
+      // Charged only to a peer past the limit it was told: one that stays within it but whose cancelled
+      // calls still hold places (their work goes on) is honest, and a client such as grpc-js retries a
+      // refused stream at once, again and again until a place is free. It paid for those places when it
+      // reset their streams, and a refusal costs this side less than a call.
+      this.resetStream(id, H2Error.REFUSED_STREAM, this.streams.size >= this.options.maxConcurrentStreams);
       return;
     }
     const shared = this.shared;
@@ -1402,7 +1406,7 @@ export class H2Session {
   /**
    * Resets a stream with `code`, charged to the connection's reset budget (MadeYouReset: a peer that
    * makes this side reset its streams pays as if it had reset them), unless `charged` is false (a
-   * process-wide limit, not the peer's doing).
+   * process-wide limit, or places its cancelled calls' work still holds: not the peer's doing).
    */
   private resetStream(id: number, code: number, charged = true): void {
     if (charged) this.chargeReset();

@@ -227,6 +227,8 @@ function armReadTimers(): void {
  */
 class Call implements StreamHandler {
   private answered = false;
+  /** A decision of the store's is under way (see {@link hold}). */
+  private working = false;
   private readTimer: NodeJS.Timeout | undefined;
   private deadlineTimer: NodeJS.Timeout | undefined;
   private readonly readTimeoutMs: number;
@@ -298,6 +300,22 @@ class Call implements StreamHandler {
     this.settle();
   }
 
+  /**
+   * Work under way for the call (a store's decision): until {@link release}, its stream keeps its place
+   * under the connection's stream limit, even once the call is answered or the peer has reset it.
+   */
+  hold(): void {
+    this.working = true;
+    this.stream.hold();
+  }
+
+  /** The work {@link hold} marked is over. */
+  release(): void {
+    this.working = false;
+    this.stream.release();
+    if (this.answered) this.ctx.metrics.abandoned--;
+  }
+
   /** Answers `message` (unframed) with status OK. */
   reply(message: Buffer): void {
     if (this.settle()) this.stream.sendMessage(message);
@@ -319,6 +337,7 @@ class Call implements StreamHandler {
     clearTimeout(this.readTimer);
     clearTimeout(this.deadlineTimer);
     if (this.method === 'ShouldRateLimit') this.ctx.metrics.inFlight.grpc--;
+    if (this.working) this.ctx.metrics.abandoned++;
     return true;
   }
 }
@@ -422,10 +441,10 @@ function shouldRateLimit(ctx: ServiceContext, call: Call, body: Buffer, writer: 
     const request = toDecisionRequest(decodeRateLimitRequest(body));
     if (!engine.sync) {
       // Until the store answers, the call counts against its connection's stream limit, reset or not.
-      call.stream.hold();
+      call.hold();
       engine
         .decide(request, 'limit')
-        .finally(() => call.stream.release())
+        .finally(() => call.release())
         .then(
           (result) => finish(undefined, result),
           (error: unknown) => finish(error, undefined),
@@ -466,10 +485,10 @@ function healthCheck(ctx: ServiceContext, call: Call, body: Buffer): void {
     w.uint(1, up && !ctx.draining ? SERVING : NOT_SERVING);
     call.reply(w.view());
   };
-  call.stream.hold();
+  call.hold();
   ctx
     .probeStore()
-    .finally(() => call.stream.release())
+    .finally(() => call.release())
     .then(answer, () => answer(false));
 }
 
