@@ -135,6 +135,7 @@ describe.skipIf(!available)('redis store: bounded work per script call', () => {
       const prefix = uniquePrefix('order');
       const limiter = createLimiter({ store, prefix, clock, policies: [light], timeoutMs: 60_000 });
       const other = createLimiter({ store, prefix: `${prefix}-o`, clock, policies: [open], timeoutMs: 60_000 });
+      const filler = createLimiter({ store, prefix: `${prefix}-f`, clock, policies: [heavy], timeoutMs: 60_000 });
       const one = (step: 'H' | 'L' | 'R', i: number): Promise<string> => {
         if (step === 'R') return limiter.reset('k', { policies: [heavy] }).then(() => 'reset');
         const policies: Policy[] = [step === 'H' ? heavy : light];
@@ -147,9 +148,13 @@ describe.skipIf(!available)('redis store: bounded work per script call', () => {
         for (const [i, step] of plan.entries()) answers.push(await one(step, i));
         return answers;
       }
-      // Light calls on other keys ahead, enough that the light queue still holds the plan's first calls
-      // when its first heavy call could go.
-      const busy = Array.from({ length: 3000 }, (_, i) => other.limit(`busy-${i}`));
+      // Calls on other keys ahead: two heavy ones (one in flight, one that may go next, which the plan's
+      // first heavy call must not join), then enough light ones that the light queue still holds the
+      // plan's first calls when its first heavy call could go.
+      const busy = [
+        ...Array.from({ length: 2 }, (_, i) => filler.limit(`busy-${i}`)),
+        ...Array.from({ length: 3000 }, (_, i) => other.limit(`busy-${i}`)),
+      ];
       const answers = await Promise.all(plan.map((step, i) => one(step, i)));
       await Promise.all(busy);
       return answers;
