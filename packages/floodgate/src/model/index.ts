@@ -30,6 +30,7 @@ export {
   type KindName,
   kindConstant,
   kindOf,
+  maxStateLength,
   readState,
 } from './kinds.js';
 export { meterCharge } from './meter.js';

@@ -64,6 +64,17 @@ export function emptyStateLength(k: KindDescriptor): number {
 }
 
 /**
+ * The most numbers a key's state under this policy holds: the penalty slot plus the kind's fields, or plus
+ * two per pair of a list at its longest (`maxPairs`). What a store reads, computes on and writes back for
+ * one decision grows with it (a full 1,000-entry sliding log holds 2,003), so the Redis store weighs the
+ * calls of one script call by it.
+ */
+export function maxStateLength(c: CompiledNumbers & { readonly kind: number; readonly name?: string }): number {
+  const k = kindOf(c);
+  return 'fields' in k.layout ? 1 + k.layout.fields.length : 1 + 2 * Math.ceil(k.layout.maxPairs(c));
+}
+
+/**
  * True when `cost` can never fit the policy, whatever its state: a meter's charge above its tolerance,
  * another kind's cost above its limit. Such a call is `exceeds-capacity` and changes nothing.
  */

@@ -150,7 +150,8 @@ describe('sqlite store', () => {
     const database = open('prune.db');
     const store = sqliteStore({ database, table: 'prune' });
     store.migrate();
-    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    // A day behind the system clock: pruning runs on the earlier of the two, so here on this one.
+    const clock = manualClock({ startMs: Date.now() - 24 * 3_600_000 });
     const limiter = createLimiter({
       store,
       clock,
@@ -176,6 +177,47 @@ describe('sqlite store', () => {
       .all() as { detail: string }[];
     expect(plan.map((p) => p.detail).join(' ')).toMatch(/USING PRIMARY KEY \(key>\?\)/);
   });
+
+  // Pruning never deletes a live row: a limiter whose clock runs two hours ahead once swept the rows of
+  // another limiter (on the system clock) that it saw as expired an hour ago, and that key got 5 more of 5.
+  // Rows are now deleted once expired on the earlier of the deciding call's clock and the system clock.
+  for (const [name, policy] of [
+    ['fixed window', fixedWindow({ limit: 5, windowMs: 3_600_000 })],
+    ['gcra', gcra({ limit: 5, periodMs: 3_600_000 })],
+  ] as [string, Policy][]) {
+    it(`a limiter two hours ahead deletes none of another limiter's live rows (${name})`, () => {
+      const database = open(`prune-ahead-${name.replace(' ', '-')}.db`);
+      const store = sqliteStore({ database, table: 'ahead' });
+      store.migrate();
+      const rows = (prefix: string) =>
+        (
+          database
+            .prepare("SELECT count(*) AS n FROM ahead WHERE key LIKE ? ESCAPE '\\'")
+            .get(`${prefix.replaceAll('_', '\\_')}%`) as { n: number }
+        ).n;
+      const victimPrefix = uniquePrefix('victim');
+      const victim = createLimiter({ store, prefix: victimPrefix, policies: [policy] });
+      let admitted = 0;
+      for (let i = 0; i < 5; i++) if (victim.limitSync('v').allowed) admitted++;
+      expect(admitted).toBe(5);
+      expect(rows(victimPrefix)).toBe(1);
+
+      // On its clock the victim's row expired an hour ago. Each of its 40 new keys sweeps the next 32 rows
+      // in key order, so the sweep goes round the table (41 rows at most) many times.
+      const ahead = createLimiter({
+        store,
+        prefix: uniquePrefix('ahead'),
+        clock: manualClock({ startMs: Date.now() + 2 * 3_600_000 }),
+        policies: [policy],
+      });
+      for (let i = 0; i < 40; i++) ahead.limitSync(`new-${i}`);
+
+      expect(rows(victimPrefix)).toBe(1);
+      let extra = 0;
+      for (let i = 0; i < 5; i++) if (victim.limitSync('v').allowed) extra++;
+      expect(extra).toBe(0);
+    });
+  }
 
   it('joins a transaction the caller has open (savepoint), and rolls back with it', () => {
     const database = open('nested.db');

@@ -2,7 +2,7 @@ import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import { encodeKey, storageKey } from '../../keys.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
-import { KIND_METER } from '../../model/kinds.js';
+import { KIND_METER, maxStateLength } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { toStoreError } from '../store-errors.js';
@@ -29,7 +29,11 @@ export interface RedisStoreOptions {
    * call; a call that finds fewer in flight goes at once. @default 4
    */
   maxInFlight?: number;
-  /** Most calls decided in one script call. @default 512 */
+  /**
+   * Most calls decided in one script call. A script call of calls on long lists (a sliding log or a
+   * bucketed window of more than 31 entries) also holds at most {@link MAX_SCRIPT_STATE} state numbers,
+   * so those go a few at a time. @default 512
+   */
   maxBatchSize?: number;
   /**
    * Extra lifetime, ms, of keys written by a limiter with its own `clock`. Redis expires keys on its own
@@ -108,6 +112,35 @@ export function redisStore(options: RedisStoreOptions): RedisStore {
   return new RedisStoreImpl(client, maxInFlight, maxBatchSize, String(expiryGraceMs), fastPath);
 }
 
+/**
+ * The most state numbers one script call of heavy calls decides on: the sum, over its calls and their
+ * policies, of `maxStateLength` (2,003 for a sliding log of limit 1,000). A call that holds more goes
+ * alone. Redis serves nobody else while a script runs, and Lua's work per call grows with the state it
+ * reads, sums and writes back: 512 calls on one full countDenied log of 1,000 entries were one script
+ * call of 0.6 s (bench/log-stall.ts); at this bound a script call on such logs decides 2 at a time. A
+ * script call of light calls holds at most `maxBatchSize` calls of at most {@link HEAVY_CALL_STATE}.
+ */
+export const MAX_SCRIPT_STATE = 4096;
+
+/**
+ * A call whose policies hold more state numbers than this (a list of more than 31 entries: a sliding log
+ * or a bucketed window) is heavy: heavy calls wait in a queue of their own, and a lane has at most one
+ * script call of them in flight, so a flood of them never queues ahead of other calls (see `Lane.heavy`).
+ */
+export const HEAVY_CALL_STATE = 64;
+
+/** A call's weight, the state numbers of its policies at their longest, per policy list. */
+const weights = new WeakMap<readonly CompiledPolicy[], number>();
+function weightOf(policies: readonly CompiledPolicy[]): number {
+  let weight = weights.get(policies);
+  if (weight === undefined) {
+    weight = 0;
+    for (const c of policies) weight += maxStateLength(c);
+    weights.set(policies, weight);
+  }
+  return weight;
+}
+
 const OP_CHECK = OP.check;
 const OP_LIMIT = OP.limit;
 const OP_RESET = OP.reset;
@@ -131,14 +164,41 @@ interface Call {
   readonly maxDelayUs: number;
   /** A cancel's reservation TATs, one per policy; a refund's lease time and cost. */
   readonly tatUs: readonly number[] | undefined;
+  /** State numbers of its policies at their longest ({@link weightOf}). */
+  readonly weight: number;
+  /** For a call in the heavy queue: the light calls submitted on its lane before it, all sent before it. */
+  after: number;
   readonly resolve: (result: StoreResult | boolean | undefined) => void;
   readonly reject: (error: unknown) => void;
 }
 
-/** Calls bound for one server (or one cluster slot): at most `maxInFlight` script calls at a time. */
+/**
+ * Calls bound for one server (or one cluster slot): at most `maxInFlight` script calls at a time, each of
+ * at most `maxBatchSize` calls, and those of heavy calls of at most {@link MAX_SCRIPT_STATE} state
+ * numbers. Script calls on one lane take effect in the order they are sent (one pipelined connection),
+ * which keeps calls on one key in order.
+ */
 interface Lane {
   inFlight: number;
+  /** Light calls waiting, in the order they were submitted. */
   queue: Call[];
+  /**
+   * Heavy calls waiting (more than {@link HEAVY_CALL_STATE} state numbers), with the light calls on a key
+   * one of them holds, in the order they were submitted. At most one script call of them is in flight,
+   * and one goes first whenever the lane has room: light calls then wait behind one script call of
+   * bounded work, never behind the whole heavy queue, and heavy calls are never starved. A heavy call
+   * goes only once every light call submitted before it has gone (`Call.after`), and a light call on a
+   * key a waiting heavy call holds joins the heavy queue (`heavyKeys`), so calls on one key never overtake
+   * each other.
+   */
+  heavy: Call[];
+  /** Calls in the heavy queue per encoded key. */
+  heavyKeys: Map<string, number>;
+  /** Script calls of heavy calls in flight: 0 or 1. */
+  heavyInFlight: number;
+  /** Light calls submitted on this lane, and sent. */
+  lightSubmitted: number;
+  lightSent: number;
   /** Numbers the script calls in the order they were sent. */
   sent: number;
   /**
@@ -276,28 +336,64 @@ class RedisStoreImpl implements RedisStore {
     const slot = this.client.cluster ? hashSlot(encoded) : 0;
     let lane = this.lanes.get(slot);
     if (lane === undefined) {
-      lane = { inFlight: 0, queue: [], sent: 0, recovering: false, retries: [] };
+      lane = {
+        inFlight: 0,
+        queue: [],
+        heavy: [],
+        heavyKeys: new Map(),
+        heavyInFlight: 0,
+        lightSubmitted: 0,
+        lightSent: 0,
+        sent: 0,
+        recovering: false,
+        retries: [],
+      };
       this.lanes.set(slot, lane);
     }
     this.pending++;
+    const weight = weightOf(policies);
     return new Promise((resolve, reject) => {
-      const call: Call = { op, prefix, encoded, policies, cost, nowUs, maxDelayUs, tatUs, resolve, reject };
+      const call: Call = {
+        op,
+        prefix,
+        encoded,
+        policies,
+        cost,
+        nowUs,
+        maxDelayUs,
+        tatUs,
+        weight,
+        after: 0,
+        resolve,
+        reject,
+      };
       const current = lane;
+      const heavyKeys = current.heavyKeys;
+      if (weight > HEAVY_CALL_STATE || (heavyKeys.size > 0 && heavyKeys.has(encoded))) {
+        call.after = current.lightSubmitted;
+        current.heavy.push(call);
+        heavyKeys.set(encoded, (heavyKeys.get(encoded) ?? 0) + 1);
+        if (!current.recovering) this.drain(slot, current);
+        return;
+      }
+      current.lightSubmitted++;
       if (current.inFlight < this.maxInFlight && !current.recovering && current.queue.length === 0) {
         // Nothing waits ahead of it: no batching delay at low load.
-        this.send(slot, current, [call]);
+        current.lightSent++;
+        this.send(slot, current, [call], false);
       } else {
         current.queue.push(call);
       }
     });
   }
 
-  private send(slot: number, lane: Lane, calls: Call[]): void {
+  private send(slot: number, lane: Lane, calls: Call[], heavy: boolean): void {
     lane.inFlight++;
-    void this.run(slot, lane, calls, lane.sent++);
+    if (heavy) lane.heavyInFlight++;
+    void this.run(slot, lane, calls, lane.sent++, heavy);
   }
 
-  private async run(slot: number, lane: Lane, calls: Call[], at: number): Promise<void> {
+  private async run(slot: number, lane: Lane, calls: Call[], at: number, heavy: boolean): Promise<void> {
     try {
       const call = calls[0] as Call;
       const single = this.fastPath && calls.length === 1 ? meterArguments(call, this.grace) : undefined;
@@ -329,6 +425,7 @@ class RedisStoreImpl implements RedisStore {
       for (const call of calls) call.reject(explained);
     } finally {
       lane.inFlight--;
+      if (heavy) lane.heavyInFlight--;
       this.pending -= calls.length;
       if (lane.recovering) {
         this.recover(slot, lane);
@@ -339,14 +436,52 @@ class RedisStoreImpl implements RedisStore {
     }
   }
 
-  /** Sends what waits, as far as `maxInFlight` allows; forgets the lane once it is idle. */
+  /**
+   * Sends what waits, as far as `maxInFlight` allows: a script call of heavy calls first when none is in
+   * flight, then light ones; forgets the lane once it is idle.
+   */
   private drain(slot: number, lane: Lane): void {
-    while (lane.queue.length > 0 && lane.inFlight < this.maxInFlight) {
-      const queue = lane.queue;
-      lane.queue = queue.length > this.maxBatchSize ? queue.splice(this.maxBatchSize) : [];
-      this.send(slot, lane, queue);
+    while (lane.inFlight < this.maxInFlight) {
+      const next = lane.heavy[0];
+      if (lane.heavyInFlight === 0 && next !== undefined && next.after <= lane.lightSent) {
+        this.send(slot, lane, this.takeHeavy(lane), true);
+      } else if (lane.queue.length > 0) {
+        const queue = lane.queue;
+        const calls = queue.length > this.maxBatchSize ? queue.splice(0, this.maxBatchSize) : queue;
+        if (calls === queue) lane.queue = [];
+        lane.lightSent += calls.length;
+        this.send(slot, lane, calls, false);
+      } else {
+        break;
+      }
     }
-    if (lane.inFlight === 0 && lane.queue.length === 0 && this.lanes.get(slot) === lane) this.lanes.delete(slot);
+    if (lane.inFlight === 0 && lane.queue.length === 0 && lane.heavy.length === 0 && this.lanes.get(slot) === lane) {
+      this.lanes.delete(slot);
+    }
+  }
+
+  /**
+   * The next script call of heavy calls: the head of the heavy queue, and the calls after it that may go
+   * (`Call.after`), as far as `maxBatchSize` calls and MAX_SCRIPT_STATE state numbers allow.
+   */
+  private takeHeavy(lane: Lane): Call[] {
+    const queue = lane.heavy;
+    const n = Math.min(queue.length, this.maxBatchSize);
+    let work = 0;
+    let i = 0;
+    for (; i < n; i++) {
+      const call = queue[i] as Call;
+      work += call.weight;
+      if (i > 0 && (work > MAX_SCRIPT_STATE || call.after > lane.lightSent)) break;
+    }
+    const calls = queue.splice(0, i);
+    const keys = lane.heavyKeys;
+    for (const { encoded } of calls) {
+      const left = (keys.get(encoded) as number) - 1;
+      if (left === 0) keys.delete(encoded);
+      else keys.set(encoded, left);
+    }
+    return calls;
   }
 
   /**

@@ -1,3 +1,4 @@
+import { systemClock } from '../../clock.js';
 import { FloodgateError, invalid } from '../../errors.js';
 import type { State } from '../../model/types.js';
 import type { StoredRow } from '../kit/row-store.js';
@@ -69,8 +70,9 @@ const SWEEP_ROWS = 32;
  *
  * Expired rows are deleted by a sweep that moves through the table in key order, a few rows at a time,
  * each time a decision creates a row (only new rows make the table grow, so it keeps up), a minute after
- * they expire. There is no index on expiry: every write would have to update it, and pages written are
- * what a SQLite commit costs.
+ * they expire (on the earlier of the deciding call's clock and the system clock, so a limiter whose clock
+ * runs ahead never deletes a row another limiter still counts on). There is no index on expiry: every
+ * write would have to update it, and pages written are what a SQLite commit costs.
  *
  * SQLite has no clock of its own: the limiter passes the system clock (or the one you give it). Every row
  * keeps the time it was written at, and a decision runs at the latest of its own clock and the times of
@@ -187,10 +189,12 @@ class SqliteRows implements SyncRowDatabase {
   /**
    * Deletes the rows among the next few in key order that expired over a minute ago (see
    * PRUNE_GRACE_US), then remembers where it stopped; past the last row it starts again from the first.
+   * Expired on the earlier of the deciding call's clock and the system clock: a limiter whose `clock`
+   * runs ahead would otherwise delete rows that other limiters, on the system clock, still count on.
    */
   afterCreate(nowUs: number): void {
     const s = this.ready();
-    const before = nowUs - PRUNE_GRACE_US;
+    const before = Math.min(nowUs, systemClock.nowUs()) - PRUNE_GRACE_US;
     const end = s.sweepEnd.get(this.sweepFrom, SWEEP_ROWS - 1) as { key: string } | undefined;
     if (end === undefined) {
       s.sweepRest.run(this.sweepFrom, before);

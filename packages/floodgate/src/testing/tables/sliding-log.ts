@@ -34,6 +34,9 @@ export const slidingLogTables: Scenario[] = [
       { at: 0, expect: { allowed: true } },
       { at: 100, expect: { allowed: true } },
       { at: 500, expect: deny(600) },
+      // The logged attempt puts the log over its limit: a check says no, as the whole log of attempts
+      // does (it said yes when a denial kept only the newest events that reach the limit).
+      { at: 500, cost: 0, op: 'check', expect: { allowed: false } },
       { at: 1050, expect: deny(450) },
       { at: 1499, expect: deny(551) },
       { at: 2499, expect: { allowed: true, remaining: 1 } },
