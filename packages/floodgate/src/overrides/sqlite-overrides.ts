@@ -1,4 +1,5 @@
 import { invalid } from '../errors.js';
+import { checkOptionsObject, hasMethods } from '../stores/kit/options.js';
 import { quoteIdentifier, validateIdentifier } from '../stores/sql/common.js';
 import type { SqliteDatabase } from '../stores/sqlite/sqlite-store.js';
 import { type OverrideBackend, prefixEnd } from './backend.js';
@@ -22,11 +23,9 @@ export interface SqliteOverrides extends OverrideBackend {
  * database file see each other's changes through the version.
  */
 export function sqliteOverrides(options: SqliteOverridesOptions): SqliteOverrides {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'sqliteOverrides(options)', options, 'an options object');
-  }
+  checkOptionsObject(options, 'sqliteOverrides(options)', 'an options object');
   const db = options.database;
-  if (typeof db !== 'object' || db === null || typeof db.prepare !== 'function') {
+  if (!hasMethods(db, 'prepare')) {
     throw invalid('ERR_INVALID_OPTION', 'database', db, 'a better-sqlite3 Database');
   }
   const table = validateIdentifier('table', options.table ?? 'floodgate_overrides');

@@ -1,4 +1,5 @@
 import { describeValue, FloodgateError, invalid } from '../../errors.js';
+import { booleanOption, checkOptionsObject, wholeOption } from './options.js';
 
 /** The outcome of a call that failed alone in a batch that went through: see {@link callFailed}. */
 export class CallFailure {
@@ -139,15 +140,12 @@ interface Lane<C, R> {
  * ```
  */
 export function createBatcher<C, R>(options: BatcherOptions<C, R>): Batcher<C, R> {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'batcher options', options, 'an object');
-  }
+  checkOptionsObject(options, 'batcher options');
   if (typeof options.send !== 'function') throw invalid('ERR_INVALID_OPTION', 'send', options.send, 'a function');
-  const maxInFlight = whole('maxInFlight', options.maxInFlight, 1, 1024);
-  const maxBatchSize = whole('maxBatchSize', options.maxBatchSize, 1, 100_000);
-  const maxQueued = whole('maxQueued', options.maxQueued ?? 100_000, 0, 10_000_000);
-  const ordered = options.ordered ?? false;
-  if (typeof ordered !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'ordered', ordered, 'a boolean');
+  const maxInFlight = wholeOption('maxInFlight', options.maxInFlight, 1, 1024);
+  const maxBatchSize = wholeOption('maxBatchSize', options.maxBatchSize, 1, 100_000);
+  const maxQueued = wholeOption('maxQueued', options.maxQueued ?? 100_000, 0, 10_000_000);
+  const ordered = booleanOption('ordered', options.ordered ?? false);
   if (options.key === undefined && (!ordered || options.group !== undefined)) {
     throw new FloodgateError(
       'ERR_INVALID_OPTION',
@@ -156,13 +154,6 @@ export function createBatcher<C, R>(options: BatcherOptions<C, R>): Batcher<C, R
     );
   }
   return new RequestBatcher(options, maxInFlight, maxBatchSize, maxQueued, ordered);
-}
-
-function whole(option: string, value: unknown, min: number, max: number): number {
-  if (!Number.isSafeInteger(value) || (value as number) < min || (value as number) > max) {
-    throw invalid('ERR_INVALID_OPTION', option, value, `an integer from ${min} to ${max}`);
-  }
-  return value as number;
 }
 
 class RequestBatcher<C, R> implements Batcher<C, R> {

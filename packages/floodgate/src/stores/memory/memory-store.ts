@@ -8,6 +8,7 @@ import { isPlainMeter } from '../../model/meter.js';
 import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
+import { checkOptionsObject, wholeOption } from '../kit/options.js';
 import type { CancelRequest, FastPath, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 import { Eviction } from './eviction.js';
 import { MeterFastPath, type MeterWriter } from './meter-fast-path.js';
@@ -87,26 +88,13 @@ export interface MemoryStore extends SyncStore {
  * ```
  */
 export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'memoryStore options', options, 'an object');
-  }
-  const maxKeys = options.maxKeys ?? 1_000_000;
-  if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
-    throw invalid('ERR_INVALID_OPTION', 'maxKeys', options.maxKeys, 'a positive integer');
-  }
+  checkOptionsObject(options, 'memoryStore options');
+  const maxKeys = wholeOption('maxKeys', options.maxKeys ?? 1_000_000, 1, undefined, 'a positive integer');
   const whenFull = options.whenFull ?? 'evict';
   if (whenFull !== 'evict' && whenFull !== 'refuse') {
     throw invalid('ERR_INVALID_OPTION', 'whenFull', options.whenFull, "'evict' or 'refuse'");
   }
-  const summaryCells = options.summaryCells ?? DEFAULT_SUMMARY_CELLS;
-  if (!Number.isSafeInteger(summaryCells) || summaryCells < 1 || summaryCells > MAX_SUMMARY_CELLS) {
-    throw invalid(
-      'ERR_INVALID_OPTION',
-      'summaryCells',
-      options.summaryCells,
-      `an integer from 1 to ${MAX_SUMMARY_CELLS}`,
-    );
-  }
+  const summaryCells = wholeOption('summaryCells', options.summaryCells ?? DEFAULT_SUMMARY_CELLS, 1, MAX_SUMMARY_CELLS);
   return new MemoryStoreImpl(maxKeys, whenFull, summaryCells);
 }
 

@@ -4,6 +4,7 @@ import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
 import { KIND_METER } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
+import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { toStoreError } from '../store-errors.js';
 import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './clients.js';
@@ -74,37 +75,25 @@ export interface RedisStore extends Store {
  * ```
  */
 export function redisStore(options: RedisStoreOptions): RedisStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'redisStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'redisStore options');
   const client = options.client;
-  if (
-    typeof client !== 'object' ||
-    client === null ||
-    typeof client.evalsha !== 'function' ||
-    typeof client.eval !== 'function' ||
-    typeof client.cluster !== 'boolean'
-  ) {
+  if (!hasMethods(client, 'evalsha', 'eval') || typeof client.cluster !== 'boolean') {
     throw new FloodgateError(
       'ERR_INVALID_OPTION',
       `client must be wrapped by an adapter: fromIoredis(client) or fromNodeRedis(client), got ${describeValue(client)}`,
       { option: 'client' },
     );
   }
-  const maxInFlight = options.maxInFlight ?? 4;
-  if (!Number.isSafeInteger(maxInFlight) || maxInFlight < 1 || maxInFlight > 1024) {
-    throw invalid('ERR_INVALID_OPTION', 'maxInFlight', options.maxInFlight, 'an integer from 1 to 1024');
-  }
-  const maxBatchSize = options.maxBatchSize ?? 512;
-  if (!Number.isSafeInteger(maxBatchSize) || maxBatchSize < 1 || maxBatchSize > 10_000) {
-    throw invalid('ERR_INVALID_OPTION', 'maxBatchSize', options.maxBatchSize, 'an integer from 1 to 10000');
-  }
-  const expiryGraceMs = options.expiryGraceMs ?? 5000;
-  if (!Number.isSafeInteger(expiryGraceMs) || expiryGraceMs < 0 || expiryGraceMs > 2 ** 40) {
-    throw invalid('ERR_INVALID_OPTION', 'expiryGraceMs', options.expiryGraceMs, 'a whole number of milliseconds ≥ 0');
-  }
-  const fastPath = options.fastPath ?? true;
-  if (typeof fastPath !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'fastPath', options.fastPath, 'a boolean');
+  const maxInFlight = wholeOption('maxInFlight', options.maxInFlight ?? 4, 1, 1024);
+  const maxBatchSize = wholeOption('maxBatchSize', options.maxBatchSize ?? 512, 1, 10_000);
+  const expiryGraceMs = wholeOption(
+    'expiryGraceMs',
+    options.expiryGraceMs ?? 5000,
+    0,
+    2 ** 40,
+    'a whole number of milliseconds ≥ 0',
+  );
+  const fastPath = booleanOption('fastPath', options.fastPath ?? true);
   return new RedisStoreImpl(client, maxInFlight, maxBatchSize, String(expiryGraceMs), fastPath);
 }
 
