@@ -1,16 +1,10 @@
 import type { LuaPort } from './port.js';
 
 /**
- * Lua port of `evaluateFixedWindow` and `countFixedWindowHit` (model/fixed-window.ts): at most `limit`
- * per window of `a` µs, aligned to the epoch (`c` = 0) or to a key's first charged request (`c` = 1);
- * `b` = 1 counts every call (`countDenied`). State `{blockedUntil, windowStart, count}`. The model's
- * `now % window` is `fmod` (exact), not Lua's `%`.
+ * The window `now` falls in (`start`) and what it has counted (`count`), as the model's `windowAt` finds
+ * them; `window` is in scope. Shared by the decision and the count of a denied call.
  */
-const SOURCE = `
-local function load_fixed_window()
-  fixed_window = function(c, s, now, cost, _, out)
-    local limit, window = c.limit, c.a
-    local start
+const WINDOW_AT = `    local start
     local count = 0
     if c.c == 0 then
       start = now - fmod(now, window)
@@ -20,7 +14,19 @@ local function load_fixed_window()
       count = s[3]
     else
       start = now
-    end
+    end`;
+
+/**
+ * Lua port of `evaluateFixedWindow` and `countFixedWindowHit` (model/fixed-window.ts): at most `limit`
+ * per window of `a` µs, aligned to the epoch (`c` = 0) or to a key's first charged request (`c` = 1);
+ * `b` = 1 counts every call (`countDenied`). State `{blockedUntil, windowStart, count}`. The model's
+ * `now % window` is `fmod` (exact), not Lua's `%`.
+ */
+const SOURCE = `
+local function load_fixed_window()
+  fixed_window = function(c, s, now, cost, _, out)
+    local limit, window = c.limit, c.a
+${WINDOW_AT}
     local after = count + cost
     out.delay = 0
     if after <= limit then
@@ -42,17 +48,7 @@ local function load_fixed_window()
   -- The state once a call is counted whatever its outcome; the count stops at MAX_COST (2^53 - 1).
   fixed_window_hit = function(c, s, now, cost)
     local window = c.a
-    local start
-    local count = 0
-    if c.c == 0 then
-      start = now - fmod(now, window)
-      if s and s[2] == start then count = s[3] end
-    elseif s and s[3] > 0 and now < s[2] + window then
-      start = s[2]
-      count = s[3]
-    else
-      start = now
-    end
+${WINDOW_AT}
     local after = count + cost
     if after > 9007199254740991 then after = 9007199254740991 end
     local blocked = 0
