@@ -5,6 +5,7 @@ import type { CancelRequest, RefundRequest, StoreRequest, StoreResult, SyncStore
 import { runCall, type StoreCall } from './calls.js';
 import { stateKeys } from './keys.js';
 import { checkGrain, checkName, checkOptionsObject, hasMethods } from './options.js';
+import { promised } from './promised.js';
 import type { RowWrite, StoredRow } from './row-store.js';
 import { callerNowUs, expiryOf } from './time.js';
 
@@ -162,13 +163,4 @@ function withPromises(
     reset: (prefix, key, policies) => promised(() => sync.resetSync(prefix, key, policies)),
     close: () => Promise.resolve(),
   };
-}
-
-/** A synchronous call's result or error as a promise (never a synchronous throw). */
-function promised<T>(fn: () => T): Promise<T> {
-  try {
-    return Promise.resolve(fn());
-  } catch (error) {
-    return Promise.reject(error);
-  }
 }
