@@ -281,18 +281,13 @@ export function halfSipHash13(text: string, k0: number, k1: number): number {
   let v3 = 0x74656462 ^ k1;
   const n = text.length;
   const whole = n & ~1;
-  // One SipRound per word (the last word carries the length), then three to finalize.
-  const words = (whole >> 1) + 1;
-  for (let r = 0; r < words + 3; r++) {
+  // One SipRound per word (the last word carries the length), then three to finalize (words of 0).
+  for (let i = 0; i <= whole + 6; i += 2) {
     let m = 0;
-    if (r < words) {
-      const i = 2 * r;
-      if (i < whole) m = text.charCodeAt(i) | (text.charCodeAt(i + 1) << 16);
-      else m = (n & 1 ? text.charCodeAt(i) : 0) | (((2 * n) & 0xff) << 24);
-      v3 ^= m;
-    } else if (r === words) {
-      v2 ^= 0xff;
-    }
+    if (i < whole) m = text.charCodeAt(i) | (text.charCodeAt(i + 1) << 16);
+    else if (i === whole) m = (n & 1 ? text.charCodeAt(i) : 0) | (((2 * n) & 0xff) << 24);
+    else if (i === whole + 2) v2 ^= 0xff;
+    v3 ^= m;
     v0 = (v0 + v1) | 0;
     v1 = (v1 << 5) | (v1 >>> 27);
     v1 ^= v0;
