@@ -1,3 +1,4 @@
+import { admittedLua, deniedLua } from './outcome.js';
 import type { LuaPort } from './port.js';
 
 /**
@@ -30,19 +31,16 @@ ${WINDOW_AT}
     local after = count + cost
     out.delay = 0
     if after <= limit then
-      out.allowed = true
-      out.reason = OK
-      out.remaining = clamp_remaining(limit - after, limit)
-      out.retry = 0
+      ${admittedLua('limit - after', 'limit')}
       if after > 0 then out.reset = start + window - now else out.reset = 0 end
       if cost == 0 then out.nxt = false else out.nxt = { 0, start, after } end
     else
-      out.allowed = false
-      out.reason = LIMIT
-      out.remaining = clamp_remaining(limit - count, limit)
-      out.retry = start + window - now
-      if count > 0 then out.reset = start + window - now else out.reset = 0 end
-      out.nxt = false
+      ${deniedLua(
+        'limit - count',
+        'limit',
+        'start + window - now',
+        'if count > 0 then out.reset = start + window - now else out.reset = 0 end',
+      )}
     end
   end
   -- The state once a call is counted whatever its outcome; the count stops at MAX_COST (2^53 - 1).
