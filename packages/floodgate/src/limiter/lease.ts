@@ -1,12 +1,12 @@
-import { type Clock, systemClock } from '../clock.js';
+import type { Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
-import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { checkResolution, countResolution, MIN_COST, type Resolved, validateCost } from '../model/cost.js';
+import { HASH_KEYS_LONGER_THAN } from '../keys.js';
+import { countResolution, MIN_COST, type Resolved } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import { kindOf } from '../model/kinds.js';
 import { giveBack, takeLease } from './leasing.js';
 import type { Limiter } from './limiter.js';
-import { localPolicies } from './local-limiter.js';
+import { localBounds, localCallCost, localPolicies } from './local-limiter.js';
 
 /** Options of {@link leasedLimiter}. */
 export interface LeaseOptions {
@@ -108,14 +108,7 @@ export class LeasedLimiter {
     if (typeof ttlMs !== 'number' || !Number.isFinite(ttlMs) || !(ttlMs > 0) || ttlMs > 2 ** 31 - 1) {
       throw invalid('ERR_INVALID_OPTION', 'ttlMs', options.ttlMs, 'a number of milliseconds above 0');
     }
-    const maxKeys = options.maxKeys ?? 10_000;
-    if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
-      throw invalid('ERR_INVALID_OPTION', 'maxKeys', options.maxKeys, 'a positive integer');
-    }
-    const clock = options.clock ?? systemClock;
-    if (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function') {
-      throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
-    }
+    const { maxKeys, clock } = localBounds(options);
     this.limiter = limiter;
     this.size = size;
     this.ttlMs = ttlMs;
@@ -134,13 +127,7 @@ export class LeasedLimiter {
    * else with one store call that takes a new lease (or decides the call alone when a lease does not fit).
    */
   async limit(key: string, options?: { cost?: number }): Promise<Decision> {
-    validateKey(key);
-    if (options !== undefined && (typeof options !== 'object' || options === null)) {
-      throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
-    }
-    const cost = options?.cost === undefined ? 1 : validateCost(options.cost);
-    checkResolution(this.resolved, cost);
-    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the leased limiter is closed');
+    const cost = localCallCost('leased', key, options, this.resolved, this.closed);
     if (cost === 0 || cost > this.size || key.length > HASH_KEYS_LONGER_THAN) {
       // A check, or more than a lease holds: the store decides it alone. So does a long key: a lease
       // keeps its key to give units back, and hot keys are short, so leases never hold more than

@@ -1,11 +1,11 @@
-import { type Clock, systemClock } from '../clock.js';
-import { FloodgateError, invalid } from '../errors.js';
-import { HASH_KEYS_LONGER_THAN, validateKey } from '../keys.js';
-import { checkResolution, countResolution, MIN_COST, type Resolved, validateCost } from '../model/cost.js';
+import type { Clock } from '../clock.js';
+import { invalid } from '../errors.js';
+import { HASH_KEYS_LONGER_THAN } from '../keys.js';
+import { countResolution, MIN_COST, type Resolved } from '../model/cost.js';
 import type { Decision, PolicyDecision } from '../model/decision.js';
 import { quotaOf } from '../model/policy.js';
 import type { Limiter } from './limiter.js';
-import { localPolicies } from './local-limiter.js';
+import { localBounds, localCallCost, localPolicies } from './local-limiter.js';
 
 /** Options of {@link syncedLimiter}. */
 export interface SyncedOptions {
@@ -124,14 +124,7 @@ export class SyncedLimiter {
         `a number from 0 to ${smallest} (the smallest limit)`,
       );
     }
-    const maxKeys = options.maxKeys ?? 10_000;
-    if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
-      throw invalid('ERR_INVALID_OPTION', 'maxKeys', options.maxKeys, 'a positive integer');
-    }
-    const clock = options.clock ?? systemClock;
-    if (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function') {
-      throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
-    }
+    const { maxKeys, clock } = localBounds(options);
     const autoSync = options.autoSync ?? true;
     if (typeof autoSync !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'autoSync', autoSync, 'a boolean');
     this.limiter = limiter;
@@ -152,13 +145,7 @@ export class SyncedLimiter {
    * process's budget leave room, else with one store call (after pushing what is pending on the key).
    */
   async limit(key: string, options?: { cost?: number }): Promise<Decision> {
-    validateKey(key);
-    if (options !== undefined && (typeof options !== 'object' || options === null)) {
-      throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
-    }
-    const cost = options?.cost === undefined ? 1 : validateCost(options.cost);
-    checkResolution(this.resolved, cost);
-    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the synced limiter is closed');
+    const cost = localCallCost('synced', key, options, this.resolved, this.closed);
     if (cost === 0 || key.length > HASH_KEYS_LONGER_THAN) {
       // A check changes nothing: the store answers it. A long key is not kept (its count would hold the
       // key), so it is decided at the store like any call without local room.

@@ -1,4 +1,5 @@
 import { invalid } from '../errors.js';
+import { checkOptionsObject, hasMethods } from '../stores/kit/options.js';
 import type { PostgresClient } from '../stores/postgres/postgres-client.js';
 import { quoteIdentifier, validateIdentifier } from '../stores/sql/common.js';
 import { type OverrideBackend, prefixEnd } from './backend.js';
@@ -33,11 +34,9 @@ export interface PostgresOverrides extends OverrideBackend {
  * ```
  */
 export function postgresOverrides(options: PostgresOverridesOptions): PostgresOverrides {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'postgresOverrides(options)', options, 'an options object');
-  }
+  checkOptionsObject(options, 'postgresOverrides(options)', 'an options object');
   const client = options.client;
-  if (typeof client !== 'object' || client === null || typeof client.query !== 'function') {
+  if (!hasMethods(client, 'query')) {
     throw invalid('ERR_INVALID_OPTION', 'client', client, 'an adapted driver (fromPg or fromPostgres)');
   }
   const schema = validateIdentifier('schema', options.schema ?? 'public');

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { invalid } from '../errors.js';
 import { validatePrefix } from '../keys.js';
+import { checkOptionsObject, hasMethods } from '../stores/kit/options.js';
 import { isNoScriptError, type RedisScriptClient } from '../stores/redis/clients.js';
 import { type OverrideBackend, prefixEnd } from './backend.js';
 
@@ -86,11 +87,9 @@ export function redisOverridesChannel(prefix = 'floodgate'): string {
  * ```
  */
 export function redisOverrides(options: RedisOverridesOptions): OverrideBackend {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'redisOverrides(options)', options, 'an options object');
-  }
+  checkOptionsObject(options, 'redisOverrides(options)', 'an options object');
   const client = options.client;
-  if (typeof client !== 'object' || client === null || typeof client.evalsha !== 'function') {
+  if (!hasMethods(client, 'evalsha')) {
     throw invalid('ERR_INVALID_OPTION', 'client', client, 'an adapted client (fromIoredis or fromNodeRedis)');
   }
   const prefix = validatePrefix(options.prefix ?? 'floodgate');

@@ -1,4 +1,6 @@
 import { invalid } from '../errors.js';
+import { checkOptionsObject, hasMethods } from '../stores/kit/options.js';
+import { promised } from '../stores/kit/promised.js';
 import { quoteIdentifier, validateIdentifier } from '../stores/sql/common.js';
 import type { SqliteDatabase } from '../stores/sqlite/sqlite-store.js';
 import { type OverrideBackend, prefixEnd } from './backend.js';
@@ -22,24 +24,15 @@ export interface SqliteOverrides extends OverrideBackend {
  * database file see each other's changes through the version.
  */
 export function sqliteOverrides(options: SqliteOverridesOptions): SqliteOverrides {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'sqliteOverrides(options)', options, 'an options object');
-  }
+  checkOptionsObject(options, 'sqliteOverrides(options)', 'an options object');
   const db = options.database;
-  if (typeof db !== 'object' || db === null || typeof db.prepare !== 'function') {
+  if (!hasMethods(db, 'prepare')) {
     throw invalid('ERR_INVALID_OPTION', 'database', db, 'a better-sqlite3 Database');
   }
   const table = validateIdentifier('table', options.table ?? 'floodgate_overrides');
   const t = quoteIdentifier(table);
   const v = quoteIdentifier(`${table}_version`);
   const bump = `UPDATE ${v} SET version = version + 1 WHERE id = 1`;
-  const sync = <T>(fn: () => T): Promise<T> => {
-    try {
-      return Promise.resolve(fn());
-    } catch (error) {
-      return Promise.reject(error);
-    }
-  };
   const inTransaction = <T>(fn: () => T): T => {
     db.exec('BEGIN IMMEDIATE');
     try {
@@ -54,19 +47,19 @@ export function sqliteOverrides(options: SqliteOverridesOptions): SqliteOverride
   return {
     name: 'sqlite',
     migrate: () =>
-      sync(() => {
+      promised(() => {
         db.exec(`CREATE TABLE IF NOT EXISTS ${t} (id TEXT PRIMARY KEY, record TEXT NOT NULL, expires_at INTEGER)`);
         db.exec(`CREATE INDEX IF NOT EXISTS ${quoteIdentifier(`${table}_expires_at`)} ON ${t} (expires_at)`);
         db.exec(`CREATE TABLE IF NOT EXISTS ${v} (id INTEGER PRIMARY KEY, version INTEGER NOT NULL)`);
         db.exec(`INSERT OR IGNORE INTO ${v} (id, version) VALUES (1, 0)`);
       }),
     read: (ids) =>
-      sync(() => {
+      promised(() => {
         const get = db.prepare(`SELECT record FROM ${t} WHERE id = ?`);
         return ids.map((id) => (get.get(id) as { record: string } | undefined)?.record);
       }),
     write: (id, record, expiresAtMs) =>
-      sync(() =>
+      promised(() =>
         inTransaction(() => {
           db.prepare(
             `INSERT INTO ${t} (id, record, expires_at) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at`,
@@ -75,7 +68,7 @@ export function sqliteOverrides(options: SqliteOverridesOptions): SqliteOverride
         }),
       ),
     remove: (id) =>
-      sync(() =>
+      promised(() =>
         inTransaction(() => {
           const changed = (db.prepare(`DELETE FROM ${t} WHERE id = ?`).run(id) as { changes: number }).changes;
           if (changed > 0) db.prepare(bump).run();
@@ -83,7 +76,7 @@ export function sqliteOverrides(options: SqliteOverridesOptions): SqliteOverride
         }),
       ),
     page: (after, limit, startsWith) =>
-      sync(() => {
+      promised(() => {
         const end = startsWith === '' ? null : prefixEnd(startsWith);
         const rows = db
           .prepare(`SELECT id, record FROM ${t} WHERE id > ? AND id >= ? AND (? IS NULL OR id < ?) ORDER BY id LIMIT ?`)
@@ -91,9 +84,11 @@ export function sqliteOverrides(options: SqliteOverridesOptions): SqliteOverride
         return rows.map((r) => ({ id: r.id, record: r.record }));
       }),
     version: () =>
-      sync(() => String((db.prepare(`SELECT version FROM ${v} WHERE id = 1`).get() as { version: number }).version)),
+      promised(() =>
+        String((db.prepare(`SELECT version FROM ${v} WHERE id = 1`).get() as { version: number }).version),
+      ),
     prune: (nowMs, limit) =>
-      sync(() =>
+      promised(() =>
         inTransaction(() => {
           const changed = (
             db

@@ -1,5 +1,6 @@
 import { type Clock, systemClock, wholeClockUs } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
+import { checkOptionsObject, wholeOption } from '../stores/kit/options.js';
 import {
   type AcquireReply,
   acquirePermit,
@@ -47,17 +48,12 @@ const SWEEP_PER_CALL = 2;
  * ```
  */
 export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): MemoryPermitStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'memoryPermitStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'memoryPermitStore options');
   const clock = options.clock ?? systemClock;
   if (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function') {
     throw invalid('ERR_INVALID_OPTION', 'clock', options.clock, 'a Clock');
   }
-  const maxKeys = options.maxKeys ?? 100_000;
-  if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
-    throw invalid('ERR_INVALID_OPTION', 'maxKeys', options.maxKeys, 'a whole number ≥ 1');
-  }
+  const maxKeys = wholeOption('maxKeys', options.maxKeys ?? 100_000, 1, undefined, 'a whole number ≥ 1');
   const states = new Map<string, PermitState>();
   let cursor = states.keys();
 

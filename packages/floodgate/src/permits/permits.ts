@@ -1,6 +1,7 @@
 import type { Clock } from '../clock.js';
 import { describeValue, FloodgateError, invalid } from '../errors.js';
 import { encodeKey, storageKey, validateKey, validatePrefix } from '../keys.js';
+import { checkOptionsObject, hasMethods } from '../stores/kit/options.js';
 import { toStoreError } from '../stores/store-errors.js';
 import { newLeaseId, validateLeaseId } from './lease-id.js';
 import { Permit, type PermitHost } from './permit.js';
@@ -77,17 +78,9 @@ export class Permits {
   readonly #host: PermitHost;
 
   constructor(options: PermitsOptions) {
-    if (typeof options !== 'object' || options === null) {
-      throw invalid('ERR_INVALID_OPTION', 'createPermits options', options, 'an object');
-    }
+    checkOptionsObject(options, 'createPermits options');
     const { store, policy, clock } = options;
-    if (
-      typeof store !== 'object' ||
-      store === null ||
-      typeof store.acquire !== 'function' ||
-      typeof store.refresh !== 'function' ||
-      typeof store.release !== 'function'
-    ) {
+    if (!hasMethods(store, 'acquire', 'refresh', 'release')) {
       throw invalid('ERR_INVALID_OPTION', 'store', store, 'a permit store: memoryPermitStore() or redisPermitStore()');
     }
     if (typeof policy !== 'object' || policy === null || policy.algorithm !== 'concurrency') {

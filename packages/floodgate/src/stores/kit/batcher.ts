@@ -1,4 +1,5 @@
 import { describeValue, FloodgateError, invalid } from '../../errors.js';
+import { booleanOption, checkOptionsObject, wholeOption } from './options.js';
 
 /** The outcome of a call that failed alone in a batch that went through: see {@link callFailed}. */
 export class CallFailure {
@@ -104,20 +105,66 @@ interface Retry {
   readonly reject: (error: unknown) => void;
 }
 
-interface Lane<C, R> {
-  readonly id: number | string;
-  queue: Entry<C, R>[];
+/**
+ * What a lane of batches keeps to run failed batches again in order (see {@link Batch.retryInOrder}):
+ * the batcher's lanes, and the Redis store's (a script call that came back `NOSCRIPT`).
+ */
+export interface InOrderRetries {
   /** Batches in flight. */
   inFlight: number;
+  /** A batch asked to run again in order: nothing new is sent. */
+  recovering: boolean;
+  retries: Retry[];
+}
+
+/**
+ * Runs `retry` again in order with the lane's other retries: the lane sends nothing new until every batch
+ * in flight has come back or waits to run again; then they run one after another in the order they were
+ * first sent (`at`), and `resume` lets the queue go.
+ */
+export function retryInOrder<T>(
+  lane: InOrderRetries,
+  at: number,
+  retry: () => Promise<T>,
+  resume: () => void,
+): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    lane.recovering = true;
+    lane.retries.push({ at, retry, resolve: resolve as (reply: unknown) => void, reject });
+    recover(lane, resume);
+  });
+}
+
+/**
+ * Once every batch in flight on a recovering lane has come back or is waiting to run again, runs those
+ * again one after another in the order they were first sent, then calls `resume` to let the queue go.
+ */
+export function recover(lane: InOrderRetries, resume: () => void): void {
+  if (lane.retries.length === 0 || lane.retries.length < lane.inFlight) return;
+  const retries = lane.retries.sort((x, y) => x.at - y.at);
+  lane.retries = [];
+  void (async () => {
+    for (const { retry, resolve, reject } of retries) {
+      try {
+        resolve(await retry());
+      } catch (error) {
+        reject(error);
+      }
+    }
+    lane.recovering = false;
+    resume();
+  })();
+}
+
+interface Lane<C, R> extends InOrderRetries {
+  readonly id: number | string;
+  queue: Entry<C, R>[];
   /** Numbers the batches in the order they were sent. */
   sent: number;
   /** For unordered lanes: the keys of the calls in flight, with how many calls hold each. */
   readonly busy: Map<string, number>;
   /** A flush is due at the end of this tick (`waitForTick`). */
   scheduled: boolean;
-  /** A batch asked to run again in order (see {@link Batch.retryInOrder}): nothing new is sent. */
-  recovering: boolean;
-  retries: Retry[];
 }
 
 /**
@@ -139,15 +186,12 @@ interface Lane<C, R> {
  * ```
  */
 export function createBatcher<C, R>(options: BatcherOptions<C, R>): Batcher<C, R> {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'batcher options', options, 'an object');
-  }
+  checkOptionsObject(options, 'batcher options');
   if (typeof options.send !== 'function') throw invalid('ERR_INVALID_OPTION', 'send', options.send, 'a function');
-  const maxInFlight = whole('maxInFlight', options.maxInFlight, 1, 1024);
-  const maxBatchSize = whole('maxBatchSize', options.maxBatchSize, 1, 100_000);
-  const maxQueued = whole('maxQueued', options.maxQueued ?? 100_000, 0, 10_000_000);
-  const ordered = options.ordered ?? false;
-  if (typeof ordered !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'ordered', ordered, 'a boolean');
+  const maxInFlight = wholeOption('maxInFlight', options.maxInFlight, 1, 1024);
+  const maxBatchSize = wholeOption('maxBatchSize', options.maxBatchSize, 1, 100_000);
+  const maxQueued = wholeOption('maxQueued', options.maxQueued ?? 100_000, 0, 10_000_000);
+  const ordered = booleanOption('ordered', options.ordered ?? false);
   if (options.key === undefined && (!ordered || options.group !== undefined)) {
     throw new FloodgateError(
       'ERR_INVALID_OPTION',
@@ -156,13 +200,6 @@ export function createBatcher<C, R>(options: BatcherOptions<C, R>): Batcher<C, R
     );
   }
   return new RequestBatcher(options, maxInFlight, maxBatchSize, maxQueued, ordered);
-}
-
-function whole(option: string, value: unknown, min: number, max: number): number {
-  if (!Number.isSafeInteger(value) || (value as number) < min || (value as number) > max) {
-    throw invalid('ERR_INVALID_OPTION', option, value, `an integer from ${min} to ${max}`);
-  }
-  return value as number;
 }
 
 class RequestBatcher<C, R> implements Batcher<C, R> {
@@ -280,12 +317,7 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
   private async run(lane: Lane<C, R>, entries: Entry<C, R>[], at: number): Promise<void> {
     const batch: Batch = {
       lane: lane.id,
-      retryInOrder: <T>(retry: () => Promise<T>) =>
-        new Promise<T>((resolve, reject) => {
-          lane.recovering = true;
-          lane.retries.push({ at, retry, resolve: resolve as (reply: unknown) => void, reject });
-          this.recover(lane);
-        }),
+      retryInOrder: <T>(retry: () => Promise<T>) => retryInOrder(lane, at, retry, () => this.flush(lane)),
     };
     try {
       const outcomes = await this.options.send(
@@ -320,7 +352,7 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
           else lane.busy.set(key, left);
         }
       }
-      if (lane.recovering) this.recover(lane);
+      if (lane.recovering) recover(lane, () => this.flush(lane));
       else this.flush(lane);
     }
   }
@@ -379,27 +411,6 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
     }
     lane.queue = i === queue.length ? rest : rest.concat(queue.slice(i));
     return batch;
-  }
-
-  /**
-   * Once every batch in flight on a recovering lane has come back or is waiting to run again, runs those
-   * again one after another in the order they were first sent, then lets the queue go.
-   */
-  private recover(lane: Lane<C, R>): void {
-    if (lane.retries.length === 0 || lane.retries.length < lane.inFlight) return;
-    const retries = lane.retries.sort((x, y) => x.at - y.at);
-    lane.retries = [];
-    void (async () => {
-      for (const { retry, resolve, reject } of retries) {
-        try {
-          resolve(await retry());
-        } catch (error) {
-          reject(error);
-        }
-      }
-      lane.recovering = false;
-      this.flush(lane);
-    })();
   }
 
   /** Forgets an idle lane, and resolves `close()` once nothing is left. */

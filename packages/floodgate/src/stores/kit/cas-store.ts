@@ -3,6 +3,7 @@ import type { Store } from '../store.js';
 import { type CallFailure, callFailed, createBatcher } from './batcher.js';
 import type { StoreCall } from './calls.js';
 import { policyId, recordKey } from './keys.js';
+import { checkOptionsObject, hasMethods, wholeOption } from './options.js';
 import {
   applyCall,
   type CallOutcome,
@@ -153,15 +154,10 @@ interface Settings<V> {
 }
 
 function checkOptions<V>(options: CasStoreOptions<V>): Settings<V> {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'casStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'casStore options');
   const client = options.client;
   if (
-    typeof client !== 'object' ||
-    client === null ||
-    typeof client.get !== 'function' ||
-    typeof client.compareAndSet !== 'function' ||
+    !hasMethods(client, 'get', 'compareAndSet') ||
     (client.compareAndDelete !== undefined && typeof client.compareAndDelete !== 'function')
   ) {
     throw invalid('ERR_INVALID_OPTION', 'client', client, 'an object with get() and compareAndSet()');
@@ -170,14 +166,8 @@ function checkOptions<V>(options: CasStoreOptions<V>): Settings<V> {
   if (typeof name !== 'string' || name.length === 0) {
     throw invalid('ERR_INVALID_OPTION', 'name', options.name, 'a non-empty string');
   }
-  const maxAttempts = options.maxAttempts ?? 16;
-  if (!Number.isSafeInteger(maxAttempts) || maxAttempts < 1 || maxAttempts > 1000) {
-    throw invalid('ERR_INVALID_OPTION', 'maxAttempts', options.maxAttempts, 'an integer from 1 to 1000');
-  }
-  const graceMs = options.expiryGraceMs ?? 60_000;
-  if (!Number.isSafeInteger(graceMs) || graceMs < 0 || graceMs > 2 ** 40) {
-    throw invalid('ERR_INVALID_OPTION', 'expiryGraceMs', options.expiryGraceMs, 'a whole number of ms ≥ 0');
-  }
+  const maxAttempts = wholeOption('maxAttempts', options.maxAttempts ?? 16, 1, 1000);
+  const graceMs = wholeOption('expiryGraceMs', options.expiryGraceMs ?? 60_000, 0, 2 ** 40, 'a whole number of ms ≥ 0');
   return { client, name, maxAttempts, graceMs };
 }
 

@@ -4,6 +4,7 @@ import type { Store } from '../store.js';
 import { callFailed, createBatcher } from './batcher.js';
 import type { StoreCall } from './calls.js';
 import { recordKey, stateKeys } from './keys.js';
+import { checkGrain, checkName, checkOptionsObject, hasMethods } from './options.js';
 import { expiryOf } from './time.js';
 import { applyCall, type CallOutcome, storeOfCalls, type WorkingSet } from './working-set.js';
 
@@ -91,11 +92,9 @@ interface Queued {
  * without promises.
  */
 export function rowStore(options: RowStoreOptions): RowStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'rowStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'rowStore options');
   const database = options.database;
-  if (typeof database !== 'object' || database === null || typeof database.transaction !== 'function') {
+  if (!hasMethods(database, 'transaction')) {
     throw invalid('ERR_INVALID_OPTION', 'database', database, 'an object with transaction()');
   }
   const name = checkName(options.name ?? 'rows');
@@ -160,18 +159,4 @@ export function rowStore(options: RowStoreOptions): RowStore {
       }),
     () => batcher.close(),
   );
-}
-
-export function checkName(name: unknown): string {
-  if (typeof name !== 'string' || name.length === 0 || name.length > 64) {
-    throw invalid('ERR_INVALID_OPTION', 'name', name, 'a string of 1 to 64 characters');
-  }
-  return name;
-}
-
-export function checkGrain(grainUs: unknown): number {
-  if (!Number.isSafeInteger(grainUs) || (grainUs as number) < 1) {
-    throw invalid('ERR_INVALID_OPTION', 'expiryGrainUs', grainUs, 'a whole number of µs ≥ 1');
-  }
-  return grainUs as number;
 }

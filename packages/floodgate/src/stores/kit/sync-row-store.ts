@@ -4,7 +4,9 @@ import { type Evaluation, emptyEvaluation, type State } from '../../model/types.
 import type { CancelRequest, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 import { runCall, type StoreCall } from './calls.js';
 import { stateKeys } from './keys.js';
-import { checkGrain, checkName, type RowWrite, type StoredRow } from './row-store.js';
+import { checkGrain, checkName, checkOptionsObject, hasMethods } from './options.js';
+import { promised } from './promised.js';
+import type { RowWrite, StoredRow } from './row-store.js';
 import { callerNowUs, expiryOf } from './time.js';
 
 /**
@@ -57,18 +59,9 @@ export interface SyncRowStore extends SyncStore {
  * the times its rows were written, so time never goes back on a key.
  */
 export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'syncRowStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'syncRowStore options');
   const db = options.database;
-  if (
-    typeof db !== 'object' ||
-    db === null ||
-    typeof db.transaction !== 'function' ||
-    typeof db.read !== 'function' ||
-    typeof db.write !== 'function' ||
-    typeof db.remove !== 'function'
-  ) {
+  if (!hasMethods(db, 'transaction', 'read', 'write', 'remove')) {
     throw invalid('ERR_INVALID_OPTION', 'database', db, 'an object with transaction(), read(), write() and remove()');
   }
   const name = checkName(options.name ?? 'rows');
@@ -170,13 +163,4 @@ function withPromises(
     reset: (prefix, key, policies) => promised(() => sync.resetSync(prefix, key, policies)),
     close: () => Promise.resolve(),
   };
-}
-
-/** A synchronous call's result or error as a promise (never a synchronous throw). */
-function promised<T>(fn: () => T): Promise<T> {
-  try {
-    return Promise.resolve(fn());
-  } catch (error) {
-    return Promise.reject(error);
-  }
 }

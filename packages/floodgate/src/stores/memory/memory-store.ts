@@ -8,6 +8,8 @@ import { isPlainMeter } from '../../model/meter.js';
 import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
+import { checkOptionsObject, wholeOption } from '../kit/options.js';
+import { promised } from '../kit/promised.js';
 import type { CancelRequest, FastPath, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 import { Eviction } from './eviction.js';
 import { MeterFastPath, type MeterWriter } from './meter-fast-path.js';
@@ -87,26 +89,13 @@ export interface MemoryStore extends SyncStore {
  * ```
  */
 export function memoryStore(options: MemoryStoreOptions = {}): MemoryStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'memoryStore options', options, 'an object');
-  }
-  const maxKeys = options.maxKeys ?? 1_000_000;
-  if (!Number.isSafeInteger(maxKeys) || maxKeys < 1) {
-    throw invalid('ERR_INVALID_OPTION', 'maxKeys', options.maxKeys, 'a positive integer');
-  }
+  checkOptionsObject(options, 'memoryStore options');
+  const maxKeys = wholeOption('maxKeys', options.maxKeys ?? 1_000_000, 1, undefined, 'a positive integer');
   const whenFull = options.whenFull ?? 'evict';
   if (whenFull !== 'evict' && whenFull !== 'refuse') {
     throw invalid('ERR_INVALID_OPTION', 'whenFull', options.whenFull, "'evict' or 'refuse'");
   }
-  const summaryCells = options.summaryCells ?? DEFAULT_SUMMARY_CELLS;
-  if (!Number.isSafeInteger(summaryCells) || summaryCells < 1 || summaryCells > MAX_SUMMARY_CELLS) {
-    throw invalid(
-      'ERR_INVALID_OPTION',
-      'summaryCells',
-      options.summaryCells,
-      `an integer from 1 to ${MAX_SUMMARY_CELLS}`,
-    );
-  }
+  const summaryCells = wholeOption('summaryCells', options.summaryCells ?? DEFAULT_SUMMARY_CELLS, 1, MAX_SUMMARY_CELLS);
   return new MemoryStoreImpl(maxKeys, whenFull, summaryCells);
 }
 
@@ -197,11 +186,9 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
 
   /** The evaluations returned are reused by the next call: read them before deciding again. */
   decideSync(request: StoreRequest): StoreResult {
-    const { policies, nowUs, prefix } = request;
+    const { policies, prefix } = request;
     const key = localKey(request.key);
-    if (nowUs === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
-    }
+    const nowUs = callerClock(request.nowUs);
     const n = policies.length;
     const evaluations = this.scratch;
     while (evaluations.length < n) evaluations.push(emptyEvaluation());
@@ -263,19 +250,13 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   }
 
   cancel(request: CancelRequest): Promise<boolean> {
-    try {
-      return Promise.resolve(this.cancelSync(request));
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return promised(() => this.cancelSync(request));
   }
 
   cancelSync(request: CancelRequest): boolean {
-    const { policies, nowUs, prefix } = request;
+    const { policies, prefix } = request;
     const key = localKey(request.key);
-    if (nowUs === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
-    }
+    const nowUs = callerClock(request.nowUs);
     // read() reuses one array per table: copy each state before reading the next.
     const states = policies.map((c) => {
       const state = this.startState(this.table(prefix, c), key, c, nowUs);
@@ -288,20 +269,13 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   }
 
   refund(request: RefundRequest): Promise<void> {
-    try {
-      this.refundSync(request);
-      return Promise.resolve();
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return promised(() => this.refundSync(request));
   }
 
   refundSync(request: RefundRequest): void {
-    const { policies, nowUs, prefix } = request;
+    const { policies, prefix } = request;
     const key = localKey(request.key);
-    if (nowUs === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
-    }
+    const nowUs = callerClock(request.nowUs);
     for (const c of policies) {
       const table = this.table(prefix, c);
       const next = refundPolicy(c, table.read(key), nowUs, request.leasedAtUs, request.leased, request.unused);
@@ -401,4 +375,12 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
     const slot = table.write(key, state, expiresAt);
     if (slot >= 0) eviction.add(table, slot);
   }
+}
+
+/** The caller's time: the memory store has no clock of its own, so a request without one is refused. */
+function callerClock(nowUs: number | undefined): number {
+  if (nowUs === undefined) {
+    throw new FloodgateError('ERR_INVALID_OPTION', 'the memory store needs the caller’s clock (nowUs)');
+  }
+  return nowUs;
 }

@@ -281,12 +281,13 @@ export function halfSipHash13(text: string, k0: number, k1: number): number {
   let v3 = 0x74656462 ^ k1;
   const n = text.length;
   const whole = n & ~1;
-  let m = 0;
-  for (let i = 0; i <= whole; i += 2) {
+  // One SipRound per word (the last word carries the length), then three to finalize (words of 0).
+  for (let i = 0; i <= whole + 6; i += 2) {
+    let m = 0;
     if (i < whole) m = text.charCodeAt(i) | (text.charCodeAt(i + 1) << 16);
-    else m = (n & 1 ? text.charCodeAt(i) : 0) | (((2 * n) & 0xff) << 24);
+    else if (i === whole) m = (n & 1 ? text.charCodeAt(i) : 0) | (((2 * n) & 0xff) << 24);
+    else if (i === whole + 2) v2 ^= 0xff;
     v3 ^= m;
-    // One SipRound.
     v0 = (v0 + v1) | 0;
     v1 = (v1 << 5) | (v1 >>> 27);
     v1 ^= v0;
@@ -302,23 +303,6 @@ export function halfSipHash13(text: string, k0: number, k1: number): number {
     v1 ^= v2;
     v2 = (v2 << 16) | (v2 >>> 16);
     v0 ^= m;
-  }
-  v2 ^= 0xff;
-  for (let r = 0; r < 3; r++) {
-    v0 = (v0 + v1) | 0;
-    v1 = (v1 << 5) | (v1 >>> 27);
-    v1 ^= v0;
-    v0 = (v0 << 16) | (v0 >>> 16);
-    v2 = (v2 + v3) | 0;
-    v3 = (v3 << 8) | (v3 >>> 24);
-    v3 ^= v2;
-    v0 = (v0 + v3) | 0;
-    v3 = (v3 << 7) | (v3 >>> 25);
-    v3 ^= v0;
-    v2 = (v2 + v1) | 0;
-    v1 = (v1 << 13) | (v1 >>> 19);
-    v1 ^= v2;
-    v2 = (v2 << 16) | (v2 >>> 16);
   }
   return (v1 ^ v3) >>> 0;
 }

@@ -19,6 +19,14 @@ import { LIST_KINDS } from './wire.js';
  * retryAfterUs, resetAfterUs, delayUs, length of the next state (-1: unchanged), …next state].
  */
 
+/**
+ * The parameters and return of `run` and `policy`, one policy's evaluation: `policy` takes what `run`
+ * takes and hands it on.
+ */
+const EVALUATE_SIGNATURE = `(
+    kind int, lim float8, a float8, b float8, c float8, s float8[], now float8, cost float8, maxdelay float8)
+  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$`;
+
 /** The functions of the port, in the order they are created (each only calls those before it). */
 export function portFunctions(n: SqlNames): string[] {
   return [
@@ -117,9 +125,7 @@ function everyCall(kind: string, b: string, c: string): string {
 /** One kind's evaluation of one state (the descriptor's `evaluate`), without the penalty box and impossible costs (`policy`). */
 function runFunction(n: SqlNames): string {
   return `
-  CREATE OR REPLACE FUNCTION ${n.fn('run')}(
-    kind int, lim float8, a float8, b float8, c float8, s float8[], now float8, cost float8, maxdelay float8)
-  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  CREATE OR REPLACE FUNCTION ${n.fn('run')}${EVALUATE_SIGNATURE}
   DECLARE
     fl float8; rem float8;
   BEGIN
@@ -131,9 +137,7 @@ ${kindBranches('kind', (port) => port.run(n), '    ')}
 /** decide.ts `evaluatePolicy`: impossible costs, the penalty box, then the algorithm. */
 function policyFunction(n: SqlNames): string {
   return `
-  CREATE OR REPLACE FUNCTION ${n.fn('policy')}(
-    kind int, lim float8, a float8, b float8, c float8, s float8[], now float8, cost float8, maxdelay float8)
-  RETURNS float8[] LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$
+  CREATE OR REPLACE FUNCTION ${n.fn('policy')}${EVALUATE_SIGNATURE}
   DECLARE
     r float8[];
     blocked_until float8;
@@ -570,10 +574,7 @@ function cancelFunction(n: SqlNames): string {
     k int; base int;
     at float8; tat float8; back float8; reset float8;
   BEGIN
-    PERFORM 1 FROM ${n.qualified} t WHERE t.key = ANY(p_keys) ORDER BY t.key FOR UPDATE;
-    IF now = 'NaN'::float8 THEN
-      ${serverNow('now')}
-    END IF;
+    ${lockRowsThenClock(n)}
     FOR k IN 0..np - 1 LOOP
       base := k * 5;
       IF p_pol[base + 1] = ${KIND_METER} THEN
@@ -605,6 +606,17 @@ ${flagGuard(KINDS.meter, { a: 'p_pol[base + 2]', b: 'p_pol[base + 3]', c: 'p_pol
 }
 
 /**
+ * The start of the cancel and refund functions: locks the rows of `p_keys` in key order (as the decide
+ * function locks them), then reads the server's clock into `now` unless the caller gave a time.
+ */
+function lockRowsThenClock(n: SqlNames): string {
+  return `PERFORM 1 FROM ${n.qualified} t WHERE t.key = ANY(p_keys) ORDER BY t.key FOR UPDATE;
+    IF now = 'NaN'::float8 THEN
+      ${serverNow('now')}
+    END IF;`;
+}
+
+/**
  * refund.ts `refundPolicy`, in one transaction: gives back the unused units of a lease (a committed call
  * of cost `p_leased` decided at `p_leased_at` µs) under each policy, as far as the algorithm can still
  * tell them apart; the new state expires when a cost-0 evaluation says it is untouched.
@@ -627,10 +639,7 @@ function refundFunction(n: SqlNames): string {
     k int; base int; kind int;
     lim float8; a float8; b float8; c float8;
   BEGIN
-    PERFORM 1 FROM ${n.qualified} t WHERE t.key = ANY(p_keys) ORDER BY t.key FOR UPDATE;
-    IF now = 'NaN'::float8 THEN
-      ${serverNow('now')}
-    END IF;
+    ${lockRowsThenClock(n)}
     IF NOT (p_unused > 0) OR p_unused > p_leased THEN RETURN true; END IF;
     FOR k IN 0..np - 1 LOOP
       base := k * 5;

@@ -3,6 +3,7 @@ import { FloodgateError, invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { exceedsCapacity, KIND_METER, KINDS } from '../../model/kinds.js';
 import { meterCharge } from '../../model/meter.js';
+import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { declaresVariant } from './guards.js';
@@ -136,11 +137,9 @@ type Held = Pending | Side;
  * ```
  */
 export function postgresStore(options: PostgresStoreOptions): PostgresStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'postgresStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'postgresStore options');
   const client = options.client;
-  if (typeof client !== 'object' || client === null || typeof client.query !== 'function') {
+  if (!hasMethods(client, 'query')) {
     throw invalid('ERR_INVALID_OPTION', 'client', client, 'a client from fromPg(pool) or fromPostgres(sql)');
   }
   const schema = validateIdentifier('schema', options.schema ?? 'public');
@@ -148,18 +147,10 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   if (table.includes(RESERVED_INFIX)) {
     throw invalid('ERR_INVALID_OPTION', 'table', table, `an identifier without "${RESERVED_INFIX}"`);
   }
-  const unlogged = options.unlogged ?? false;
-  if (typeof unlogged !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'unlogged', unlogged, 'a boolean');
-  const concurrency = options.concurrency ?? 1;
-  if (!Number.isSafeInteger(concurrency) || concurrency < 1 || concurrency > 1024) {
-    throw invalid('ERR_INVALID_OPTION', 'concurrency', options.concurrency, 'an integer from 1 to 1024');
-  }
-  const maxBatch = options.maxBatch ?? 128;
-  if (!Number.isSafeInteger(maxBatch) || maxBatch < 1 || maxBatch > 10_000) {
-    throw invalid('ERR_INVALID_OPTION', 'maxBatch', options.maxBatch, 'an integer from 1 to 10000');
-  }
-  const fastPath = options.fastPath ?? true;
-  if (typeof fastPath !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'fastPath', options.fastPath, 'a boolean');
+  const unlogged = booleanOption('unlogged', options.unlogged ?? false);
+  const concurrency = wholeOption('concurrency', options.concurrency ?? 1, 1, 1024);
+  const maxBatch = wholeOption('maxBatch', options.maxBatch ?? 128, 1, 10_000);
+  const fastPath = booleanOption('fastPath', options.fastPath ?? true);
   return new PostgresStoreImpl(
     client,
     sqlNames(schema, table, PORT_VERSION),

@@ -1,6 +1,7 @@
-import { describeValue, FloodgateError, invalid } from '../../errors.js';
+import { describeValue, FloodgateError } from '../../errors.js';
 import type { AcquireReply, RefreshReply, ReleaseReply } from '../../permits/model.js';
 import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
+import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { PERMIT_SCRIPTS } from './permits-lua.js';
 
@@ -42,26 +43,22 @@ type Script = (typeof PERMIT_SCRIPTS)[keyof typeof PERMIT_SCRIPTS];
  * ```
  */
 export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'redisPermitStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'redisPermitStore options');
   const client = options.client;
-  if (
-    typeof client !== 'object' ||
-    client === null ||
-    typeof client.evalsha !== 'function' ||
-    typeof client.eval !== 'function'
-  ) {
+  if (!hasMethods(client, 'evalsha', 'eval')) {
     throw new FloodgateError(
       'ERR_INVALID_OPTION',
       `client must be wrapped by an adapter: fromIoredis(client) or fromNodeRedis(client), got ${describeValue(client)}`,
       { option: 'client' },
     );
   }
-  const graceMs = options.expiryGraceMs ?? 5000;
-  if (!Number.isSafeInteger(graceMs) || graceMs < 1 || graceMs > 2 ** 40) {
-    throw invalid('ERR_INVALID_OPTION', 'expiryGraceMs', options.expiryGraceMs, 'a whole number of milliseconds ≥ 1');
-  }
+  const graceMs = wholeOption(
+    'expiryGraceMs',
+    options.expiryGraceMs ?? 5000,
+    1,
+    2 ** 40,
+    'a whole number of milliseconds ≥ 1',
+  );
   const grace = String(graceMs);
 
   const run = async (script: Script, base: string, args: string[]): Promise<number[]> => {

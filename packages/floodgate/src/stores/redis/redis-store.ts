@@ -4,6 +4,8 @@ import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
 import { KIND_METER, maxStateLength } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
+import { type InOrderRetries, recover, retryInOrder } from '../kit/batcher.js';
+import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { toStoreError } from '../store-errors.js';
 import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './clients.js';
@@ -78,37 +80,25 @@ export interface RedisStore extends Store {
  * ```
  */
 export function redisStore(options: RedisStoreOptions): RedisStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'redisStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'redisStore options');
   const client = options.client;
-  if (
-    typeof client !== 'object' ||
-    client === null ||
-    typeof client.evalsha !== 'function' ||
-    typeof client.eval !== 'function' ||
-    typeof client.cluster !== 'boolean'
-  ) {
+  if (!hasMethods(client, 'evalsha', 'eval') || typeof client.cluster !== 'boolean') {
     throw new FloodgateError(
       'ERR_INVALID_OPTION',
       `client must be wrapped by an adapter: fromIoredis(client) or fromNodeRedis(client), got ${describeValue(client)}`,
       { option: 'client' },
     );
   }
-  const maxInFlight = options.maxInFlight ?? 4;
-  if (!Number.isSafeInteger(maxInFlight) || maxInFlight < 1 || maxInFlight > 1024) {
-    throw invalid('ERR_INVALID_OPTION', 'maxInFlight', options.maxInFlight, 'an integer from 1 to 1024');
-  }
-  const maxBatchSize = options.maxBatchSize ?? 512;
-  if (!Number.isSafeInteger(maxBatchSize) || maxBatchSize < 1 || maxBatchSize > 10_000) {
-    throw invalid('ERR_INVALID_OPTION', 'maxBatchSize', options.maxBatchSize, 'an integer from 1 to 10000');
-  }
-  const expiryGraceMs = options.expiryGraceMs ?? 5000;
-  if (!Number.isSafeInteger(expiryGraceMs) || expiryGraceMs < 0 || expiryGraceMs > 2 ** 40) {
-    throw invalid('ERR_INVALID_OPTION', 'expiryGraceMs', options.expiryGraceMs, 'a whole number of milliseconds ≥ 0');
-  }
-  const fastPath = options.fastPath ?? true;
-  if (typeof fastPath !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'fastPath', options.fastPath, 'a boolean');
+  const maxInFlight = wholeOption('maxInFlight', options.maxInFlight ?? 4, 1, 1024);
+  const maxBatchSize = wholeOption('maxBatchSize', options.maxBatchSize ?? 512, 1, 10_000);
+  const expiryGraceMs = wholeOption(
+    'expiryGraceMs',
+    options.expiryGraceMs ?? 5000,
+    0,
+    2 ** 40,
+    'a whole number of milliseconds ≥ 0',
+  );
+  const fastPath = booleanOption('fastPath', options.fastPath ?? true);
   return new RedisStoreImpl(client, maxInFlight, maxBatchSize, String(expiryGraceMs), fastPath);
 }
 
@@ -176,10 +166,12 @@ interface Call {
  * Calls bound for one server (or one cluster slot): at most `maxInFlight` script calls at a time, each of
  * at most `maxBatchSize` calls, and those of heavy calls of at most {@link MAX_SCRIPT_STATE} state
  * numbers. Script calls on one lane take effect in the order they are sent (one pipelined connection),
- * which keeps calls on one key in order.
+ * which keeps calls on one key in order. `recovering` is set when a script call came back `NOSCRIPT`:
+ * nothing new is sent until every script call in flight has come back and those that failed so have run
+ * again, one after another in the order they were first sent. So calls on one key keep their order across
+ * the node losing its scripts.
  */
-interface Lane {
-  inFlight: number;
+interface Lane extends InOrderRetries {
   /** Light calls waiting, in the order they were submitted. */
   queue: Call[];
   /**
@@ -201,14 +193,6 @@ interface Lane {
   lightSent: number;
   /** Numbers the script calls in the order they were sent. */
   sent: number;
-  /**
-   * Set when a script call came back `NOSCRIPT`: nothing new is sent until every script call in flight
-   * has come back and those that failed so have run again, one after another in the order they were
-   * first sent. So calls on one key keep their order across the node losing its scripts.
-   */
-  recovering: boolean;
-  /** The script calls waiting to run again, by the number they were first sent under. */
-  retries: { at: number; retry: () => Promise<unknown>; resolve(reply: unknown): void; reject(error: unknown): void }[];
 }
 
 /** A compiled policy's six script arguments (`DECIDE_WIRE.policy`, wire.ts), computed once per policy. */
@@ -411,11 +395,12 @@ class RedisStoreImpl implements RedisStore {
         // The node lost its script cache (SCRIPT FLUSH, restart, failover): EVAL loads it again there, in
         // order with the other script calls that failed so (see Lane.recovering).
         if (!isNoScriptError(error)) throw error;
-        reply = await new Promise((resolve, reject) => {
-          lane.recovering = true;
-          lane.retries.push({ at, retry: () => this.client.eval(script, keys, args), resolve, reject });
-          this.recover(slot, lane);
-        });
+        reply = await retryInOrder(
+          lane,
+          at,
+          () => this.client.eval(script, keys, args),
+          () => this.drain(slot, lane),
+        );
       }
       if (single !== undefined) settleMeter(call, reply);
       else if (meters !== undefined) settleMeters(calls, reply);
@@ -428,7 +413,7 @@ class RedisStoreImpl implements RedisStore {
       if (heavy) lane.heavyInFlight--;
       this.pending -= calls.length;
       if (lane.recovering) {
-        this.recover(slot, lane);
+        recover(lane, () => this.drain(slot, lane));
       } else {
         this.drain(slot, lane);
       }
@@ -483,27 +468,6 @@ class RedisStoreImpl implements RedisStore {
     }
     return calls;
   }
-
-  /**
-   * Once every script call in flight on a recovering lane is either answered or waiting to run again,
-   * runs those again one after another in the order they were first sent, then lets the queue go.
-   */
-  private recover(slot: number, lane: Lane): void {
-    if (lane.retries.length === 0 || lane.retries.length < lane.inFlight) return;
-    const retries = lane.retries.sort((x, y) => x.at - y.at);
-    lane.retries = [];
-    void (async () => {
-      for (const { retry, resolve, reject } of retries) {
-        try {
-          resolve(await retry());
-        } catch (error) {
-          reject(error);
-        }
-      }
-      lane.recovering = false;
-      this.drain(slot, lane);
-    })();
-  }
 }
 
 /** KEYS and ARGV of the single-meter script (lua/meter-fast.ts), or undefined when the call is another kind. */
@@ -526,6 +490,61 @@ function meterArguments(call: Call, grace: string): { keys: string[]; args: stri
 }
 
 /** Whether a call is a `limit` or a `check` under one meter policy, what the meter scripts decide. */
+/**
+ * The runs of a script call's body: consecutive calls that differ only by their key share one entry, led
+ * by how many calls it stands for (see lua/main.ts and lua/meter-batch.ts).
+ */
+class Runs {
+  private previous: Call | undefined;
+  private at = 0;
+  private count = 0;
+
+  constructor(private readonly body: string[]) {}
+
+  /**
+   * Counts `call` into the current run when it has the run's operation, time, cost and delay and
+   * `samePolicies` says the policies agree too (the entry is the run's: only the keys differ).
+   */
+  joins(call: Call, samePolicies: (call: Call, previous: Call) => boolean): boolean {
+    const previous = this.previous;
+    if (
+      previous !== undefined &&
+      call.op === previous.op &&
+      call.nowUs === previous.nowUs &&
+      call.cost === previous.cost &&
+      call.maxDelayUs === previous.maxDelayUs &&
+      samePolicies(call, previous)
+    ) {
+      this.count++;
+      return true;
+    }
+    return false;
+  }
+
+  /** Starts a run with `call`, whose entry the caller pushes next (after the count's place). */
+  start(call: Call): void {
+    if (this.previous !== undefined) this.body[this.at] = String(this.count);
+    this.previous = call;
+    this.count = 1;
+    this.at = this.body.length;
+  }
+
+  /** Writes the last run's count. */
+  end(): void {
+    this.body[this.at] = String(this.count);
+  }
+}
+
+/** A single-meter call runs with the one before it under the same policy. */
+function sameMeter(call: Call, previous: Call): boolean {
+  return call.policies[0] === previous.policies[0];
+}
+
+/** A call runs with the one before it under the same policies, but for a cancel or a refund (each has its own arguments). */
+function sameDecision(call: Call, previous: Call): boolean {
+  return call.op !== OP_CANCEL && call.op !== OP_REFUND && call.policies === previous.policies;
+}
+
 function isMeterCall(call: Call): boolean {
   return (
     call.policies.length === 1 &&
@@ -549,9 +568,7 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
   const latest = new Map<string, number>();
   let same: (number | undefined)[] | undefined;
   let links: number[] | undefined;
-  let previous: Call | undefined;
-  let runAt = 0;
-  let run = 0;
+  const runs = new Runs(body);
   for (let i = 0; i < n; i++) {
     const call = calls[i] as Call;
     const c = call.policies[0] as CompiledPolicy;
@@ -569,22 +586,9 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
       }
     }
     latest.set(call.encoded, i);
-    if (
-      previous !== undefined &&
-      call.op === previous.op &&
-      call.nowUs === previous.nowUs &&
-      call.cost === previous.cost &&
-      call.maxDelayUs === previous.maxDelayUs &&
-      c === previous.policies[0]
-    ) {
-      run++;
-      continue;
-    }
+    if (runs.joins(call, sameMeter)) continue;
     // A new run: calls that differ from this one only by their key join it.
-    if (previous !== undefined) body[runAt] = String(run);
-    previous = call;
-    run = 1;
-    runAt = body.length;
+    runs.start(call);
     let number = numbers.get(c);
     if (number === undefined) {
       number = String(numbers.size + 1);
@@ -606,7 +610,7 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
       number,
     );
   }
-  body[runAt] = String(run);
+  runs.end();
   head[1] = String(numbers.size);
   if (links === undefined) return { keys, args: head.concat(body) };
   // Found in the order of their later call; the script takes them in the order of the earlier one.
@@ -749,29 +753,12 @@ function scriptArguments(calls: readonly Call[], grace: string): { keys: string[
   const head: string[] = [grace, '0'];
   const body: string[] = [];
   const numbers = new Map<CompiledPolicy, string>();
-  let previous: Call | undefined;
-  let runAt = 0;
-  let run = 0;
+  const runs = new Runs(body);
   for (const call of calls) {
     for (const c of call.policies) keys.push(storageKey(call.prefix, call.encoded, c.name));
-    if (
-      previous !== undefined &&
-      call.op !== OP_CANCEL &&
-      call.op !== OP_REFUND &&
-      call.op === previous.op &&
-      call.nowUs === previous.nowUs &&
-      call.cost === previous.cost &&
-      call.maxDelayUs === previous.maxDelayUs &&
-      call.policies === previous.policies
-    ) {
-      run++;
-      continue;
-    }
+    if (runs.joins(call, sameDecision)) continue;
     // A new run: calls that differ from this one only by their key join it.
-    if (previous !== undefined) body[runAt] = String(run);
-    previous = call;
-    run = 1;
-    runAt = body.length;
+    runs.start(call);
     body.push(
       '',
       call.op,
@@ -791,7 +778,7 @@ function scriptArguments(calls: readonly Call[], grace: string): { keys: string[
     }
     if (call.tatUs !== undefined) for (const tat of call.tatUs) body.push(String(tat));
   }
-  body[runAt] = String(run);
+  runs.end();
   head[1] = String(numbers.size);
   return { keys, args: head.concat(body) };
 }

@@ -1,6 +1,7 @@
 import { systemClock } from '../../clock.js';
 import { FloodgateError, invalid } from '../../errors.js';
 import type { State } from '../../model/types.js';
+import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import type { StoredRow } from '../kit/row-store.js';
 import { type SyncRowDatabase, type SyncRowStore, syncRowStore } from '../kit/sync-row-store.js';
 import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier, validateIdentifier } from '../sql/common.js';
@@ -92,23 +93,19 @@ const SWEEP_ROWS = 32;
  * ```
  */
 export function sqliteStore(options: SqliteStoreOptions): SqliteStore {
-  if (typeof options !== 'object' || options === null) {
-    throw invalid('ERR_INVALID_OPTION', 'sqliteStore options', options, 'an object');
-  }
+  checkOptionsObject(options, 'sqliteStore options');
   const database = options.database;
-  if (
-    typeof database !== 'object' ||
-    database === null ||
-    typeof database.prepare !== 'function' ||
-    typeof database.exec !== 'function'
-  ) {
+  if (!hasMethods(database, 'prepare', 'exec')) {
     throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
   }
   const table = validateIdentifier('table', options.table ?? 'floodgate_state');
-  const busyTimeoutMs = options.busyTimeoutMs ?? 5000;
-  if (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
-    throw invalid('ERR_INVALID_OPTION', 'busyTimeoutMs', options.busyTimeoutMs, 'an integer number of ms ≥ 0');
-  }
+  const busyTimeoutMs = wholeOption(
+    'busyTimeoutMs',
+    options.busyTimeoutMs ?? 5000,
+    0,
+    undefined,
+    'an integer number of ms ≥ 0',
+  );
   const rows = new SqliteRows(database, table, busyTimeoutMs);
   return {
     ...syncRowStore({ name: 'sqlite', database: rows, expiryGrainUs: EXPIRY_GRAIN_US }),

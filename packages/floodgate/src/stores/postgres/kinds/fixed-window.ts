@@ -2,21 +2,32 @@ import { MAX_COST } from '../../../model/cost.js';
 import { alignDown, evaluation, setRemaining } from '../sql.js';
 import type { SqlPort } from './sql-port.js';
 
+/**
+ * Sets `start` to the window `now` falls in and `cnt` to what it has counted, as the model's `windowAt`
+ * finds them (`start`, `cnt`, `s`, `a`, `c`, `now` in scope); `indent` starts each line after the first.
+ * Shared by the decision and the count of a denied call.
+ */
+function windowAt(indent: string): string {
+  return [
+    'IF c = 0 THEN',
+    `  start := ${alignDown('now', 'a')};`,
+    '  IF s IS NOT NULL AND s[2] = start THEN cnt := s[3]; END IF;',
+    'ELSIF s IS NOT NULL AND s[3] > 0 AND now < s[2] + a THEN',
+    '  start := s[2];',
+    '  cnt := s[3];',
+    'ELSE',
+    '  start := now;',
+    'END IF;',
+  ].join(`\n${indent}`);
+}
+
 /** The PL/pgSQL port of the fixed-window kind: model/fixed-window.ts (a = window, b = 1 count every call, c = 1 first-request aligned). */
 export const FIXED_WINDOW_PORT: SqlPort = {
   functions: () => [],
   run: () => `DECLARE
       start float8; cnt float8 := 0; after float8; reset float8;
     BEGIN
-      IF c = 0 THEN
-        start := ${alignDown('now', 'a')};
-        IF s IS NOT NULL AND s[2] = start THEN cnt := s[3]; END IF;
-      ELSIF s IS NOT NULL AND s[3] > 0 AND now < s[2] + a THEN
-        start := s[2];
-        cnt := s[3];
-      ELSE
-        start := now;
-      END IF;
+      ${windowAt('      ')}
       after := cnt + cost;
       IF after <= lim THEN
         ${setRemaining('lim - after')}
@@ -43,15 +54,7 @@ export const FIXED_WINDOW_PORT: SqlPort = {
     count: () => `DECLARE
         start float8; cnt float8 := 0;
       BEGIN
-        IF c = 0 THEN
-          start := ${alignDown('now', 'a')};
-          IF s IS NOT NULL AND s[2] = start THEN cnt := s[3]; END IF;
-        ELSIF s IS NOT NULL AND s[3] > 0 AND now < s[2] + a THEN
-          start := s[2];
-          cnt := s[3];
-        ELSE
-          start := now;
-        END IF;
+        ${windowAt('        ')}
         nx := ARRAY[coalesce(s[1], 0), start, least(cnt + cost, ${MAX_COST})]::float8[];
       END;`,
   },

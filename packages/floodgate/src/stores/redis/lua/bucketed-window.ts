@@ -1,3 +1,4 @@
+import { admittedLua, deniedLua } from './outcome.js';
 import type { LuaPort } from './port.js';
 
 /**
@@ -21,10 +22,7 @@ local function load_bucketed_window()
     if n > first then untouched = s[n - 1] + window - now end
     out.delay = 0
     if sum + cost <= limit then
-      out.allowed = true
-      out.reason = OK
-      out.remaining = clamp_remaining(limit - (sum + cost), limit)
-      out.retry = 0
+      ${admittedLua('limit - (sum + cost)', 'limit')}
       if cost > 0 then out.reset = current + window - now else out.reset = untouched end
       if cost == 0 then
         out.nxt = false
@@ -33,13 +31,8 @@ local function load_bucketed_window()
         out.nxt = list_append(s, first, current, cost)
       end
     else
-      out.allowed = false
-      out.reason = LIMIT
-      out.remaining = clamp_remaining(limit - sum, limit)
       -- From the newest bucket back: the first that no longer fits beside the newer ones must leave.
-      out.retry = list_wait(s, first, cost, limit, window, now)
-      out.reset = untouched
-      out.nxt = false
+      ${deniedLua('limit - sum', 'limit', 'list_wait(s, first, cost, limit, window, now)', 'out.reset = untouched')}
     end
   end
 end

@@ -1,4 +1,21 @@
+import { admittedLua, deniedLua } from './outcome.js';
 import type { LuaPort } from './port.js';
+
+/**
+ * The window `now` falls in (`start`) and what it has counted (`count`), as the model's `windowAt` finds
+ * them; `window` is in scope. Shared by the decision and the count of a denied call.
+ */
+const WINDOW_AT = `    local start
+    local count = 0
+    if c.c == 0 then
+      start = now - fmod(now, window)
+      if s and s[2] == start then count = s[3] end
+    elseif s and s[3] > 0 and now < s[2] + window then
+      start = s[2]
+      count = s[3]
+    else
+      start = now
+    end`;
 
 /**
  * Lua port of `evaluateFixedWindow` and `countFixedWindowHit` (model/fixed-window.ts): at most `limit`
@@ -10,49 +27,26 @@ const SOURCE = `
 local function load_fixed_window()
   fixed_window = function(c, s, now, cost, _, out)
     local limit, window = c.limit, c.a
-    local start
-    local count = 0
-    if c.c == 0 then
-      start = now - fmod(now, window)
-      if s and s[2] == start then count = s[3] end
-    elseif s and s[3] > 0 and now < s[2] + window then
-      start = s[2]
-      count = s[3]
-    else
-      start = now
-    end
+${WINDOW_AT}
     local after = count + cost
     out.delay = 0
     if after <= limit then
-      out.allowed = true
-      out.reason = OK
-      out.remaining = clamp_remaining(limit - after, limit)
-      out.retry = 0
+      ${admittedLua('limit - after', 'limit')}
       if after > 0 then out.reset = start + window - now else out.reset = 0 end
       if cost == 0 then out.nxt = false else out.nxt = { 0, start, after } end
     else
-      out.allowed = false
-      out.reason = LIMIT
-      out.remaining = clamp_remaining(limit - count, limit)
-      out.retry = start + window - now
-      if count > 0 then out.reset = start + window - now else out.reset = 0 end
-      out.nxt = false
+      ${deniedLua(
+        'limit - count',
+        'limit',
+        'start + window - now',
+        'if count > 0 then out.reset = start + window - now else out.reset = 0 end',
+      )}
     end
   end
   -- The state once a call is counted whatever its outcome; the count stops at MAX_COST (2^53 - 1).
   fixed_window_hit = function(c, s, now, cost)
     local window = c.a
-    local start
-    local count = 0
-    if c.c == 0 then
-      start = now - fmod(now, window)
-      if s and s[2] == start then count = s[3] end
-    elseif s and s[3] > 0 and now < s[2] + window then
-      start = s[2]
-      count = s[3]
-    else
-      start = now
-    end
+${WINDOW_AT}
     local after = count + cost
     if after > 9007199254740991 then after = 9007199254740991 end
     local blocked = 0

@@ -1,3 +1,4 @@
+import { admittedLua, deniedLua } from './outcome.js';
 import type { LuaPort } from './port.js';
 
 /**
@@ -63,19 +64,16 @@ local function load_sliding_log()
     if min_gap > 0 and cost > 0 and last >= 0 and now - last < min_gap then gap_wait = last + min_gap - now end
     out.delay = 0
     if sum + cost <= limit and gap_wait == 0 then
-      out.allowed = true
-      out.reason = OK
-      out.remaining = clamp_remaining(limit - (sum + cost), limit)
-      out.retry = 0
+      ${admittedLua('limit - (sum + cost)', 'limit')}
       if cost > 0 then out.reset = hold else out.reset = until_untouched(last, hold, now) end
       if cost == 0 then out.nxt = false else out.nxt = log_coalesce(log_append(s, first, now, cost), limit) end
     else
-      out.allowed = false
-      out.reason = LIMIT
-      out.remaining = clamp_remaining(limit - sum, limit)
-      out.retry = max(gap_wait, sum_wait(s, first, sum, cost, limit, window, now))
-      out.reset = until_untouched(last, hold, now)
-      out.nxt = false
+      ${deniedLua(
+        'limit - sum',
+        'limit',
+        'max(gap_wait, sum_wait(s, first, sum, cost, limit, window, now))',
+        'out.reset = until_untouched(last, hold, now)',
+      )}
     end
   end
 

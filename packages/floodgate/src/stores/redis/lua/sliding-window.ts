@@ -1,3 +1,4 @@
+import { admittedLua, deniedLua } from './outcome.js';
 import type { LuaPort } from './port.js';
 
 /**
@@ -51,19 +52,16 @@ local function load_sliding_window()
     if count > 0 then reset = start + 2 * window - now elseif previous > 0 then reset = start + window - now end
     if estimate + cost <= limit then
       local after = count + cost
-      out.allowed = true
-      out.reason = OK
-      out.remaining = clamp_remaining(limit - (estimate + cost), limit)
-      out.retry = 0
+      ${admittedLua('limit - (estimate + cost)', 'limit')}
       if after > 0 then out.reset = start + 2 * window - now else out.reset = reset end
       if cost == 0 then out.nxt = false else out.nxt = { 0, start, after, previous } end
     else
-      out.allowed = false
-      out.reason = LIMIT
-      out.remaining = clamp_remaining(limit - estimate, limit)
-      out.retry = sliding_retry(previous, count, window, elapsed, limit, cost)
-      out.reset = reset
-      out.nxt = false
+      ${deniedLua(
+        'limit - estimate',
+        'limit',
+        'sliding_retry(previous, count, window, elapsed, limit, cost)',
+        'out.reset = reset',
+      )}
     end
   end
 end

@@ -1,3 +1,4 @@
+import { admittedLua, deniedLua } from './outcome.js';
 import type { LuaPort } from './port.js';
 
 /**
@@ -52,10 +53,7 @@ local function load_token_interval()
     local after = used + cost
     out.delay = 0
     if after <= capacity then
-      out.allowed = true
-      out.reason = OK
-      out.remaining = clamp_remaining(capacity - after, capacity)
-      out.retry = 0
+      ${admittedLua('capacity - after', 'capacity')}
       if cost > 0 then
         out.reset = anchor + intervals_until(after, 0, 0, refill, dust) * interval - now
         out.nxt = { 0, after, anchor }
@@ -68,12 +66,12 @@ local function load_token_interval()
         out.nxt = false
       end
     else
-      out.allowed = false
-      out.reason = LIMIT
-      out.remaining = clamp_remaining(capacity - used, capacity)
-      out.retry = s[3] + intervals_until(s[2], cost, capacity, refill, dust) * interval - now
-      out.reset = s[3] + intervals_until(s[2], 0, 0, refill, dust) * interval - now
-      out.nxt = false
+      ${deniedLua(
+        'capacity - used',
+        'capacity',
+        's[3] + intervals_until(s[2], cost, capacity, refill, dust) * interval - now',
+        'out.reset = s[3] + intervals_until(s[2], 0, 0, refill, dust) * interval - now',
+      )}
     end
   end
 end
