@@ -10,7 +10,12 @@ import {
   MeterProvider,
   PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics';
-import { InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  type ReadableSpan,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { rateLimit } from '../../src/http/node.js';
 import {
@@ -33,7 +38,7 @@ const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULAT
 const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
 const meterProvider = new MeterProvider({ readers: [reader] });
 const spanExporter = new InMemorySpanExporter();
-const tracerProvider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter: spanExporter })] });
+const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spanExporter)] });
 const contextManager = new AsyncLocalStorageContextManager();
 
 /** A user's key that must never appear in telemetry as it is. */
