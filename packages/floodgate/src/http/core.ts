@@ -160,7 +160,11 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
       // A lease of the request's cost: the same decision, with the time the store took it, which is
       // what giving the cost back needs.
       const call = policies === undefined ? undefined : { policies };
+      // Not through `limiter.limit`: reported to OpenTelemetry here, as `limit` would report it.
+      const t = telemetry;
+      const startedMs = t === undefined ? 0 : t.now();
       return takeLease(limiter, key, cost, cost, call).then(({ decision, atUs }) => {
+        t?.decided(limiter.prefix, 'limit', key, decision, startedMs);
         const consumed = decision.allowed && decision.reason !== 'degraded' && atUs !== undefined;
         const settle = consumed ? refund.settler(request, key, cost, policies, atUs) : undefined;
         return finish(request, key, cost, decision, policies, settle);

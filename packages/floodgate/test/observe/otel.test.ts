@@ -203,6 +203,30 @@ describe('OpenTelemetry, with a provider registered and nothing else set up', ()
     expect(JSON.stringify([one, two])).not.toContain(SECRET_KEY);
   });
 
+  it('counts a middleware decision that gives its cost back later (skipFailedRequests) as one decision', async () => {
+    const limit = rateLimit({
+      policies: fixedWindow({ name: 'refunded', limit: 5, windowMs: 60_000 }),
+      prefix: 'refunds',
+      skipFailedRequests: true,
+      key: (req) => String(req.headers['x-user']),
+    });
+    const { server, url } = await serve(
+      limit.wrap((_req, res) => {
+        res.statusCode = 500;
+        res.end('failed');
+      }),
+    );
+    servers.push(server);
+    expect((await fetch(url, { headers: { 'x-user': SECRET_KEY } })).status).toBe(500);
+    const collected = await collect();
+    expect(
+      points(collected, 'floodgate.decisions')
+        .filter((p) => p.attributes['floodgate.prefix'] === 'refunds')
+        .map((p) => [p.attributes['floodgate.result'], p.value]),
+    ).toEqual([['allowed', 1]]);
+    expect(collected.spans.at(-1)?.events).toMatchObject([{ name: 'floodgate.decision' }]);
+  });
+
   it('adds a hashed key to events only when asked, and never to metrics', async () => {
     configureTelemetry({ hashKey: true, keySalt: 'pepper' });
     const limit = rateLimit({
