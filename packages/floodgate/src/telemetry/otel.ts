@@ -21,8 +21,13 @@ interface InstrumentOptions {
   unit?: string;
   advice?: { explicitBucketBoundaries?: number[] };
 }
+type ObservableCallback = (result: { observe(value: number, attributes?: Attributes): void }) => void;
+interface OtelObservable {
+  addCallback(callback: ObservableCallback): void;
+  removeCallback(callback: ObservableCallback): void;
+}
 interface OtelMeter {
-  createCounter(name: string, options?: InstrumentOptions): OtelAdd;
+  createObservableCounter(name: string, options?: InstrumentOptions): OtelObservable;
   createUpDownCounter(name: string, options?: InstrumentOptions): OtelAdd;
   createHistogram(name: string, options?: InstrumentOptions): OtelRecord;
 }
@@ -79,21 +84,41 @@ export interface TelemetryOptions {
   spans?: boolean;
 }
 
+/** Most attribute sets `floodgate.decisions` keeps apart (below the SDK's default cardinality limit, 2000); past it, decisions count under policy `(other)`. */
+const MAX_DECISION_SERIES = 1000;
+
+/** One attribute set of `floodgate.decisions`, and its count so far. */
+interface Series {
+  readonly attributes: Attributes;
+  count: number;
+}
+
 /** The instruments, built from the meter of the provider registered when they were built. */
 class Instruments {
-  readonly decisions: OtelAdd;
   readonly duration: OtelRecord;
   readonly queued: OtelAdd;
   readonly timeInQueue: OtelRecord;
   readonly activePermits: OtelAdd;
   readonly permitDuration: OtelRecord;
+  /**
+   * Decision counts by attribute set, read by the SDK when it collects: an SDK's `counter.add` costs a
+   * few µs (it hashes the attributes each time), a count here a map lookup.
+   */
+  private readonly series = new Map<string, Series>();
+  private readonly decisions: OtelObservable;
+  private readonly observe: ObservableCallback;
 
-  constructor(meter: OtelMeter) {
+  constructor(readonly meter: OtelMeter) {
     const advice = { explicitBucketBoundaries: [...DURATION_BUCKETS_S] };
-    this.decisions = meter.createCounter('floodgate.decisions', {
+    const series = this.series;
+    this.decisions = meter.createObservableCounter('floodgate.decisions', {
       description: 'Decisions made, by limiter prefix, binding policy, operation and result (allowed or denied).',
       unit: '{decision}',
     });
+    this.observe = (result) => {
+      for (const s of series.values()) result.observe(s.count, s.attributes);
+    };
+    this.decisions.addCallback(this.observe);
     this.duration = meter.createHistogram('floodgate.decision.duration', {
       description: 'Time to make a decision, store round trip included.',
       unit: 's',
@@ -117,6 +142,30 @@ class Instruments {
       unit: 's',
       advice,
     });
+  }
+
+  /** Stops reporting the decision counts (the instruments of another provider replace these). */
+  close(): void {
+    this.decisions.removeCallback(this.observe);
+  }
+
+  /** Counts a decision; returns its attributes (one object per attribute set, reused). */
+  count(prefix: string, operation: string, decision: DecisionSummary): Attributes {
+    const result = decision.allowed ? 'allowed' : 'denied';
+    const id = `${prefix}\0${decision.policy}\0${operation}\0${result}\0${decision.reason ?? ''}`;
+    let entry = this.series.get(id);
+    if (entry === undefined) {
+      const policy = this.series.size < MAX_DECISION_SERIES ? decision.policy : '(other)';
+      const other = `${prefix}\0${policy}\0${operation}\0${result}\0${decision.reason ?? ''}`;
+      entry = this.series.get(other);
+      if (entry === undefined) {
+        entry = { attributes: decisionAttributes(prefix, operation, { ...decision, policy }), count: 0 };
+        this.series.set(other, entry);
+      }
+      if (policy === decision.policy) this.series.set(id, entry);
+    }
+    entry.count++;
+    return entry.attributes;
   }
 }
 
@@ -143,7 +192,7 @@ export class Telemetry {
   constructor(
     private readonly api: OtelApi,
     private readonly meter: OtelMeter,
-    private readonly instruments: Instruments | undefined,
+    readonly instruments: Instruments | undefined,
     private readonly tracer: OtelTracer | undefined,
     private readonly options: TelemetryOptions,
   ) {}
@@ -171,14 +220,13 @@ export class Telemetry {
     startedMs: number,
     span?: OtelSpan,
   ): void {
-    const attributes = decisionAttributes(prefix, operation, decision);
     const instruments = this.instruments;
     if (instruments !== undefined) {
-      instruments.decisions.add(1, attributes);
+      const attributes = instruments.count(prefix, operation, decision);
       instruments.duration.record((performance.now() - startedMs) / 1000, attributes);
     }
     if (span !== undefined) {
-      span.setAttributes(this.eventAttributes(attributes, key, decision));
+      span.setAttributes(this.eventAttributes(decisionAttributes(prefix, operation, decision), key, decision));
       span.end();
     }
   }
@@ -269,10 +317,16 @@ let poll: ReturnType<typeof setInterval> | undefined;
 /** How often the registered providers are looked at again (an SDK may be set up after the limiter). */
 const POLL_MS = 1000;
 
+/** Reports nothing more: the decision counts' callback leaves its meter. */
+function stop(): void {
+  telemetry?.instruments?.close();
+  telemetry = undefined;
+}
+
 /** Builds `telemetry` from the providers registered now. */
 function refresh(): void {
   if (api === undefined || api === null || options.enabled === false) {
-    telemetry = undefined;
+    stop();
     return;
   }
   const meter = api.metrics.getMeterProvider().getMeter(INSTRUMENTATION_SCOPE);
@@ -283,12 +337,19 @@ function refresh(): void {
       ? tracerProvider.getDelegateTracer(INSTRUMENTATION_SCOPE)
       : tracerProvider.getTracer(INSTRUMENTATION_SCOPE);
   if (!metricsOn && tracer === undefined) {
-    telemetry = undefined;
+    stop();
     return;
   }
   const current = telemetry;
   if (current?.matches(meter, tracer, options) === true) return;
-  telemetry = new Telemetry(api, meter, metricsOn ? new Instruments(meter) : undefined, tracer, options);
+  // The same meter keeps its instruments (and its counts); another one gets new ones.
+  let instruments = current?.instruments;
+  if (instruments !== undefined && (!metricsOn || instruments.meter !== meter)) {
+    instruments.close();
+    instruments = undefined;
+  }
+  if (metricsOn) instruments ??= new Instruments(meter);
+  telemetry = new Telemetry(api, meter, instruments, tracer, options);
 }
 
 /**

@@ -326,6 +326,24 @@ describe('OpenTelemetry, with a provider registered and nothing else set up', ()
     expect(JSON.stringify(after)).not.toContain(SECRET_KEY);
   });
 
+  it('keeps at most 1000 decision series: policy names made per call fold into (other)', async () => {
+    const limiter = createLimiter({ store: memoryStore(), prefix: 'names' });
+    for (let i = 0; i < 2100; i++) {
+      limiter.limitSync('k', { policies: fixedWindow({ name: `per-call-${i}`, limit: 5, windowMs: 1000 }) });
+    }
+    const series = points(await collect(), 'floodgate.decisions');
+    expect(series.length).toBeLessThanOrEqual(1001);
+    const other = series.find((p) => p.attributes['floodgate.policy'] === '(other)');
+    const named = series.filter((p) => p.attributes['floodgate.prefix'] === 'names').length;
+    expect(named).toBeLessThan(2100);
+    // Every decision is counted, folded or not.
+    const counted = series
+      .filter((p) => p.attributes['floodgate.prefix'] === 'names')
+      .reduce((sum, p) => sum + (p.value as number), 0);
+    expect(counted).toBe(2100);
+    expect(other?.value).toBeGreaterThanOrEqual(1100);
+  });
+
   it('refuses bad settings with an error naming the option', () => {
     for (const [settings, option] of [
       [null, 'configureTelemetry(options)'],
