@@ -8,7 +8,7 @@ import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
 import { type FastPath, isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
 import { toStoreError } from '../stores/store-errors.js';
-import { loadTelemetry, type Telemetry, telemetry } from '../telemetry/otel.js';
+import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/otel.js';
 import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
@@ -255,6 +255,7 @@ export class Limiter {
   limit(key: string, options?: CallOptions): Promise<Decision> {
     const t = telemetry;
     if (t !== undefined) return this.observed(t, key, options, true);
+    tick();
     return this.decide(key, options, true);
   }
 
@@ -262,6 +263,7 @@ export class Limiter {
   check(key: string, options?: CallOptions): Promise<Decision> {
     const t = telemetry;
     if (t !== undefined) return this.observed(t, key, options, false);
+    tick();
     return this.decide(key, options, false);
   }
 
@@ -407,6 +409,7 @@ export class Limiter {
   limitSync(key: string, options?: CallOptions): Decision {
     const t = telemetry;
     if (t !== undefined) return this.observedSync(t, key, options, true);
+    tick();
     const fast = this.fast;
     if (fast !== undefined && options === undefined) return this.fastSync(fast, key, true);
     return this.decideSync(key, options, true);
@@ -416,6 +419,7 @@ export class Limiter {
   checkSync(key: string, options?: CallOptions): Decision {
     const t = telemetry;
     if (t !== undefined) return this.observedSync(t, key, options, false);
+    tick();
     const fast = this.fast;
     if (fast !== undefined && options === undefined) return this.fastSync(fast, key, false);
     return this.decideSync(key, options, false);

@@ -2,7 +2,7 @@ import type { Clock } from '../clock.js';
 import { describeValue, FloodgateError, invalid } from '../errors.js';
 import { encodeKey, storageKey, validateKey, validatePrefix } from '../keys.js';
 import { toStoreError } from '../stores/store-errors.js';
-import { loadTelemetry, type Telemetry, telemetry } from '../telemetry/otel.js';
+import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/otel.js';
 import { newLeaseId, validateLeaseId } from './lease-id.js';
 import { Permit, type PermitHost } from './permit.js';
 import type { ConcurrencyPolicy } from './policy.js';
@@ -106,7 +106,10 @@ export class Permits {
   /** Asks for a permit of `cost` on `key`, without waiting: the decision says whether it was granted. */
   async limit(key: string, options?: PermitCallOptions): Promise<PermitDecision> {
     const t = telemetry;
-    if (t === undefined) return this.#limit(key, options, undefined);
+    if (t === undefined) {
+      tick();
+      return this.#limit(key, options, undefined);
+    }
     const span = t.startSpan('permit');
     const startedMs = t.now();
     let decision: PermitDecision;

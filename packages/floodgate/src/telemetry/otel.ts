@@ -220,6 +220,7 @@ export class Telemetry {
     startedMs: number,
     span?: OtelSpan,
   ): void {
+    tick();
     const instruments = this.instruments;
     if (instruments !== undefined) {
       const attributes = instruments.count(prefix, operation, decision);
@@ -313,9 +314,22 @@ export let telemetry: Telemetry | undefined;
 let api: OtelApi | null | undefined;
 let loading: Promise<boolean> | undefined;
 let options: TelemetryOptions = {};
-let poll: ReturnType<typeof setInterval> | undefined;
-/** How often the registered providers are looked at again (an SDK may be set up after the limiter). */
-const POLL_MS = 1000;
+/**
+ * Decisions between two looks at the registered providers (an SDK may be set up after the limiter, or
+ * replaced). Counted rather than timed: a timer of a library would run in its users' fake-timer tests.
+ */
+const RECHECK_EVERY = 4096;
+let untilRecheck = RECHECK_EVERY;
+
+/**
+ * Called by each decision: every {@link RECHECK_EVERY} decisions, looks at the registered providers
+ * again. A decrement otherwise.
+ */
+export function tick(): void {
+  if (--untilRecheck > 0) return;
+  untilRecheck = RECHECK_EVERY;
+  if (api !== undefined && api !== null) refresh();
+}
 
 /** Reports nothing more: the decision counts' callback leaves its meter. */
 function stop(): void {
@@ -357,7 +371,11 @@ function refresh(): void {
  * middleware is built. Resolves to whether the package is there.
  */
 export function loadTelemetry(): Promise<boolean> {
-  if (loading !== undefined) return loading;
+  if (loading !== undefined) {
+    // Each limiter, permit set or middleware built looks at the providers again.
+    if (api !== undefined && api !== null) refresh();
+    return loading;
+  }
   // A specifier in a variable: bundlers leave the import alone instead of failing on a missing package.
   const specifier = '@opentelemetry/api';
   let imported: Promise<unknown>;
@@ -381,8 +399,6 @@ export function loadTelemetry(): Promise<boolean> {
       }
       api = candidate as OtelApi;
       refresh();
-      poll = setInterval(refresh, POLL_MS);
-      (poll as { unref?: () => void }).unref?.();
       return true;
     },
     () => {
@@ -396,7 +412,8 @@ export function loadTelemetry(): Promise<boolean> {
 /**
  * Sets how floodgate reports to OpenTelemetry. Nothing is needed for the defaults: with
  * `@opentelemetry/api` installed and a provider registered (the SDK started), floodgate records its
- * instruments and the middleware's span events within a second, on its own.
+ * instruments and the middleware's span events on its own (a provider registered after the first limiter
+ * is seen when the next limiter is built, or within 4096 decisions).
  *
  * @example
  * ```ts
@@ -422,9 +439,9 @@ export function configureTelemetry(settings: TelemetryOptions): void {
 }
 
 /**
- * Loads `@opentelemetry/api` if it is not yet, and looks at the registered providers now rather than
- * within the second: resolves to whether floodgate reports to OpenTelemetry. For tests, and for a
- * process that must count its very first decisions.
+ * Loads `@opentelemetry/api` if it is not yet, and looks at the registered providers now rather than at
+ * the next look: resolves to whether floodgate reports to OpenTelemetry. For tests, and for a process
+ * that must count its very first decisions.
  */
 export async function telemetryReady(): Promise<boolean> {
   await loadTelemetry();

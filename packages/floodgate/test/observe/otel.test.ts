@@ -344,6 +344,28 @@ describe('OpenTelemetry, with a provider registered and nothing else set up', ()
     expect(other?.value).toBeGreaterThanOrEqual(1100);
   });
 
+  it('sees a provider registered after the limiter within 4096 decisions, with no timer', async () => {
+    const limiter = createLimiter({
+      store: memoryStore(),
+      policies: fixedWindow({ limit: 1e9, windowMs: 1000 }),
+      prefix: 'late',
+    });
+    metrics.disable();
+    trace.disable();
+    for (let i = 0; i < 4096; i++) limiter.limitSync('k');
+    metrics.setGlobalMeterProvider(meterProvider);
+    trace.setGlobalTracerProvider(tracerProvider);
+    // Off until floodgate looks again: counted decisions, not a timer.
+    limiter.limitSync('k');
+    for (let i = 0; i < 4096; i++) limiter.limitSync('k');
+    const late = points(await collect(), 'floodgate.decisions').filter(
+      (p) => p.attributes['floodgate.prefix'] === 'late',
+    );
+    expect(late.length).toBe(1);
+    expect(late[0]?.value).toBeGreaterThan(0);
+    expect(late[0]?.value).toBeLessThan(4097);
+  });
+
   it('refuses bad settings with an error naming the option', () => {
     for (const [settings, option] of [
       [null, 'configureTelemetry(options)'],
