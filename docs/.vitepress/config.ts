@@ -108,6 +108,7 @@ export default defineConfig({
           { text: 'Waiting instead of failing', link: '/waiting' },
           { text: 'Stored overrides', link: '/overrides' },
           { text: 'Concurrency limits', link: '/concurrency' },
+          { text: 'Telemetry', link: '/telemetry' },
           { text: 'Failure modes', link: '/failure-modes' },
           { text: 'Headers and client keys', link: '/headers' },
           { text: 'Clocks', link: '/clocks' },

@@ -58,3 +58,4 @@ export {
 export type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from './permits/store.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
 export type { Store } from './stores/store.js';
+export { configureTelemetry, type TelemetryOptions, telemetryReady } from './telemetry/otel.js';

@@ -31,6 +31,6 @@ export interface ServiceContext {
   readonly admin?: AdminAuth | undefined;
   /** The stored overrides, when the service has an admin API. */
   readonly overrides?: Overrides | undefined;
-  /** The top denied keys and tenants, when the service keeps them. */
-  topDenied?(): unknown;
+  /** The `n` most denied keys and tenants, when the service keeps them. */
+  topDenied?(n?: number): unknown;
 }

@@ -395,13 +395,14 @@ async function ready(ctx: ServiceContext, res: ServerResponse): Promise<void> {
 /** Decision rates by policy, store health, latency and the most denied keys: what the live page polls. */
 async function stats(ctx: ServiceContext, res: ServerResponse, seconds: number): Promise<void> {
   const up = ctx.draining ? false : await ctx.probeStore();
-  const { deniedKeys, deniedKeysTotal, ...health } = ctx.stats.live(seconds);
+  const { deniedKeys, deniedKeysTotal, deniedTenants, ...health } = ctx.stats.live(seconds);
   json(res, 200, {
     store: ctx.storeName,
     ...ctx.stats.rates(seconds),
     health: { up, breaker: ctx.engine.limiter.breakerState, ...health },
     deniedKeys,
     deniedKeysTotal,
+    deniedTenants,
   });
 }
 

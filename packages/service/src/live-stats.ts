@@ -1,3 +1,5 @@
+import { TopKeys } from 'floodgate';
+
 /** One key of the {@link DeniedKeys} sketch. */
 export interface DeniedKey {
   readonly key: string;
@@ -8,78 +10,49 @@ export interface DeniedKey {
 }
 
 /**
- * The most denied keys, in a fixed amount of memory whatever the number of keys: a Space-Saving sketch
- * (Metwally, Agrawal, El Abbadi, 2005). It holds `capacity` counters; a key that is not held takes the
- * counter of the least counted one and inherits its count as possible error. Any key denied more than
- * `total / capacity` times is guaranteed to be held, so an attacker cannot hide among many small keys.
+ * The most denied keys (or tenants), in a fixed amount of memory whatever the number of keys: the
+ * library's Space-Saving sketch ({@link TopKeys}) with epochs for intervals. It holds `capacity` counters
+ * per epoch; a key that is not held takes the counter of the least counted one and inherits its count as
+ * possible error. Any key denied more than `total / capacity` times is guaranteed to be held, so an
+ * attacker cannot hide among many small keys.
  *
  * Counts cover the current epoch and the one before (rotated by {@link rotate}), so the list follows
  * what happens now rather than since the start.
  */
 export class DeniedKeys {
-  private current = new Map<string, { count: number; error: number }>();
-  private previous = new Map<string, { count: number; error: number }>();
-  /** Denials in the current epoch. */
-  private total = 0;
-  private previousTotal = 0;
+  private readonly sketch: TopKeys;
+  /** The current epoch, the sketch's time: one unit per epoch. */
+  private epoch = 0;
 
   constructor(readonly capacity = 128) {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError('capacity must be a positive integer');
+    this.sketch = new TopKeys({ capacity, intervalMs: 1 });
   }
 
   /** Counts one denial of `key`. */
   add(key: string): void {
-    this.total++;
-    const held = this.current.get(key);
-    if (held !== undefined) {
-      held.count++;
-      return;
-    }
-    if (this.current.size < this.capacity) {
-      this.current.set(key, { count: 1, error: 0 });
-      return;
-    }
-    // Full: the least counted key makes room. A linear scan of a small, fixed capacity costs less than
-    // keeping a heap in order on every denial, and only keys not already held pay it.
-    let minKey = '';
-    let min = Number.POSITIVE_INFINITY;
-    for (const [k, v] of this.current) {
-      if (v.count < min) {
-        min = v.count;
-        minKey = k;
-      }
-    }
-    this.current.delete(minKey);
-    this.current.set(key, { count: min + 1, error: min });
+    this.sketch.record(key, this.epoch);
   }
 
   /** Starts a new epoch: the current counts become the previous ones. */
   rotate(): void {
-    this.previous = this.current;
-    this.previousTotal = this.total;
-    this.current = new Map();
-    this.total = 0;
+    this.epoch++;
   }
 
   /** The `n` most denied keys over the current and previous epochs, most denied first. */
-  top(n: number): { total: number; keys: DeniedKey[] } {
-    const merged = new Map<string, { count: number; error: number }>();
-    for (const map of [this.previous, this.current]) {
-      for (const [key, v] of map) {
-        const seen = merged.get(key);
-        if (seen === undefined) merged.set(key, { count: v.count, error: v.error });
-        else {
-          seen.count += v.count;
-          seen.error += v.error;
-        }
-      }
-    }
-    const keys = [...merged]
-      .map(([key, v]) => ({ key, count: v.count, error: v.error }))
-      .sort((a, b) => b.count - a.count || (a.key < b.key ? -1 : 1))
-      .slice(0, n);
-    return { total: this.total + this.previousTotal, keys };
+  top(n: number): DeniedReport {
+    const { keys, total, error } = this.sketch.top(n, this.epoch);
+    return { total, error, keys };
   }
+}
+
+/** What {@link DeniedKeys.top} reports. */
+export interface DeniedReport {
+  /** Denials counted over the span, every key included. */
+  readonly total: number;
+  /** The largest over-estimate of any count; a key not listed was denied at most this often. */
+  readonly error: number;
+  readonly keys: DeniedKey[];
 }
 
 /** Buckets per doubling of the latency histogram: bucket edges about 19% apart. */

@@ -91,6 +91,38 @@ export class Metrics {
         if (stats.degraded > 0) this.inc(stats.degraded);
       },
     });
+    // The most denied keys and tenants are named by the admin API only: here, their sketch's size and error.
+    const sketches = { key: stats.deniedKeys, tenant: stats.deniedTenants };
+    const report = (kind: 'key' | 'tenant') => sketches[kind].top(sketches[kind].capacity);
+    new Gauge({
+      name: 'floodgate_top_denied_denials',
+      help: 'Denials counted by the most-denied sketch over its span (the last 30 to 60 s), by kind (key, tenant).',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        for (const kind of ['key', 'tenant'] as const) this.set({ kind }, report(kind).total);
+      },
+    });
+    new Gauge({
+      name: 'floodgate_top_denied_error',
+      help:
+        'Largest over-estimate of a count in the most-denied report (a key not listed was denied at most this ' +
+        'often over the span), by kind (key, tenant). The keys themselves: GET /v1/admin/top-denied.',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        for (const kind of ['key', 'tenant'] as const) this.set({ kind }, report(kind).error);
+      },
+    });
+    new Gauge({
+      name: 'floodgate_top_denied_tracked',
+      help: 'Keys (or tenants) the most-denied sketch holds a counter for, by kind: at most its capacity per interval.',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        for (const kind of ['key', 'tenant'] as const) this.set({ kind }, report(kind).keys.length);
+      },
+    });
     const inFlight = this.inFlight;
     new Gauge({
       name: 'floodgate_in_flight_requests',

@@ -15,10 +15,11 @@ import { Engine } from './engine.js';
 import { createGrpcServer, type GrpcServer, type GrpcServerOptions } from './grpc/server.js';
 import { RateLimitHeaders } from './headers.js';
 import { createHttpApi, type HttpApiServer } from './http-api.js';
+import type { DeniedReport } from './live-stats.js';
 import type { Api } from './metrics.js';
 import { Metrics } from './metrics.js';
 import { ENVOY_UNIT_NUMBERS } from './rules.js';
-import { DecisionStats } from './stats.js';
+import { DecisionStats, tenantOfKey } from './stats.js';
 import { type OpenedStore, openStore } from './store-url.js';
 import { TlsCredentials, type TlsOptions, type TlsReloadResult } from './tls.js';
 
@@ -198,11 +199,12 @@ export class Service implements ServiceContext {
   }
 
   /**
-   * The most denied keys over the last two epochs of the live view (a Space-Saving sketch: each count
-   * over-estimates by at most its `error`), for the admin API. Keys never become metric labels.
+   * The `n` most denied keys and tenants over the last two epochs of the live view (30 to 60 s; a
+   * Space-Saving sketch: each count over-estimates by at most its `error`, and a key absent from the list
+   * was denied at most the report's `error` times), for the admin API. Keys never become metric labels.
    */
-  topDenied(): unknown {
-    return this.stats.deniedKeys.top(20);
+  topDenied(n = 20): { keys: DeniedReport; tenants: DeniedReport } {
+    return { keys: this.stats.deniedKeys.top(n), tenants: this.stats.deniedTenants.top(n) };
   }
 
   get storeName(): string {
@@ -427,7 +429,10 @@ export class Service implements ServiceContext {
     // without the store (failure 'closed') say nothing about a key, so they are not counted against it.
     const stats = this.stats;
     engine.limiter.on('decision', (event) => {
-      if (event.commit && !event.decision.allowed && event.source !== 'degraded') stats.deniedKeys.add(event.key);
+      if (!event.commit || event.decision.allowed || event.source === 'degraded') return;
+      stats.deniedKeys.add(event.key);
+      const tenant = tenantOfKey(event.key);
+      if (tenant !== undefined) stats.deniedTenants.add(tenant);
     });
     engine.limiter.on('storeError', ({ error }) => {
       if (error.code === 'ERR_STORE_FULL') this.metrics.storeFull.inc({ store: this.storeName });

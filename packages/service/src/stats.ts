@@ -18,6 +18,37 @@ export interface TallyLabels {
 /** Policy label of decisions made with a limit sent in the request (Envoy's descriptor `limit`). */
 export const OVERRIDE_POLICY_LABEL = 'request-override';
 
+/**
+ * The tenant of a counter key built from a descriptor's entries (`domain|key=value|…`, where `\\`, `|`
+ * and `=` inside a part are escaped by a backslash): the value of its `tenant` entry, unescaped. A key
+ * held by its digest has none.
+ */
+export function tenantOfKey(key: string): string | undefined {
+  if (!key.includes('tenant=')) return undefined;
+  let part = 0;
+  let entryKey = '';
+  let value = '';
+  let inValue = false;
+  for (let i = 0; i <= key.length; i++) {
+    const c = key[i];
+    if (c === '\\') {
+      const next = key[++i] ?? '';
+      if (inValue) value += next;
+      else entryKey += next;
+    } else if (c === '|' || c === undefined) {
+      if (part > 0 && inValue && entryKey === 'tenant') return value === '' ? undefined : value;
+      part++;
+      entryKey = '';
+      value = '';
+      inValue = false;
+    } else if (c === '=' && !inValue) {
+      inValue = true;
+    } else if (inValue) value += c;
+    else entryKey += c;
+  }
+  return undefined;
+}
+
 /** Samples (about one a second) per epoch of the denied-keys sketch. */
 const DENIED_KEYS_EPOCH_SAMPLES = 30;
 
@@ -32,6 +63,8 @@ export interface LiveStats {
   readonly deniedKeys: readonly DeniedKey[];
   /** Denials the sketch counted over the same span. */
   readonly deniedKeysTotal: number;
+  /** The most denied tenants (a descriptor's `tenant` entry), as `deniedKeys`. */
+  readonly deniedTenants: readonly DeniedKey[];
 }
 
 /** Rates over the window asked for, and totals, as served by the live stats endpoint. */
@@ -70,6 +103,11 @@ export class DecisionStats {
   storeErrors = 0;
   /** The most denied keys, in bounded memory (fed by the limiter's `decision` events). */
   readonly deniedKeys = new DeniedKeys();
+  /**
+   * The most denied tenants (the value of a descriptor's `tenant` entry), in bounded memory: a tenant
+   * counts the denials of all its keys.
+   */
+  readonly deniedTenants = new DeniedKeys();
   /** Time the engine takes per request (limiter and store), per second. */
   readonly latency = new LatencyHistogram();
   private history: {
@@ -128,7 +166,10 @@ export class DecisionStats {
     if (this.history.length > 61) this.history = this.history.slice(-61);
     this.latency.rotate();
     // The denied-keys list covers the last 30 to 60 seconds.
-    if (++this.samples % DENIED_KEYS_EPOCH_SAMPLES === 0) this.deniedKeys.rotate();
+    if (++this.samples % DENIED_KEYS_EPOCH_SAMPLES === 0) {
+      this.deniedKeys.rotate();
+      this.deniedTenants.rotate();
+    }
   }
 
   /**
@@ -141,6 +182,7 @@ export class DecisionStats {
     const spanS = last !== undefined && first !== undefined ? (last.atMs - first.atMs) / 1000 : 0;
     const rate = (now: number, before: number) => (spanS > 0 ? round((now - before) / spanS) : 0);
     const denied = this.deniedKeys.top(topKeys);
+    const tenants = this.deniedTenants.top(topKeys);
     return {
       storeErrorsPerSecond: rate(last?.storeErrors ?? 0, first?.storeErrors ?? 0),
       storeErrorsTotal: this.storeErrors,
@@ -149,6 +191,7 @@ export class DecisionStats {
       latency: this.latency.summary(Math.max(1, windowSeconds)),
       deniedKeys: denied.keys,
       deniedKeysTotal: denied.total,
+      deniedTenants: tenants.keys,
     };
   }
 

@@ -134,9 +134,37 @@ describe('admin API', () => {
     const { service } = await start();
     for (let i = 0; i < 5; i++) await post(service, '/v1/decide', tenant('noisy'));
     expect((await call(service, 'GET', '/v1/admin/top-denied')).status).toBe(401);
+    for (let i = 0; i < 4; i++) await post(service, '/v1/decide', tenant('quiet'));
     const top = await call(service, 'GET', '/v1/admin/top-denied', { token: TOKEN });
-    expect(top.body).toMatchObject({ total: 2, keys: [{ count: 2, error: 0 }] });
-    expect(JSON.stringify(top.body)).toContain('noisy');
+    expect(top.body).toEqual({
+      keys: {
+        total: 3,
+        error: 0,
+        keys: [
+          { key: 'api|tenant=noisy', count: 2, error: 0 },
+          { key: 'api|tenant=quiet', count: 1, error: 0 },
+        ],
+      },
+      tenants: {
+        total: 3,
+        error: 0,
+        keys: [
+          { key: 'noisy', count: 2, error: 0 },
+          { key: 'quiet', count: 1, error: 0 },
+        ],
+      },
+    });
+    const one = await call(service, 'GET', '/v1/admin/top-denied?n=1', { token: TOKEN });
+    expect((one.body.tenants as { keys: unknown[] }).keys).toEqual([{ key: 'noisy', count: 2, error: 0 }]);
+    for (const n of ['0', '129', '-1', '1e3', '2.5', 'x', '__proto__', '9'.repeat(400)]) {
+      const bad = await call(service, 'GET', `/v1/admin/top-denied?n=${n}`, { token: TOKEN });
+      expect([n, bad.status, bad.body.field]).toEqual([n, 400, 'n']);
+    }
+    // Keys never become metric labels: the metrics carry counts and the sketch's error only.
+    const metrics = await (await fetch(`http://127.0.0.1:${service.httpPort}/metrics`)).text();
+    expect(metrics).not.toContain('noisy');
+    expect(metrics).toContain('floodgate_top_denied_denials{kind="tenant"} 3');
+    expect(metrics).toContain('floodgate_top_denied_error{kind="key"} 0');
   });
 
   it('refuses bad admin input with a 400 naming the field, and bounds pages and bodies', async () => {

@@ -2,6 +2,7 @@ import { createServer } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeniedKeys, LatencyHistogram } from '../src/live-stats.js';
 import { type Service, startService } from '../src/service.js';
+import { tenantOfKey } from '../src/stats.js';
 import { get, post, startTestService, TEST_CONFIG } from './helpers.js';
 
 describe('the most denied keys sketch', () => {
@@ -39,8 +40,26 @@ describe('the most denied keys sketch', () => {
     expect(sketch.top(1).keys).toEqual([{ key: 'b', count: 4, error: 0 }]);
     sketch.rotate();
     sketch.rotate();
-    expect(sketch.top(5)).toEqual({ total: 0, keys: [] });
+    expect(sketch.top(5)).toEqual({ total: 0, error: 0, keys: [] });
     expect(() => new DeniedKeys(0)).toThrow(RangeError);
+  });
+});
+
+describe('the tenant of a counter key', () => {
+  it("reads the descriptor's tenant entry, and no value can forge one", () => {
+    expect(tenantOfKey('api|tenant=acme')).toBe('acme');
+    expect(tenantOfKey('api|user=u1|tenant=acme|path=/x')).toBe('acme');
+    expect(tenantOfKey('api|tenant=a\\|b\\=c')).toBe('a|b=c');
+    // Escaped separators inside a domain, an entry key or a value are not entries.
+    expect(tenantOfKey('api\\|tenant\\=evil')).toBeUndefined();
+    expect(tenantOfKey('api|user=x\\|tenant\\=evil')).toBeUndefined();
+    expect(tenantOfKey('api|x\\|tenant=evil')).toBeUndefined();
+    expect(tenantOfKey('tenant=evil')).toBeUndefined();
+    expect(tenantOfKey('api|tenant=')).toBeUndefined();
+    expect(tenantOfKey('api|tenant')).toBeUndefined();
+    expect(tenantOfKey('|#digest-of-a-long-key')).toBeUndefined();
+    // A dangling escape is no key the service builds: no tenant.
+    expect(tenantOfKey('api|tenant=x\\')).toBeUndefined();
   });
 });
 
@@ -105,6 +124,7 @@ describe('GET /v1/stats: store health, latency and the most denied keys', () => 
       { key: 'api|remote_address=198.51.100.4', count: 1, error: 0 },
     ]);
     expect(stats.deniedKeysTotal).toBe(8);
+    expect(stats.deniedTenants).toEqual([]);
     expect(stats.health).toMatchObject({ up: true, breaker: 'closed', storeErrorsTotal: 0, degradedTotal: 0 });
     expect(stats.health.latency.count).toBeGreaterThanOrEqual(15);
     expect(stats.health.latency.maxMs).toBeGreaterThan(0);

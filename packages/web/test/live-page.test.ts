@@ -18,6 +18,9 @@ domains:
       - key: remote_address
         policies:
           - { algorithm: gcra, name: per-ip, limit: 20, periodMs: 1000, burst: 5 }
+      - key: tenant
+        policies:
+          - { algorithm: fixed-window, name: per-tenant, limit: 2, windowMs: 3600000 }
       - key: path
         value: /login
         descriptors:
@@ -127,6 +130,35 @@ describe.skipIf(!enabled)('the live view of a running service, in Chromium', () 
     expect(await page.textContent('[data-health]')).toMatch(/closed/);
     await page.screenshot({ path: artifact('live.png'), fullPage: true });
     expect(session.errors).toEqual([]);
+  });
+
+  it('lists the most denied tenants, each with its denials', async () => {
+    const tally: Tally = { allowed: 0, denied: 0 };
+    const ask = async (tenant: string) => {
+      const response = await fetch(`http://127.0.0.1:${service.httpPort}/v1/decide`, {
+        method: 'POST',
+        body: JSON.stringify({ domain: 'api', descriptors: [{ entries: [{ key: 'tenant', value: tenant }] }] }),
+      });
+      const body = (await response.json()) as { descriptors: { allowed: boolean }[] };
+      if (body.descriptors[0]?.allowed) tally.allowed++;
+      else tally.denied++;
+    };
+    for (let i = 0; i < 6; i++) await ask('acme');
+    for (let i = 0; i < 3; i++) await ask('globex');
+    expect(tally).toEqual({ allowed: 4, denied: 5 });
+    await page.waitForFunction(
+      () => document.querySelector('[data-table=denied-tenants] tr[data-denied-tenant="globex"]') !== null,
+      undefined,
+      { timeout: 10_000 },
+    );
+    const tenants = await page.$$eval('[data-table=denied-tenants] tr[data-denied-tenant]', (rows) =>
+      rows.map((r) => [(r as HTMLElement).dataset.deniedTenant, Number((r as HTMLElement).dataset.count)]),
+    );
+    expect(tenants).toEqual([
+      ['acme', 4],
+      ['globex', 1],
+    ]);
+    await page.screenshot({ path: artifact('live-tenants.png'), fullPage: true });
   });
 });
 

@@ -7,6 +7,7 @@ import { validateCost } from '../model/cost.js';
 import type { Decision, Policy } from '../model/index.js';
 import { isSyncStore } from '../stores/store.js';
 import { classifyStoreError } from '../stores/store-errors.js';
+import { loadTelemetry, telemetry } from '../telemetry/otel.js';
 import { responder } from './denial.js';
 import {
   type HttpRateLimiter,
@@ -136,6 +137,7 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
   // store's decision costs less than the promises around it. Any hook that returns a promise, or an
   // asynchronous store, switches that request to the promise path.
   const syncStore = isSyncStore(limiter.store);
+  void loadTelemetry();
   type Result = MaybePromise<RateLimitOutcome | undefined>;
 
   const finish = (
@@ -146,6 +148,8 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
     policies: readonly Policy[] | undefined,
     settle: RateLimitOutcome['settle'],
   ): Result => {
+    // The decision as an event on the request's own span (the HTTP server's), when tracing is on.
+    telemetry?.spanEvent(limiter.prefix, key, decision);
     const outcome = respond(request, key, cost, decision, policies ?? defaultPolicies, settle);
     if (decision.delayMs === undefined || decision.delayMs <= 0) return outcome;
     return clock.sleep(decision.delayMs).then(() => outcome);
@@ -156,7 +160,11 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
       // A lease of the request's cost: the same decision, with the time the store took it, which is
       // what giving the cost back needs.
       const call = policies === undefined ? undefined : { policies };
+      // Not through `limiter.limit`: reported to OpenTelemetry here, as `limit` would report it.
+      const t = telemetry;
+      const startedMs = t === undefined ? 0 : t.now();
       return takeLease(limiter, key, cost, cost, call).then(({ decision, atUs }) => {
+        t?.decided(limiter.prefix, 'limit', key, decision, startedMs);
         const consumed = decision.allowed && decision.reason !== 'degraded' && atUs !== undefined;
         const settle = consumed ? refund.settler(request, key, cost, policies, atUs) : undefined;
         return finish(request, key, cost, decision, policies, settle);

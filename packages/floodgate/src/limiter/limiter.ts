@@ -8,6 +8,7 @@ import type { Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
 import { type FastPath, isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
 import { toStoreError } from '../stores/store-errors.js';
+import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/otel.js';
 import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
@@ -246,16 +247,59 @@ export class Limiter {
       storeError: (event) => this.emit('storeError', event),
       policiesFor: (policies) => this.policiesFor(policies),
     });
+    // OpenTelemetry, when `@opentelemetry/api` is installed: loaded once per process, in the background.
+    void loadTelemetry();
   }
 
   /** Decides a call and consumes its cost when admitted. */
   limit(key: string, options?: CallOptions): Promise<Decision> {
+    const t = telemetry;
+    if (t !== undefined) return this.observed(t, key, options, true);
+    tick();
     return this.decide(key, options, true);
   }
 
   /** Decides a call as `limit` would, changing nothing. */
   check(key: string, options?: CallOptions): Promise<Decision> {
+    const t = telemetry;
+    if (t !== undefined) return this.observed(t, key, options, false);
+    tick();
     return this.decide(key, options, false);
+  }
+
+  /** A promise decision reported to OpenTelemetry: counted, timed, and in a span when asked. */
+  private observed(t: Telemetry, key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision> {
+    const operation = commit ? 'limit' : 'check';
+    const span = t.startSpan(operation);
+    const startedMs = t.now();
+    return this.decide(key, options, commit).then(
+      (decision) => {
+        t.decided(this.prefix, operation, key, decision, startedMs, span);
+        return decision;
+      },
+      (error: unknown) => {
+        t.failed(span, error);
+        throw error;
+      },
+    );
+  }
+
+  /** A sync decision reported to OpenTelemetry. */
+  private observedSync(t: Telemetry, key: string, options: CallOptions | undefined, commit: boolean): Decision {
+    const operation = commit ? 'limit' : 'check';
+    const span = t.startSpan(operation);
+    const startedMs = t.now();
+    let decision: Decision;
+    try {
+      const fast = this.fast;
+      if (fast !== undefined && options === undefined) decision = this.fastSync(fast, key, commit);
+      else decision = this.decideSync(key, options, commit);
+    } catch (error) {
+      t.failed(span, error);
+      throw error;
+    }
+    t.decided(this.prefix, operation, key, decision, startedMs, span);
+    return decision;
   }
 
   /**
@@ -269,7 +313,27 @@ export class Limiter {
    * ```
    */
   acquire(key: string, options?: AcquireOptions): Promise<Decision> {
-    return acquire(this, this.clock ?? systemClock, key, options);
+    const t = telemetry;
+    const waiting = acquire(this, this.clock ?? systemClock, key, options);
+    if (t === undefined) return waiting;
+    const startedMs = t.now();
+    const prefix = this.prefix;
+    t.queued(prefix);
+    return waiting.then(
+      (decision) => {
+        t.dequeued(prefix, startedMs, 'acquired');
+        return decision;
+      },
+      (error: unknown) => {
+        const code = error instanceof FloodgateError ? error.code : undefined;
+        t.dequeued(
+          prefix,
+          startedMs,
+          code === 'ERR_TIMEOUT' ? 'timeout' : code === 'ERR_ABORTED' ? 'aborted' : 'error',
+        );
+        throw error;
+      },
+    );
   }
 
   /**
@@ -343,6 +407,9 @@ export class Limiter {
 
   /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
   limitSync(key: string, options?: CallOptions): Decision {
+    const t = telemetry;
+    if (t !== undefined) return this.observedSync(t, key, options, true);
+    tick();
     const fast = this.fast;
     if (fast !== undefined && options === undefined) return this.fastSync(fast, key, true);
     return this.decideSync(key, options, true);
@@ -350,6 +417,9 @@ export class Limiter {
 
   /** `check` without a promise. */
   checkSync(key: string, options?: CallOptions): Decision {
+    const t = telemetry;
+    if (t !== undefined) return this.observedSync(t, key, options, false);
+    tick();
     const fast = this.fast;
     if (fast !== undefined && options === undefined) return this.fastSync(fast, key, false);
     return this.decideSync(key, options, false);

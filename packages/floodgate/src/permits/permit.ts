@@ -39,6 +39,7 @@ export class Permit {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #sleep: AbortController | undefined;
   #released: Promise<boolean> | undefined;
+  #onEnd: ((end: 'released' | 'lost') => void) | undefined;
 
   /** @internal Built by {@link Permits}. */
   constructor(
@@ -46,7 +47,10 @@ export class Permit {
     grant: { key: string; storageKey: string; leaseId: string; cost: number; fence: number },
     /** How long the lease lasts from the moment the call was sent, ms of local time. */
     leftMs: number,
+    /** Told once when the permit ends: released, or its lease given up as lost (telemetry). */
+    onEnd?: (end: 'released' | 'lost') => void,
   ) {
+    this.#onEnd = onEnd;
     this.key = grant.key;
     this.leaseId = grant.leaseId;
     this.cost = grant.cost;
@@ -78,6 +82,7 @@ export class Permit {
         throw toStoreError(host.store.name, error);
       });
       this.#released = released;
+      this.#ended('released');
     }
     return this.#released;
   }
@@ -143,6 +148,14 @@ export class Permit {
     );
   }
 
+  /** Tells `onEnd` the first time the permit ends (a release tried again is not a second end). */
+  #ended(end: 'released' | 'lost'): void {
+    const onEnd = this.#onEnd;
+    if (onEnd === undefined) return;
+    this.#onEnd = undefined;
+    onEnd(end);
+  }
+
   #disarm(): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
@@ -153,6 +166,7 @@ export class Permit {
   #lose(why: string): void {
     this.#disarm();
     if (this.#released !== undefined || this.signal.aborted) return;
+    this.#ended('lost');
     this.#controller.abort(
       new FloodgateError('ERR_LEASE_LOST', `the permit on ${JSON.stringify(this.key.slice(0, 60))} was lost: ${why}`),
     );

@@ -3,6 +3,7 @@ import { describeValue, FloodgateError, invalid } from '../errors.js';
 import { encodeKey, storageKey, validateKey, validatePrefix } from '../keys.js';
 import { checkOptionsObject, hasMethods } from '../stores/kit/options.js';
 import { toStoreError } from '../stores/store-errors.js';
+import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/otel.js';
 import { newLeaseId, validateLeaseId } from './lease-id.js';
 import { Permit, type PermitHost } from './permit.js';
 import type { ConcurrencyPolicy } from './policy.js';
@@ -92,10 +93,30 @@ export class Permits {
     this.policy = policy;
     this.prefix = validatePrefix(options.prefix ?? 'floodgate');
     this.#host = { store, leaseUs: policy.leaseMs * 1000, clock };
+    void loadTelemetry();
   }
 
   /** Asks for a permit of `cost` on `key`, without waiting: the decision says whether it was granted. */
   async limit(key: string, options?: PermitCallOptions): Promise<PermitDecision> {
+    const t = telemetry;
+    if (t === undefined) {
+      tick();
+      return this.#limit(key, options, undefined);
+    }
+    const span = t.startSpan('permit');
+    const startedMs = t.now();
+    let decision: PermitDecision;
+    try {
+      decision = await this.#limit(key, options, t);
+    } catch (error) {
+      t.failed(span, error);
+      throw error;
+    }
+    t.decided(this.prefix, 'permit', key, decision, startedMs, span);
+    return decision;
+  }
+
+  async #limit(key: string, options: PermitCallOptions | undefined, t: Telemetry | undefined): Promise<PermitDecision> {
     validateKey(key);
     const cost = permitCost(options);
     const { policy } = this;
@@ -138,10 +159,17 @@ export class Permits {
       decision.reason = 'limit';
       return decision;
     }
+    let onEnd: ((end: 'released' | 'lost') => void) | undefined;
+    if (t !== undefined) {
+      const grantedMs = t.now();
+      t.permitGranted(policy.name, cost);
+      onEnd = (end) => t.permitEnded(policy.name, cost, grantedMs, end);
+    }
     decision.permit = new Permit(
       host,
       { key, storageKey: where, leaseId, cost, fence: reply.fence },
       (reply.expiresAtUs - reply.nowUs) / 1000 - tookMs,
+      onEnd,
     );
     return decision;
   }

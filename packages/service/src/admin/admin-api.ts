@@ -90,10 +90,27 @@ export function handleAdmin(
       methodNotAllowed(res, 'GET');
       return;
     }
-    json(res, 200, ctx.topDenied());
+    const n = topDeniedCount(query);
+    if (n === undefined) {
+      problem(res, 400, 'Bad Request', `n must be an integer from 1 to ${MAX_TOP_DENIED}`, 'n');
+      return;
+    }
+    json(res, 200, ctx.topDenied(n));
     return;
   }
   problem(res, 404, 'Not Found', `no admin route ${req.method} ${path}`);
+}
+
+/** Most keys (and tenants) one top-denied report lists: the sketch's capacity. */
+export const MAX_TOP_DENIED = 128;
+
+/** The `n` of a top-denied query (20 when absent); undefined when it is not an integer in range. */
+function topDeniedCount(query: string): number | undefined {
+  const raw = new URLSearchParams(query).get('n');
+  if (raw === null) return 20;
+  if (!/^[0-9]{1,4}$/.test(raw)) return undefined;
+  const n = Number(raw);
+  return n >= 1 && n <= MAX_TOP_DENIED ? n : undefined;
 }
 
 function overrideRoute(

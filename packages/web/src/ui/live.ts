@@ -10,9 +10,11 @@ export interface LiveStats {
   /** Every decision once, whatever its number of policies. */
   decisions: DecisionRate;
   policies: PolicyRate[];
-  health: { up: boolean; breaker: string } & Omit<ServiceLiveStats, 'deniedKeys' | 'deniedKeysTotal'>;
+  health: { up: boolean; breaker: string } & Omit<ServiceLiveStats, 'deniedKeys' | 'deniedKeysTotal' | 'deniedTenants'>;
   deniedKeys: ServiceLiveStats['deniedKeys'];
   deniedKeysTotal: number;
+  /** The most denied tenants (a descriptor's `tenant` entry); absent from services older than this page. */
+  deniedTenants?: ServiceLiveStats['deniedTenants'];
 }
 
 /** How often the page asks the service, and how much history it keeps (5 minutes). */
@@ -93,6 +95,23 @@ class RateChart {
   }
 }
 
+/** Fills a table of the most denied keys (or tenants), each with its count, its error and a bar. */
+function deniedTable(table: HTMLElement, what: 'key' | 'tenant', rows: ServiceLiveStats['deniedKeys']): void {
+  const top = rows[0]?.count ?? 1;
+  table.replaceChildren(
+    h('tr', {}, h('th', {}, what), h('th', { class: 'num' }, 'denied'), h('th', {}, '')),
+    ...rows.map((k) =>
+      h(
+        'tr',
+        { [`data-denied-${what}`]: k.key, 'data-count': k.count },
+        h('td', { title: k.key }, h('code', {}, k.key.length > KEY_CHARS ? `${k.key.slice(0, KEY_CHARS)}…` : k.key)),
+        h('td', { class: 'num' }, k.error > 0 ? `${k.count} (±${k.error})` : String(k.count)),
+        h('td', { class: 'bar' }, h('span', { style: `width: ${Math.round((100 * k.count) / top)}%` })),
+      ),
+    ),
+  );
+}
+
 /** Mounts the live view of the running service into `root`; it polls only between `start` and `stop`. */
 export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
   const status = h('p', { class: 'live-status', 'data-live-status': '' }, 'Connecting to the service…');
@@ -105,6 +124,7 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
   const policiesTable = h('table', { class: 'live-table', 'data-table': 'policies' });
   const keysTable = h('table', { class: 'live-table', 'data-table': 'denied-keys' });
   const keysNote = h('p', { class: 'hint' });
+  const tenantsTable = h('table', { class: 'live-table', 'data-table': 'denied-tenants' });
   const health = h('dl', { class: 'health', 'data-health': '' });
 
   root.replaceChildren(
@@ -122,6 +142,7 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
       h('article', { class: 'panel' }, h('h2', {}, 'Policies'), policiesTable),
       h('article', { class: 'panel wide' }, h('h2', {}, 'Store and latency'), health, latencyElement),
       h('article', { class: 'panel' }, h('h2', {}, 'Most denied keys'), keysTable, keysNote),
+      h('article', { class: 'panel' }, h('h2', {}, 'Most denied tenants'), tenantsTable),
     ),
   );
 
@@ -217,19 +238,8 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
         ),
       ),
     );
-    const top = stats.deniedKeys[0]?.count ?? 1;
-    keysTable.replaceChildren(
-      h('tr', {}, h('th', {}, 'key'), h('th', { class: 'num' }, 'denied'), h('th', {}, '')),
-      ...stats.deniedKeys.map((k) =>
-        h(
-          'tr',
-          { 'data-denied-key': k.key, 'data-count': k.count },
-          h('td', { title: k.key }, h('code', {}, k.key.length > KEY_CHARS ? `${k.key.slice(0, KEY_CHARS)}…` : k.key)),
-          h('td', { class: 'num' }, k.error > 0 ? `${k.count} (±${k.error})` : String(k.count)),
-          h('td', { class: 'bar' }, h('span', { style: `width: ${Math.round((100 * k.count) / top)}%` })),
-        ),
-      ),
-    );
+    deniedTable(keysTable, 'key', stats.deniedKeys);
+    deniedTable(tenantsTable, 'tenant', stats.deniedTenants ?? []);
     keysNote.textContent =
       stats.deniedKeys.length === 0
         ? 'No denials in the last minute.'
