@@ -210,7 +210,16 @@ domains:
       undefined,
       { timeout: 10_000 },
     );
-    // The line: at most 10 admitted in any second (the three policies' sum would reach 15 or 30).
+    // The line: at most 10 admitted in any second (the three policies' sum would reach 15 or 30). The
+    // totals count from the service's start, the line per completed second: it may come a poll later.
+    await page.waitForFunction(
+      () => {
+        const el = document.querySelector('[data-chart=rates]') as (HTMLElement & { plotted?: number[][] }) | null;
+        return Math.max(0, ...(el?.plotted?.[1] ?? [])) > 0;
+      },
+      undefined,
+      { timeout: 10_000 },
+    );
     const plotted = (await page.$eval(
       '[data-chart=rates]',
       (el) => (el as HTMLElement & { plotted: unknown }).plotted,
