@@ -45,6 +45,11 @@ export function kindOf(c: { readonly kind: number; readonly name?: string }): Ki
   return k;
 }
 
+/** Whether some kind of this model has the number `kind`. */
+export function hasKind(kind: number): boolean {
+  return BY_ID[kind] !== undefined;
+}
+
 function unknownKind(c: { readonly kind: number; readonly name?: string }): FloodgateError {
   return new FloodgateError(
     'ERR_INVALID_POLICY',

@@ -2,7 +2,7 @@ import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import { encodeKey, storageKey } from '../../keys.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
-import { KIND_METER, maxStateLength } from '../../model/kinds.js';
+import { hasKind, KIND_METER, maxStateLength } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import { type InOrderRetries, recover, retryInOrder } from '../kit/batcher.js';
 import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
@@ -125,7 +125,8 @@ function weightOf(policies: readonly CompiledPolicy[]): number {
   let weight = weights.get(policies);
   if (weight === undefined) {
     weight = 0;
-    for (const c of policies) weight += maxStateLength(c);
+    // A kind no port has weighs nothing: the script refuses it (ERR_STORE_REJECTED, naming the kind).
+    for (const c of policies) weight += hasKind(c.kind) ? maxStateLength(c) : 0;
     weights.set(policies, weight);
   }
   return weight;
