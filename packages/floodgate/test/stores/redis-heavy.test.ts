@@ -15,7 +15,8 @@ import { maxStateLength } from '../../src/model/kinds.js';
 import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
 import { HEAVY_CALL_STATE, MAX_SCRIPT_STATE } from '../../src/stores/redis/redis-store.js';
 import { manualClock, SCENARIO_START_MS, uniquePrefix } from '../../src/testing/index.js';
-import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
+import { startRedis, type TestRedis } from '../faults/servers.js';
+import { REDIS_HOST, redisAvailable, requireServer } from './redis/servers.js';
 
 const available = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
 
@@ -24,6 +25,8 @@ interface ScriptCall {
   /** Order of sending and of answer, on one counter. */
   sentAt: number;
   answeredAt: number;
+  /** The call failed (NOSCRIPT: the store sends it again, by EVAL). */
+  failed: boolean;
 }
 
 /** The adapted client, recording every script call it carries. */
@@ -31,11 +34,19 @@ function recording(client: RedisScriptClient): RedisScriptClient & { log: Script
   let clock = 0;
   const log: ScriptCall[] = [];
   const record = (keys: readonly string[], reply: Promise<unknown>): Promise<unknown> => {
-    const entry: ScriptCall = { keys, sentAt: clock++, answeredAt: Number.POSITIVE_INFINITY };
+    const entry: ScriptCall = { keys, sentAt: clock++, answeredAt: Number.POSITIVE_INFINITY, failed: false };
     log.push(entry);
-    return reply.finally(() => {
-      entry.answeredAt = clock++;
-    });
+    return reply.then(
+      (value) => {
+        entry.answeredAt = clock++;
+        return value;
+      },
+      (error: unknown) => {
+        entry.answeredAt = clock++;
+        entry.failed = true;
+        throw error;
+      },
+    );
   };
   return {
     cluster: client.cluster,
@@ -52,11 +63,18 @@ const FULL_STATE = maxStateLength(compilePolicy(full));
 const OPEN_STATE = maxStateLength(compilePolicy(open));
 
 describe.skipIf(!available)('redis store: bounded work per script call', () => {
+  // A server of its own: tests in parallel flush the shared one's scripts, and the in-order recovery
+  // from NOSCRIPT that follows is not the steady state whose bound this file checks.
+  let server: TestRedis;
   let raw: Redis;
-  beforeAll(() => {
-    raw = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
+  beforeAll(async () => {
+    server = await startRedis();
+    raw = new Redis({ host: REDIS_HOST, port: server.port });
   });
-  afterAll(() => raw?.disconnect());
+  afterAll(async () => {
+    raw?.disconnect();
+    await server?.stop();
+  });
 
   it('weighs calls by the state their policies hold at their longest', () => {
     expect(FULL_STATE).toBe(1 + 2 * 1001);
@@ -78,16 +96,23 @@ describe.skipIf(!available)('redis store: bounded work per script call', () => {
       clock.advanceUs(1);
       await attacker.limit('mallory');
     }
-    clock.advance(1);
-    const start = client.log.length;
     // 600 calls on the full log, then 50 calls on 50 other keys, in one tick: what a busy server's store sees.
-    const flood = Array.from({ length: 600 }, () => attacker.limit('mallory'));
-    const submittedAt = client.tick();
-    const calls = Array.from({ length: 50 }, (_, v) => victims.limit(`victim-${v}`));
-    expect((await Promise.all(calls)).every((d) => d.allowed)).toBe(true);
-    expect((await Promise.all(flood)).some((d) => d.allowed)).toBe(false);
+    const round = async () => {
+      clock.advance(1);
+      const start = client.log.length;
+      const flood = Array.from({ length: 600 }, () => attacker.limit('mallory'));
+      const submittedAt = client.tick();
+      const calls = Array.from({ length: 50 }, (_, v) => victims.limit(`victim-${v}`));
+      expect((await Promise.all(calls)).every((d) => d.allowed)).toBe(true);
+      expect((await Promise.all(flood)).some((d) => d.allowed)).toBe(false);
+      return { start, submittedAt };
+    };
+    // Once to load every script the round sends (a first call of each comes back NOSCRIPT, and the
+    // in-order recovery that follows is not the steady state checked here), then the round measured.
+    await round();
+    const { start, submittedAt } = await round();
 
-    const sent = client.log.slice(start);
+    const sent = client.log.slice(start).filter((s) => !s.failed);
     const isHeavy = (key: string) => key.startsWith(`${prefix}-a:`);
     let inFlight = 0;
     let mostInFlight = 0;
