@@ -157,6 +157,14 @@ describe('limiter.settle', () => {
     expect((await limiter.check('b', { cost: 1 })).allowed).toBe(false);
   });
 
+  it('refuses a settleWithinMs that is not a whole number of ms from 1 to 2^31, naming it', () => {
+    for (const settleWithinMs of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31 + 1, '1000']) {
+      expect(() => createLimiter({ policies: [policy], settleWithinMs: settleWithinMs as number })).toThrow(
+        expect.objectContaining({ code: 'ERR_INVALID_OPTION', option: 'settleWithinMs' }),
+      );
+    }
+  });
+
   it('refuses a store without settle, naming the store', async () => {
     const base = memoryStore();
     const store: Store = {
