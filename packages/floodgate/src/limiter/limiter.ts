@@ -369,7 +369,9 @@ export class Limiter {
       if (sync === undefined) await this.calls.bounded(settle.call(store, request));
       else sync.call(store, request);
     } catch (error) {
-      if (live) this.settler.unmark(settlement);
+      // A failed call (a timeout) may have been applied all the same. A debt may be settled again: at
+      // worst it is charged twice. A refund may not: it could give the same units back twice.
+      if (live && actual > estimate) this.settler.unmark(settlement);
       throw toStoreError(store.name, error);
     }
     // A denial remembered before a refund may no longer hold.

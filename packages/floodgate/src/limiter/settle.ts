@@ -132,7 +132,7 @@ export class Settler {
     this.settled.set(settlement.id, settlement.expiresAtMs);
   }
 
-  /** Forgets a settlement whose store call failed, so that it may be settled again. */
+  /** Forgets a settlement whose debt the store failed to charge, so that it may be settled again. */
   unmark(settlement: Settlement): void {
     this.settled.delete(settlement.id);
   }

@@ -154,3 +154,36 @@ describe('hostile settles', () => {
     expect(settler.remembered).toBeGreaterThanOrEqual(999);
   });
 });
+
+describe('settles that fail at the store', () => {
+  /** A memory store whose settles fail after being applied, as a timeout after the write would. */
+  function flaky(): Store {
+    const inner = memoryStore();
+    return {
+      name: 'flaky',
+      hasOwnClock: false,
+      decide: (r) => inner.decide(r),
+      reset: (p, k, c) => inner.reset(p, k, c),
+      settle: async (r) => {
+        await inner.settle(r);
+        throw new Error('ETIMEDOUT after the write');
+      },
+    };
+  }
+
+  it('a refund that failed is not tried again: the same units never come back twice', async () => {
+    const limiter = createLimiter({ store: flaky(), clock: manualClock({ startMs: 1e6 }), policies: [policy] });
+    const decision = await limiter.limit('k', { cost: 10, settle: true });
+    await expect(limiter.settle('k', decision, { cost: 0 })).rejects.toMatchObject({ name: 'FloodgateError' });
+    expect(await refusal(limiter.settle('k', decision, { cost: 0 }))).toBe('ERR_INVALID_OPTION decision');
+  });
+
+  it('a debt that failed may be settled again: at worst it is charged twice, never forgotten', async () => {
+    const limiter = createLimiter({ store: flaky(), clock: manualClock({ startMs: 1e6 }), policies: [policy] });
+    const decision = await limiter.limit('k', { cost: 1, settle: true });
+    await expect(limiter.settle('k', decision, { cost: 3 })).rejects.toMatchObject({ name: 'FloodgateError' });
+    await expect(limiter.settle('k', decision, { cost: 3 })).rejects.toMatchObject({ name: 'FloodgateError' });
+    // Both were applied by this store: 1 + 2 + 2 owed.
+    expect((await limiter.status('k')).remaining).toBe(5);
+  });
+});
