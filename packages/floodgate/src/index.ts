@@ -17,6 +17,7 @@ export {
   Limiter,
   type LimiterEvents,
   type LimiterOptions,
+  type SettleOptions,
 } from './limiter/limiter.js';
 export { SyncedLimiter, type SyncedOptions, type SyncedStats, syncedLimiter } from './limiter/synced.js';
 export { type Throttled, type ThrottleOptions, throttle } from './limiter/throttle.js';
@@ -28,6 +29,7 @@ export {
   type PolicyDecision,
   type Quota,
   type Reservation,
+  type Settlement,
 } from './model/index.js';
 // The policies: every algorithm's factory, policy and options types, `definePolicy`, `quotaOf`.
 export * from './model/policy.js';

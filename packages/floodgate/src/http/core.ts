@@ -1,4 +1,4 @@
-import { systemClock } from '../clock.js';
+import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid, isFloodgateError } from '../errors.js';
 import { takeLease } from '../limiter/leasing.js';
 import { createLimiter, Limiter, normalizePolicies } from '../limiter/limiter.js';
@@ -21,6 +21,7 @@ import {
 import { reportOutages } from './outages.js';
 import { type Refunds, refunds } from './refunds.js';
 import { requestKey } from './request-key.js';
+import { type Settles, settles } from './settles.js';
 import type { Shared } from './warnings.js';
 
 export * from './options.js';
@@ -115,23 +116,38 @@ export function requireOptions<T>(options: T): NonNullable<T> {
   return options as NonNullable<T>;
 }
 
-function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, shared: Shared): HttpRateLimiter<Req> {
-  requireOptions(options);
-  // Per-call policies are checked for refunds when first seen, by the refunds built with the limiter.
-  let refund: Refunds<Req> | undefined;
-  const { limiter, policiesOf, defaultPolicies } = resolvePolicies(options, (list) => refund?.check(list));
+function checkHooks<Req>(options: RateLimitOptions<Req>): void {
   optionalFunction(options.key, 'key');
   optionalFunction(options.skip, 'skip');
   optionalFunction(options.requestWasSuccessful, 'requestWasSuccessful');
-  const costOf = resolveCost(options);
-  const keyOf = requestKey(options, access, shared);
+}
+
+function resolveClock<Req>(options: RateLimitOptions<Req>): Clock {
   const clock = options.clock ?? systemClock;
   if (typeof clock !== 'object' || clock === null || typeof clock.nowUs !== 'function') {
     throw invalid('ERR_INVALID_OPTION', 'clock', clock, 'a clock with nowUs()');
   }
+  return clock;
+}
+
+function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, shared: Shared): HttpRateLimiter<Req> {
+  requireOptions(options);
+  // Per-call policies are checked for refunds when first seen, by the refunds built with the limiter.
+  let refund: Refunds<Req> | undefined;
+  let settle: Settles<Req> | undefined;
+  const checks = (list: readonly Policy[]): void => {
+    refund?.check(list);
+    settle?.check(list);
+  };
+  const { limiter, policiesOf, defaultPolicies } = resolvePolicies(options, checks);
+  checkHooks(options);
+  const costOf = resolveCost(options);
+  const keyOf = requestKey(options, access, shared);
+  const clock = resolveClock(options);
   const respond = responder(options, clock);
   refund = refunds(options, limiter, shared);
-  if (typeof options.policies !== 'function') refund?.check(defaultPolicies);
+  settle = settles(options, limiter, shared);
+  if (typeof options.policies !== 'function') checks(defaultPolicies);
   const skip = options.skip;
   // With a synchronous store and synchronous hooks a request is decided without a promise: the memory
   // store's decision costs less than the promises around it. Any hook that returns a promise, or an
@@ -156,6 +172,10 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
   };
 
   const limited = (request: Req, key: string, cost: number, policies: readonly Policy[] | undefined): Result => {
+    if (settle !== undefined) {
+      // The cost is an estimate: the outcome settles the request after the response.
+      return settle.limit(request, key, cost, policies).then(([d, s]) => finish(request, key, cost, d, policies, s));
+    }
     if (refund !== undefined && cost > 0) {
       // A lease of the request's cost: the same decision, with the time the store took it, which is
       // what giving the cost back needs.

@@ -100,6 +100,16 @@ export interface RateLimitOptions<Req> {
    * @default (request, statusCode) => statusCode < 400
    */
   requestWasSuccessful?: (request: Req, statusCode: number) => MaybePromise<boolean>;
+  /**
+   * What a request really cost, known once its response is over (the tokens a model's response reported,
+   * bytes sent): `cost` is then an estimate, charged when the request is admitted, and the request is
+   * settled at what this returns (`limiter.settle`: above the estimate the difference is charged, past
+   * the limit if need be; below it the difference comes back). Record what it needs on the request in
+   * the handler (`req.tokensUsed = usage.total_tokens`). A response that never finished stays charged its
+   * estimate; so does one whose `settle` throws or returns no valid cost (a warning says so). Meter
+   * policies only; not with `skipFailedRequests` or `skipSuccessfulRequests`.
+   */
+  settle?: (request: Req, statusCode: number) => MaybePromise<number>;
 }
 
 /** A denial's body: a string is sent as `text/plain`, anything else as JSON. */
@@ -143,7 +153,8 @@ export interface RateLimitOutcome extends RateLimitInfo {
   /** The body of a denied request: the problem document, or the `message` option's. */
   readonly body: string | undefined;
   /**
-   * Present when the request's cost may be given back (`skipFailedRequests`, `skipSuccessfulRequests`):
+   * Present when the request's cost may be given back (`skipFailedRequests`, `skipSuccessfulRequests`)
+   * or settled (`settle`):
    * call it once the response is over, with its status code, or `undefined` when it never finished (then
    * the cost stays counted). Later calls do nothing; the promise never rejects.
    */

@@ -13,6 +13,7 @@ import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
 import { cancelOnStore, decisionOf, requireReservable } from './reservation.js';
+import { requireSettleable, Settler } from './settle.js';
 import { isDegraded, isPending, type Outcome, StoreCall } from './store-call.js';
 import {
   normalizePolicies,
@@ -20,6 +21,7 @@ import {
   validateCallOptions,
   validateDelay,
   validateLimiterOptions,
+  validateSettle,
 } from './validation.js';
 
 export { normalizePolicies } from './validation.js';
@@ -66,6 +68,13 @@ export interface LimiterOptions {
    * defaults. @default false
    */
   blockedCache?: BlockedCacheOptions | boolean;
+  /**
+   * How long after a call admitted with `settle: true` its settle may still give back part of its
+   * estimate, in ms: the limiter remembers the calls settled within it, to refuse a second settle. Past
+   * it, a settle still charges what the call cost above its estimate, and gives nothing back. Set it
+   * to the longest a call runs. @default 600000
+   */
+  settleWithinMs?: number;
 }
 
 /** What a limiter tells its listeners. */
@@ -93,6 +102,20 @@ export interface CallOptions {
   policies?: Policy | readonly Policy[];
   /** Reservations: admit the call if it can proceed within this many ms, and say when (`delayMs`). @default 0 */
   maxDelayMs?: number;
+  /**
+   * The cost is an estimate: an admitted decision carries a `settlement`, and `limiter.settle` charges
+   * the call's actual cost once it is known. Meter policies only (gcra, a continuous tokenBucket, a
+   * leakyBucket as a meter). @default false
+   */
+  settle?: boolean;
+}
+
+/** Options of {@link Limiter.settle}. */
+export interface SettleOptions {
+  /** What the call really cost (≥ 0): above the estimate the difference is charged, below it given back. */
+  cost: number;
+  /** The policies the call was made with, when they were not the limiter's. */
+  policies?: Policy | readonly Policy[];
 }
 
 /** Options of `status` and `reset`. */
@@ -200,6 +223,8 @@ export class Limiter {
   /** The one store-call path: store → breaker → events → the failure policy. */
   private readonly calls: StoreCall;
   private listeners: { [E in keyof LimiterEvents]?: Set<(event: LimiterEvents[E]) => void> } = {};
+  /** Issues and checks settlements (`settle: true`, `limiter.settle`). */
+  private readonly settler: Settler;
 
   constructor(options: LimiterOptions) {
     const config = validateLimiterOptions(options, (value) => value instanceof Limiter);
@@ -211,6 +236,7 @@ export class Limiter {
     this.reusable.prefix = this.prefix;
     this.clock = config.clock ?? (config.store.hasOwnClock ? undefined : systemClock);
     this.localClock = config.clock ?? systemClock;
+    this.settler = new Settler(this.prefix, config.settleWithinMs);
     this.breaker =
       config.breaker === false
         ? undefined
@@ -348,6 +374,73 @@ export class Limiter {
     } catch (error) {
       throw toStoreError(this.store.name, error);
     }
+  }
+
+  /**
+   * Charges a call admitted with `settle: true` its actual cost, once it is known: above the estimate the
+   * difference is charged whatever the key's state, past the limit if need be (a debt the next calls pay
+   * by waiting); below it the difference comes back as far as the policy can give it (as a lease's unused
+   * units do). One store round trip. Resolves to true when the store settled the call, false when the
+   * decision has nothing to settle (a denial, a decision made without the store, the estimate exactly).
+   * Refuses, before any store call, with `ERR_INVALID_OPTION`: a decision this limiter did not issue for
+   * this key or one altered since (option `decision`), one settled already, other policies than the
+   * call's; with `ERR_INVALID_COST` a cost that is not a finite number ≥ 0.
+   *
+   * @example
+   * ```ts
+   * const decision = await limiter.limit(user, { cost: request.max_tokens, settle: true });
+   * if (!decision.allowed) return reply(429);
+   * const response = await callModel(request);
+   * await limiter.settle(user, decision, { cost: response.usage.total_tokens });
+   * ```
+   */
+  async settle(key: string, decision: Decision, options: SettleOptions): Promise<boolean> {
+    validateKey(key);
+    if (typeof options !== 'object' || options === null) {
+      throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object with the cost');
+    }
+    const actual = validateCost(options.cost);
+    const policies = this.policiesFor(options.policies ?? UNSET);
+    const checked = this.settler.check(key, decision, this.localMs());
+    if (checked === undefined) return false;
+    const { settlement, live } = checked;
+    const names = settlement.policies;
+    if (names.length !== policies.length || policies.some((c, i) => c.name !== names[i])) {
+      throw new FloodgateError(
+        'ERR_INVALID_OPTION',
+        `the call was made under policies ${names.join(', ')}, not ${policies.map((c) => c.name).join(', ')}: pass the same policies`,
+        { option: 'policies' },
+      );
+    }
+    if (actual < 1) checkResolution(policies, actual);
+    requireSettleable(policies, 'policies');
+    const store = this.store;
+    const settle = store.settle;
+    if (settle === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', `the ${store.name} store cannot settle calls`, {
+        option: 'store',
+      });
+    }
+    // Past its expiry a settlement gives nothing back (and is no longer remembered): only a debt is charged.
+    const estimate = settlement.cost;
+    if (actual === estimate || (!live && actual < estimate)) return false;
+    if (live) this.settler.mark(settlement);
+    let nowUs = this.clock?.nowUs();
+    if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
+    const request = { prefix: this.prefix, key, policies, estimate, actual, atUs: settlement.atUs, nowUs };
+    try {
+      const sync = (store as Partial<SyncStore>).settleSync;
+      if (sync === undefined) await this.calls.bounded(settle.call(store, request));
+      else sync.call(store, request);
+    } catch (error) {
+      // A failed call (a timeout) may have been applied all the same. A debt may be settled again: at
+      // worst it is charged twice. A refund may not: it could give the same units back twice.
+      if (live && actual > estimate) this.settler.unmark(settlement);
+      throw toStoreError(store.name, error);
+    }
+    // A denial remembered before a refund may no longer hold.
+    if (actual < estimate) this.blockedCache?.forget(key);
+    return true;
   }
 
   /**
@@ -541,13 +634,19 @@ export class Limiter {
     } catch (error) {
       return Promise.reject(error);
     }
-    if (isPending(outcome)) return this.concludeLater(request, outcome, nowMs);
-    return Promise.resolve(this.conclude(request, outcome, nowMs));
+    const settle = options?.settle === true && commit;
+    if (isPending(outcome)) return this.concludeLater(request, outcome, nowMs, settle);
+    return Promise.resolve(this.conclude(request, outcome, nowMs, settle));
   }
 
   /** `conclude` once a store call's outcome settles (its closure kept out of the synchronous path). */
-  private concludeLater(request: StoreRequest, outcome: Promise<Outcome>, nowMs: number): Promise<Decision> {
-    return outcome.then((settled) => this.conclude(request, settled, nowMs));
+  private concludeLater(
+    request: StoreRequest,
+    outcome: Promise<Outcome>,
+    nowMs: number,
+    settle: boolean,
+  ): Promise<Decision> {
+    return outcome.then((settled) => this.conclude(request, settled, nowMs, settle));
   }
 
   /**
@@ -557,13 +656,24 @@ export class Limiter {
   private decideSync(key: string, options: CallOptions | undefined, commit: boolean, nowUs?: number): Decision {
     this.requireSync(commit ? 'limitSync' : 'checkSync');
     const request = this.request(key, options, commit, nowUs);
-    return this.conclude(request, this.calls.decide(request, options, 'sync') as Outcome, 0);
+    const outcome = this.calls.decide(request, options, 'sync') as Outcome;
+    return this.conclude(request, outcome, 0, options?.settle === true && commit);
   }
 
   /** The decision of a store call's outcome, remembered by the blocked-key cache and reported to listeners. */
-  private conclude(request: StoreRequest, outcome: Outcome, nowMs: number): Decision {
-    if (isDegraded(outcome)) return this.decided(outcome.request, outcome.decision, 'degraded');
+  private conclude(request: StoreRequest, outcome: Outcome, nowMs: number, settle = false): Decision {
+    if (isDegraded(outcome)) {
+      // Decided without the store (or by a fallback limiter): nothing of it is this store's to settle.
+      const { settlement: _, ...degraded } = outcome.decision;
+      return this.decided(outcome.request, settle ? degraded : outcome.decision, 'degraded');
+    }
     const decision = decisionOf(request, outcome);
+    if (settle && decision.allowed) {
+      const atUs = outcome.nowUs ?? request.nowUs;
+      if (atUs !== undefined) {
+        decision.settlement = this.settler.issue(request.key, request.cost, request.policies, atUs, this.localMs());
+      }
+    }
     this.blockedCache?.remember(
       request.key,
       request.policies,
@@ -587,6 +697,7 @@ export class Limiter {
       if (options.cost !== undefined) cost = validateCost(options.cost);
       if (options.maxDelayMs !== undefined) maxDelayUs = validateDelay(options.maxDelayMs);
       if (options.policies !== undefined) policies = this.policiesFor(options.policies);
+      if (validateSettle(options.settle)) requireSettleable(policies);
     }
     if (policies.length === 0) {
       throw new FloodgateError(

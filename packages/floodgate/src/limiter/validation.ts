@@ -24,6 +24,7 @@ export interface LimiterConfig {
   readonly breaker: BreakerOptions | false;
   readonly blockedCache: BlockedCacheOptions | false;
   readonly policies: readonly Policy[];
+  readonly settleWithinMs: number;
 }
 
 /** The options of `createLimiter`. */
@@ -36,6 +37,7 @@ const LIMITER_OPTIONS: readonly (keyof LimiterOptions)[] = [
   'failure',
   'breaker',
   'blockedCache',
+  'settleWithinMs',
 ];
 
 /** express-rate-limit's limit and window, which are a policy here. */
@@ -71,6 +73,20 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
     throw invalid('ERR_INVALID_OPTION', 'blockedCache', cache, 'a boolean or blocked-cache options');
   }
   const policies = options.policies === undefined ? [] : normalizePolicies(options.policies, 'policies');
+  const settleWithinMs = options.settleWithinMs ?? DEFAULT_SETTLE_WITHIN_MS;
+  if (
+    typeof settleWithinMs !== 'number' ||
+    !Number.isSafeInteger(settleWithinMs) ||
+    settleWithinMs < 1 ||
+    settleWithinMs > 2 ** 31
+  ) {
+    throw invalid(
+      'ERR_INVALID_OPTION',
+      'settleWithinMs',
+      settleWithinMs,
+      'a whole number of milliseconds from 1 to 2^31',
+    );
+  }
   return {
     store,
     prefix,
@@ -80,7 +96,18 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
     breaker,
     blockedCache: cache === true ? {} : cache,
     policies,
+    settleWithinMs,
   };
+}
+
+/** How long a settlement may give anything back by default: ten minutes, longer than most calls run. */
+export const DEFAULT_SETTLE_WITHIN_MS = 600_000;
+
+/** `settle` of a call: a boolean. */
+export function validateSettle(settle: unknown): boolean {
+  if (settle === undefined) return false;
+  if (typeof settle !== 'boolean') throw invalid('ERR_INVALID_OPTION', 'settle', settle, 'a boolean');
+  return settle;
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { CompiledPolicy } from './compile.js';
 import type { Reservation } from './reservation.js';
+import type { Settlement } from './settle.js';
 import type { Evaluation } from './types.js';
 
 /** Why a call was denied, or made without the store. */
@@ -50,6 +51,8 @@ export interface Decision {
   policies: PolicyDecision[];
   /** Admitted with a delay: what `limiter.cancel` needs to give the booked capacity back. */
   reservation?: Reservation;
+  /** Admitted with `settle: true`: what `limiter.settle` needs to charge the call's actual cost. */
+  settlement?: Settlement;
 }
 
 /** Below this, whole µs are rounded up to ms in 32-bit integer arithmetic (`wholeUsToMs`). */

@@ -37,5 +37,6 @@ export { meterCharge } from './meter.js';
 export * from './policy.js';
 export { leaseRefusal, refundPolicy } from './refund.js';
 export { cancelReservation, isReservable, type Reservation } from './reservation.js';
+export { MAX_DEBT_US, type Settlement, settlePolicy, settleRefusal } from './settle.js';
 export { maxLogEntries } from './sliding-log.js';
 export { type Evaluation, emptyEvaluation, type Reason, type State } from './types.js';

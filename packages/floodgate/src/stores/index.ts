@@ -47,6 +47,7 @@ export {
   type FastPath,
   isSyncStore,
   type RefundRequest,
+  type SettleRequest,
   type Store,
   type StoreRequest,
   type StoreResult,

@@ -60,6 +60,25 @@ export interface RefundRequest {
 }
 
 /**
+ * Settles a call admitted with an estimated cost at its actual cost (see the model's `settlePolicy`): a
+ * committed call of cost `estimate` that the store decided at `atUs`.
+ */
+export interface SettleRequest {
+  readonly prefix: string;
+  readonly key: string;
+  /** The policies of the call, in the same order (each one passed the model's `settleRefusal`). */
+  readonly policies: readonly CompiledPolicy[];
+  /** The cost the call was admitted with. */
+  readonly estimate: number;
+  /** What the call really cost: more than `estimate` is charged past the limit, less is given back. */
+  readonly actual: number;
+  /** When the call was decided, µs on the clock that decided it (the request's, or `StoreResult.nowUs`). */
+  readonly atUs: number;
+  /** The caller's clock, µs; `undefined` asks the store to use its own clock. */
+  readonly nowUs: number | undefined;
+}
+
+/**
  * Where rate-limit state lives. A store runs the model of `floodgate/model` atomically: one decision is
  * one script, one statement or one synchronous update, all policies of the call decided together.
  * Every store passes the same conformance suite (`floodgate/testing`). `decide` and `reset` are the
@@ -92,6 +111,12 @@ export interface Store {
    * store with `ERR_INVALID_OPTION`; the conformance suite then checks that refusal and skips its lease tables.
    */
   refund?(request: RefundRequest): Promise<void>;
+  /**
+   * Optional. Settles a call admitted with an estimated cost at its actual cost atomically under every
+   * policy, as the model's `settlePolicy` says, in one round trip. Without it, `limiter.settle` refuses
+   * with `ERR_INVALID_OPTION`; the conformance suite then checks that refusal and skips its settle tables.
+   */
+  settle?(request: SettleRequest): Promise<void>;
   /** Releases what the store holds (never the user's client). */
   close?(): Promise<void>;
 }
@@ -126,6 +151,8 @@ export interface SyncStore extends Store {
   cancelSync?(request: CancelRequest): boolean;
   /** Optional: `refund` without a promise. */
   refundSync?(request: RefundRequest): void;
+  /** Optional: `settle` without a promise. */
+  settleSync?(request: SettleRequest): void;
 }
 
 export function isSyncStore(store: Store): store is SyncStore {

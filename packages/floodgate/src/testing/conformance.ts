@@ -1,7 +1,7 @@
 import { deepStrictEqual, strictEqual } from 'node:assert/strict';
 import { isFloodgateError } from '../errors.js';
 import { leasedLimiter } from '../limiter/lease.js';
-import { createLimiter } from '../limiter/limiter.js';
+import { type CallOptions, createLimiter } from '../limiter/limiter.js';
 import { compilePolicy } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
 import {
@@ -15,6 +15,7 @@ import {
 } from '../model/policy.js';
 import { leaseRefusal } from '../model/refund.js';
 import { isReservable } from '../model/reservation.js';
+import { settleRefusal } from '../model/settle.js';
 import type { Store } from '../stores/store.js';
 import { type CallStyle, callerOf, GENERAL_CALLS } from './calls.js';
 import { EXTREME_COSTS, extremeCostTables, runExtremeCostTable, runRefusedCosts } from './cost-domain.js';
@@ -22,6 +23,7 @@ import { type ManualClock, manualClock } from './manual-clock.js';
 import { modelStore } from './model-store.js';
 import { refundTables, runRefundTable } from './refunds.js';
 import { type Expectation, type Scenario, scenarios } from './scenarios.js';
+import { runSettleRefusals, runSettleTable, settleTables } from './settles.js';
 import { runWaitScenario, waitScenarios } from './waiting.js';
 
 /**
@@ -85,12 +87,13 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
    * A test of an optional operation (`cancel`, `refund`): on a store without it, the limiter's typed
    * refusal is checked instead, and the test is marked skipped with the reason when the runner can.
    */
-  const withOperation = (op: 'cancel' | 'refund', fn: (store: Store) => Promise<void>) => (context?: TestContext) =>
-    withStore(async (store) => {
-      if (store[op] !== undefined) return fn(store);
-      await refusesWithout(store, op);
-      context?.skip?.(`the ${store.name} store has no ${op}(), an optional operation: the limiter refuses it`);
-    });
+  const withOperation =
+    (op: 'cancel' | 'refund' | 'settle', fn: (store: Store) => Promise<void>) => (context?: TestContext) =>
+      withStore(async (store) => {
+        if (store[op] !== undefined) return fn(store);
+        await refusesWithout(store, op);
+        context?.skip?.(`the ${store.name} store has no ${op}(), an optional operation: the limiter refuses it`);
+      });
 
   api.describe('algorithm tables', () => {
     for (const scenario of scenarios) {
@@ -197,6 +200,19 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
     }
   });
 
+  api.describe('settle: a call charged its actual cost after its estimate', () => {
+    for (const table of settleTables) {
+      api.it(
+        table.name,
+        withOperation('settle', (store) => runSettleTable(store, table, uniquePrefix('settle'))),
+      );
+    }
+    api.it(
+      'a second settle, an altered or foreign settlement, a bad cost are refused before the store',
+      withOperation('settle', (store) => runSettleRefusals(store, uniquePrefix('settle'))),
+    );
+  });
+
   api.describe('cost domain: every accepted cost decided like the model, every other refused', () => {
     for (const table of extremeCostTables) {
       api.it(table.name, () => withStore((store) => runExtremeCostTable(store, table, uniquePrefix('cost'))), 60_000);
@@ -222,6 +238,7 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
         policies,
       })),
       ...bucketedSets().map((policies, i) => ({ what: 'bucketed windows', seed: 9101 + i, policies })),
+      ...settleSets().map((policies, i) => ({ what: 'meters settling estimates', seed: 9201 + i, policies })),
     ];
     for (const { what, seed, policies } of everyStore) {
       api.it(
@@ -247,7 +264,7 @@ export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions):
  * On a store without an optional operation, the limiter refuses what needs it with `ERR_INVALID_OPTION`
  * naming the store: a reservation cannot be cancelled, a limiter cannot lease.
  */
-async function refusesWithout(store: Store, op: 'cancel' | 'refund'): Promise<void> {
+async function refusesWithout(store: Store, op: 'cancel' | 'refund' | 'settle'): Promise<void> {
   const clock = manualClock({ startMs: SCENARIO_START_MS });
   const limiter = createLimiter({
     store,
@@ -260,6 +277,8 @@ async function refusesWithout(store: Store, op: 'cancel' | 'refund'): Promise<vo
     if (op === 'cancel') {
       await limiter.limit('k');
       await limiter.cancel('k', await limiter.limit('k', { maxDelayMs: 5000 }));
+    } else if (op === 'settle') {
+      await limiter.settle('k', await limiter.limit('k', { settle: true }), { cost: 2 });
     } else {
       leasedLimiter(limiter, { size: 1 });
     }
@@ -419,6 +438,15 @@ function bucketedSets(): Policy[][] {
   ];
 }
 
+/** Meters, alone and together: their calls are admitted with estimates and settled at other costs. */
+function settleSets(): Policy[][] {
+  return [
+    [gcra({ limit: 5, periodMs: 1000 })],
+    [tokenBucket({ capacity: 4, refillAmount: 1.5, refillIntervalMs: 300 })],
+    [gcra({ limit: 4, periodMs: 400, name: 'fast' }), leakyBucket({ capacity: 5, leakPerSecond: 3, name: 'drip' })],
+  ];
+}
+
 /**
  * Fixed windows that count every call (Envoy's reference service): denied calls and costs above the limit
  * count; alone, with a penalty box, and beside policies that deny first or can never admit costs 2 and 3.
@@ -438,6 +466,13 @@ function countDeniedSets(): Policy[][] {
 /** Costs of the randomized comparison; calls with no options object draw cost 1 more often. */
 const COSTS = [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100, 0.1, 1e-7, 0.3];
 const BARE_COSTS = [...COSTS, 1, 1, 1, 1, 1, 1];
+
+/** A decision without its settlement's signature (which is its limiter's own). */
+function unsigned(decision: Decision): Decision {
+  if (decision.settlement === undefined) return decision;
+  const { signature: _, ...settlement } = decision.settlement;
+  return { ...decision, settlement: { ...settlement, signature: '' } };
+}
 
 /**
  * Feeds one random sequence of calls (time steps down to 1 µs, several keys, fractional and
@@ -472,6 +507,9 @@ export async function compareWithModel(
   const compiled = policies.map(compilePolicy);
   const leasable = store.refund !== undefined && compiled.every((c) => leaseRefusal(c) === undefined);
   const granted: { key: string; atUs: number; cost: number }[] = [];
+  // Settles (calls admitted with an estimate, charged another cost later) where every policy settles.
+  const settleable = store.settle !== undefined && compiled.every((c) => settleRefusal(c) === undefined);
+  const estimated: { key: string; got: Decision; want: Decision }[] = [];
   const log: string[] = [];
   for (let i = 0; i < operations; i++) {
     const step = random();
@@ -483,7 +521,10 @@ export async function compareWithModel(
     const r = random();
     let op = r < 0.64 ? 'limit' : r < 0.7 ? 'cancel' : r < 0.82 ? 'check' : r < 0.95 ? 'status' : 'reset';
     if (op === 'limit' && leasable && granted.length > 0 && random() < 0.12) op = 'refund';
-    const callOptions = random() < (reservable ? 0.3 : 0) ? { cost, maxDelayMs: Math.floor(random() * 600) } : { cost };
+    if (op === 'limit' && settleable && estimated.length > 0 && random() < 0.2) op = 'settle';
+    const callOptions: CallOptions =
+      random() < (reservable ? 0.3 : 0) ? { cost, maxDelayMs: Math.floor(random() * 600) } : { cost };
+    if (settleable && op === 'limit' && random() < 0.4) callOptions.settle = true;
     const where = () =>
       `seed ${options.seed}, policies ${policies.map((p) => p.name).join(' + ')}, operation ${i}:\n${log.slice(-12).join('\n')}`;
     if (op === 'cancel') {
@@ -516,6 +557,16 @@ export async function compareWithModel(
       await model.refund?.(request);
       continue;
     }
+    if (op === 'settle') {
+      const call = estimated.splice(Math.floor(random() * estimated.length), 1)[0] as (typeof estimated)[0];
+      const estimate = call.want.settlement?.cost ?? 1;
+      const actual = pick([0, estimate / 2, estimate, estimate * 2, estimate + 3, 0.3, 100]);
+      log.push(`${clock.nowUs()} settle ${JSON.stringify(call.key)} ${estimate} at ${actual}`);
+      const got = await subject.settle(call.key, call.got, { cost: actual });
+      const want = await reference.settle(call.key, call.want, { cost: actual });
+      deepStrictEqual(got, want, where());
+      continue;
+    }
     log.push(`${clock.nowUs()} ${op} ${JSON.stringify(key)} ${JSON.stringify(callOptions)}`);
     if (op === 'reset') {
       await calls.reset(key);
@@ -528,7 +579,12 @@ export async function compareWithModel(
         : op === 'check'
           ? [await calls.check(key, callOptions), await reference.check(key, callOptions)]
           : [await calls.status(key), await reference.status(key)];
-    deepStrictEqual(got, want, where());
+    // Each limiter signs its own settlements: the rest of a settlement is the same.
+    deepStrictEqual(unsigned(got), unsigned(want), where());
+    if (got.settlement !== undefined) {
+      estimated.push({ key, got, want });
+      if (estimated.length > 8) estimated.shift();
+    }
     if (op === 'limit' && leasable && want.allowed && cost > 0) {
       granted.push({ key, atUs: clock.nowUs(), cost });
       if (granted.length > 8) granted.shift();

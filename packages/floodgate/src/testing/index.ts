@@ -26,4 +26,5 @@ export { modelStore } from './model-store.js';
 export { assertPlainDecision, type PlainDataOptions, runPlainDataSuite } from './plain-data.js';
 export { type RefundStep, type RefundTable, refundTables, runRefundTable } from './refunds.js';
 export { type Expectation, type Scenario, type Step, scenarios } from './scenarios.js';
+export { runSettleRefusals, runSettleTable, type SettleStep, type SettleTable, settleTables } from './settles.js';
 export { runWaitScenario, type WaitScenario, type WaitStep, waitScenarios } from './waiting.js';

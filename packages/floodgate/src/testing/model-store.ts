@@ -4,8 +4,9 @@ import type { CompiledPolicy } from '../model/compile.js';
 import { decide } from '../model/decide.js';
 import { refundPolicy } from '../model/refund.js';
 import { cancelReservation } from '../model/reservation.js';
+import { settlePolicy } from '../model/settle.js';
 import { emptyEvaluation, type State } from '../model/types.js';
-import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../stores/store.js';
+import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../stores/store.js';
 
 /**
  * The reference store: the model and a plain Map, nothing else (no bounds, no expiry). Every real store
@@ -61,6 +62,19 @@ export function modelStore(): Store & { readonly states: ReadonlyMap<string, Sta
       for (const c of request.policies) {
         const id = storageKey(request.prefix, key, `${c.name}:${c.kind}`);
         const next = refundPolicy(c, states.get(id), nowUs, request.leasedAtUs, request.leased, request.unused);
+        if (next !== undefined) states.set(id, next);
+      }
+      return Promise.resolve();
+    },
+    settle(request: SettleRequest): Promise<void> {
+      const nowUs = request.nowUs;
+      if (nowUs === undefined) {
+        return Promise.reject(new FloodgateError('ERR_INVALID_OPTION', 'the model store needs the caller’s clock'));
+      }
+      const key = encodeKey(request.key);
+      for (const c of request.policies) {
+        const id = storageKey(request.prefix, key, `${c.name}:${c.kind}`);
+        const next = settlePolicy(c, states.get(id), nowUs, request.atUs, request.estimate, request.actual);
         if (next !== undefined) states.set(id, next);
       }
       return Promise.resolve();

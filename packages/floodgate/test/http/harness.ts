@@ -77,7 +77,7 @@ function seen(info: RateLimitInfo | undefined): [string, string][] {
   ];
 }
 
-const HOOKS = ['key', 'cost', 'skip', 'policies', 'message', 'requestWasSuccessful'] as const;
+const HOOKS = ['key', 'cost', 'skip', 'policies', 'message', 'requestWasSuccessful', 'settle'] as const;
 
 /** Rewrites the View hooks of neutral options into hooks of the framework's request. */
 function adapt<Req>(options: NeutralOptions, view: (request: Req) => View): RateLimitOptions<Req> {

@@ -1,7 +1,7 @@
 import type { Store } from '../../src/index.js';
 
 /**
- * A store that is the given one, and counts the refunds it has finished: a request's cost is given back
+ * A store that is the given one, and counts the refunds (and settles) it has finished: a request's cost is given back
  * after its response went out, so a test waits for the refund before its next request.
  */
 export class Watched implements Store {
@@ -21,7 +21,13 @@ export class Watched implements Store {
     for (const waiter of this.waiters.filter((w) => this.done >= w.count)) waiter.resolve();
     this.waiters = this.waiters.filter((w) => this.done < w.count);
   };
-  /** Resolves once `count` refunds have finished since the store was made. */
+  settle: NonNullable<Store['settle']> = async (request) => {
+    await (this.inner.settle as NonNullable<Store['settle']>).call(this.inner, request);
+    this.done++;
+    for (const waiter of this.waiters.filter((w) => this.done >= w.count)) waiter.resolve();
+    this.waiters = this.waiters.filter((w) => this.done < w.count);
+  };
+  /** Resolves once `count` refunds and settles have finished since the store was made. */
   refunded(count: number): Promise<void> {
     if (this.done >= count) return Promise.resolve();
     return new Promise((resolve) => this.waiters.push({ count, resolve }));

@@ -2,8 +2,9 @@ import type { CompiledPolicy } from '../../model/compile.js';
 import { decide, inspect } from '../../model/decide.js';
 import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
+import { settlePolicy } from '../../model/settle.js';
 import type { Evaluation, State } from '../../model/types.js';
-import type { CancelRequest, RefundRequest, StoreRequest } from '../store.js';
+import type { CancelRequest, RefundRequest, SettleRequest, StoreRequest } from '../store.js';
 
 /** What `reset` asks of a store, as a request like the others. */
 export interface ResetRequest {
@@ -20,18 +21,19 @@ export type StoreCall =
   | { readonly op: 'decide'; readonly request: StoreRequest }
   | { readonly op: 'cancel'; readonly request: CancelRequest }
   | { readonly op: 'refund'; readonly request: RefundRequest }
+  | { readonly op: 'settle'; readonly request: SettleRequest }
   | { readonly op: 'reset'; readonly request: ResetRequest };
 
 /**
  * Runs one call on the states of its policies (in policy order, `undefined` for a key that holds none),
- * as the model says, at `nowUs`. The one place where a store's decide, cancel and refund meet the
+ * as the model says, at `nowUs`. The one place where a store's decide, cancel, refund and settle meet the
  * model: afterwards, for every policy `i`, `outs[i].next` is the state to store (undefined: leave it as
  * it is), and then `untouchedAfterUs[i]` how long after `nowUs` that state is untouched again (its
  * expiry, see `expiryOf`). A reset sets no `next`: the caller deletes the states. Pure, like the model;
  * `outs` holds one evaluation per policy, and a `next` may live in its buffers (copy it to keep it).
  *
- * Returns the verdict of a decision, whether a cancel gave everything back, and `undefined` for a refund
- * or a reset.
+ * Returns the verdict of a decision, whether a cancel gave everything back, and `undefined` for a refund,
+ * a settle or a reset.
  */
 export function runCall(
   call: StoreCall,
@@ -67,6 +69,17 @@ export function runCall(
         const c = policies[i] as CompiledPolicy;
         const out = outs[i] as Evaluation;
         const next = refundPolicy(c, states[i], nowUs, leasedAtUs, leased, unused);
+        out.next = next;
+        if (next !== undefined) untouchedAfterUs[i] = inspect(c, next, nowUs).resetAfterUs;
+      }
+      return undefined;
+    }
+    case 'settle': {
+      const { atUs, estimate, actual } = call.request;
+      for (let i = 0; i < policies.length; i++) {
+        const c = policies[i] as CompiledPolicy;
+        const out = outs[i] as Evaluation;
+        const next = settlePolicy(c, states[i], nowUs, atUs, estimate, actual);
         out.next = next;
         if (next !== undefined) untouchedAfterUs[i] = inspect(c, next, nowUs).resetAfterUs;
       }

@@ -1,7 +1,7 @@
 import { invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import type { CancelRequest, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
+import type { CancelRequest, RefundRequest, SettleRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
 import { runCall, type StoreCall } from './calls.js';
 import { stateKeys } from './keys.js';
 import { checkGrain, checkName, checkOptionsObject, hasMethods } from './options.js';
@@ -46,6 +46,8 @@ export interface SyncRowStore extends SyncStore {
   refund(request: RefundRequest): Promise<void>;
   cancelSync(request: CancelRequest): boolean;
   refundSync(request: RefundRequest): void;
+  settle(request: SettleRequest): Promise<void>;
+  settleSync(request: SettleRequest): void;
   /** Nothing to release: the database is the caller's. */
   close(): Promise<void>;
 }
@@ -132,6 +134,14 @@ export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
     db.transaction(true, () => apply(call, keys, requested, outs));
   }
 
+  function settleSync(request: SettleRequest): void {
+    const requested = callerNowUs(name, request.nowUs);
+    const keys = stateKeys(request.prefix, request.key, request.policies);
+    const outs = keys.map(() => emptyEvaluation());
+    const call: StoreCall = { op: 'settle', request };
+    db.transaction(true, () => apply(call, keys, requested, outs));
+  }
+
   function resetSync(prefix: string, key: string, policies: readonly CompiledPolicy[]): void {
     if (policies.length === 0) return;
     const keys = stateKeys(prefix, key, policies);
@@ -140,12 +150,15 @@ export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
     });
   }
 
-  return withPromises({ name, hasOwnClock: false, decideSync, cancelSync, refundSync, resetSync });
+  return withPromises({ name, hasOwnClock: false, decideSync, cancelSync, refundSync, settleSync, resetSync });
 }
 
 /** The promise methods of a synchronous store, over its synchronous ones. */
 function withPromises(
-  sync: Pick<SyncRowStore, 'name' | 'hasOwnClock' | 'decideSync' | 'cancelSync' | 'refundSync' | 'resetSync'>,
+  sync: Pick<
+    SyncRowStore,
+    'name' | 'hasOwnClock' | 'decideSync' | 'cancelSync' | 'refundSync' | 'settleSync' | 'resetSync'
+  >,
 ): SyncRowStore {
   return {
     ...sync,
@@ -160,6 +173,7 @@ function withPromises(
       }),
     cancel: (request) => promised(() => sync.cancelSync(request)),
     refund: (request) => promised(() => sync.refundSync(request)),
+    settle: (request) => promised(() => sync.settleSync(request)),
     reset: (prefix, key, policies) => promised(() => sync.resetSync(prefix, key, policies)),
     close: () => Promise.resolve(),
   };

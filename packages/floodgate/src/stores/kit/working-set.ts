@@ -1,7 +1,7 @@
 import { FloodgateError } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
-import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { runCall, type StoreCall } from './calls.js';
 import { callerNowUs } from './time.js';
 
@@ -151,6 +151,7 @@ export function storeOfCalls(
     decide: (request: StoreRequest) => submit({ op: 'decide', request }) as Promise<StoreResult>,
     cancel: (request: CancelRequest) => submit({ op: 'cancel', request }) as Promise<boolean>,
     refund: (request: RefundRequest) => submit({ op: 'refund', request }).then(() => undefined),
+    settle: (request: SettleRequest) => submit({ op: 'settle', request }).then(() => undefined),
     reset: (prefix: string, key: string, policies: readonly CompiledPolicy[]) =>
       policies.length === 0
         ? Promise.resolve()

@@ -7,10 +7,19 @@ import { emptyStateLength, kindOf } from '../../model/kinds.js';
 import { isPlainMeter } from '../../model/meter.js';
 import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
+import { settlePolicy } from '../../model/settle.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
 import { checkOptionsObject, wholeOption } from '../kit/options.js';
 import { promised } from '../kit/promised.js';
-import type { CancelRequest, FastPath, RefundRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
+import type {
+  CancelRequest,
+  FastPath,
+  RefundRequest,
+  SettleRequest,
+  StoreRequest,
+  StoreResult,
+  SyncStore,
+} from '../store.js';
 import { Eviction } from './eviction.js';
 import { MeterFastPath, type MeterWriter } from './meter-fast-path.js';
 import { DEFAULT_SUMMARY_CELLS, MAX_SUMMARY_CELLS, type Summary } from './summary.js';
@@ -70,6 +79,10 @@ export interface MemoryStore extends SyncStore {
   refund(request: RefundRequest): Promise<void>;
   /** `refund` without a promise. */
   refundSync(request: RefundRequest): void;
+  /** Settles a call admitted with an estimated cost (see the model's `settlePolicy`). */
+  settle(request: SettleRequest): Promise<void>;
+  /** `settle` without a promise. */
+  settleSync(request: SettleRequest): void;
 }
 
 /**
@@ -282,6 +295,26 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
       // Only a key the store holds changes: a refund never needs room.
       if (next !== undefined) this.write(table, key, next, nowUs + inspect(c, next, nowUs).resetAfterUs);
     }
+  }
+
+  settle(request: SettleRequest): Promise<void> {
+    return promised(() => this.settleSync(request));
+  }
+
+  settleSync(request: SettleRequest): void {
+    const { policies, prefix } = request;
+    const key = localKey(request.key);
+    const nowUs = callerClock(request.nowUs);
+    // A debt may land on a key the store no longer holds (it drained): it starts where a decision would.
+    const outs = policies.map((c) => {
+      const out = emptyEvaluation();
+      const start = this.startState(this.table(prefix, c), key, c, nowUs);
+      const next = settlePolicy(c, start, nowUs, request.atUs, request.estimate, request.actual);
+      out.next = next;
+      if (next !== undefined) out.resetAfterUs = inspect(c, next, nowUs).resetAfterUs;
+      return out;
+    });
+    this.commit(prefix, policies, key, outs, nowUs);
   }
 
   private lastPolicy: CompiledPolicy | undefined;

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { KindDescriptor } from '../../model/descriptor.js';
 import { emptyStateLength, KIND_LIST, KIND_METER, KINDS } from '../../model/kinds.js';
+import { MAX_DEBT_US } from '../../model/settle.js';
 import { PRUNE_GRACE_US } from '../sql/common.js';
 import { flagGuard } from './guards.js';
 import { SQL_PORTS, type SqlPort } from './kind-ports.js';
@@ -38,6 +39,7 @@ export function portFunctions(n: SqlNames): string[] {
     decideFunction(n),
     cancelFunction(n),
     refundFunction(n),
+    settleCostFunction(n),
   ];
 }
 
@@ -77,6 +79,11 @@ export function cancelStatement(n: SqlNames): string {
 /** Giving back a lease's unused units: see `refundFunction` for the parameters. */
 export function refundStatement(n: SqlNames): string {
   return `SELECT ${n.fn('refund')}($1::text[], $2::float8, $3::float8, $4::float8, $5::float8, $6::float8[]) AS r`;
+}
+
+/** Settling a call admitted with an estimate: see `settleCostFunction` for the parameters. */
+export function settleCostStatement(n: SqlNames): string {
+  return `SELECT ${n.fn('settle_cost')}($1::text[], $2::float8, $3::float8, $4::float8, $5::float8, $6::float8[]) AS r`;
 }
 
 /**
@@ -652,6 +659,85 @@ function refundFunction(n: SqlNames): string {
       nx := NULL;
       CONTINUE WHEN st IS NULL;
 ${refunds}
+      IF nx IS NOT NULL THEN
+        r := ${n.fn('policy')}(kind, lim, a, b, c, nx, now, 0, 0);
+        UPDATE ${n.qualified} t SET state = nx, expires_at = ${expiry('now', 'r[5]')}
+          WHERE t.key = p_keys[k + 1];
+      END IF;
+    END LOOP;
+    RETURN true;
+  END
+  $fn$;`;
+}
+
+/**
+ * settle.ts `settlePolicy`, in one transaction: settles a call admitted at `p_at` µs with an estimate of
+ * `p_estimate` at its actual cost `p_actual` under each policy. Below the estimate it is the refund of
+ * the difference (each kind's `refund` branch, as `refundFunction` runs it); above it a meter's debt: the
+ * TAT moves by the difference of the two charges, counted from now when the key owes nothing, to at most
+ * ${MAX_DEBT_US} µs owed (`MAX_DEBT_US`). Only meters settle (the client refuses the other kinds first);
+ * another kind raises. A debt may land on a key without a row: the rows are created first, with no
+ * state, in the order the decide function creates them, then locked in key order as it locks them.
+ *
+ * Parameters: `p_keys` the row keys in policy order; `p_now` µs (NaN: the server's `clock_timestamp()`);
+ * `p_at`, `p_estimate`, `p_actual`; `p_pol` 5 numbers per policy: kind, limit, a, b, c (compile.ts).
+ * Returns true.
+ */
+function settleCostFunction(n: SqlNames): string {
+  const refunds = kindBranches('kind', (port) => port.refund(n), '        ');
+  return `
+  CREATE OR REPLACE FUNCTION ${n.fn('settle_cost')}(
+    p_keys text[], p_now float8, p_at float8, p_estimate float8, p_actual float8, p_pol float8[])
+  RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+  DECLARE
+    np int := coalesce(array_length(p_keys, 1), 0);
+    now float8 := p_now;
+    ts timestamp;
+    st float8[]; nx float8[]; r float8[];
+    k int; base int; kind int;
+    lim float8; a float8; b float8; c float8;
+    -- The names the kinds' refund branches read.
+    p_leased float8 := p_estimate;
+    p_leased_at float8 := p_at;
+    p_unused float8 := p_estimate - p_actual;
+    extra float8; owed_from float8; tat float8; cap float8;
+  BEGIN
+    IF p_actual > p_estimate THEN
+      INSERT INTO ${n.qualified} AS t (key, state, expires_at)
+        SELECT u.k, NULL, 0 FROM unnest(p_keys) AS u(k) ORDER BY u.k COLLATE "C"
+        ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM 1 FROM ${n.qualified} t WHERE t.key = ANY(p_keys) ORDER BY t.key FOR UPDATE;
+    IF now = 'NaN'::float8 THEN
+      ${serverNow('now')}
+    END IF;
+    IF NOT (p_actual <> p_estimate) THEN RETURN true; END IF;
+    FOR k IN 0..np - 1 LOOP
+      base := k * 5;
+      kind := p_pol[base + 1]::int;
+      lim := p_pol[base + 2];
+      a := p_pol[base + 3];
+      b := p_pol[base + 4];
+      c := p_pol[base + 5];
+      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[k + 1];
+      nx := NULL;
+      IF p_actual < p_estimate THEN
+        CONTINUE WHEN st IS NULL;
+${refunds}
+      ELSE
+        IF kind <> ${KIND_METER} THEN
+          RAISE EXCEPTION 'floodgate: only a meter policy settles a debt, not kind %', kind;
+        END IF;
+        extra := ${charge('p_actual', 'a')} - ${charge('p_estimate', 'a')};
+        IF extra > 0 THEN
+          tat := coalesce(st[2], now);
+          owed_from := greatest(tat, now);
+          cap := now + ${MAX_DEBT_US};
+          tat := owed_from + extra;
+          IF tat > cap THEN tat := greatest(owed_from, cap); END IF;
+          nx := ARRAY[coalesce(st[1], 0), tat];
+        END IF;
+      END IF;
       IF nx IS NOT NULL THEN
         r := ${n.fn('policy')}(kind, lim, a, b, c, nx, now, 0, 0);
         UPDATE ${n.qualified} t SET state = nx, expires_at = ${expiry('now', 'r[5]')}

@@ -5,11 +5,11 @@ import { exceedsCapacity, KIND_METER, KINDS } from '../../model/kinds.js';
 import { meterCharge } from '../../model/meter.js';
 import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
-import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { declaresVariant } from './guards.js';
 import { meterReadStatement, meterWriteStatement } from './meter-fast.js';
 import { dropVersionsStatement, INSTALLED_VERSIONS, migrationStatement } from './migration.js';
-import { cancelStatement, decideStatement, PORT_VERSION, refundStatement } from './port.js';
+import { cancelStatement, decideStatement, PORT_VERSION, refundStatement, settleCostStatement } from './port.js';
 import type { PostgresClient } from './postgres-client.js';
 import { decodeCall, decodeMeter, Reply } from './replies.js';
 import { RESERVED_INFIX, type SqlNames, sqlNames } from './sql.js';
@@ -277,6 +277,30 @@ class PostgresStoreImpl implements PostgresStore {
           numberArray(pol),
         ],
         statementName(this.names, 'refund'),
+      ),
+    );
+  }
+
+  /**
+   * One statement of its own (a call settles once), ordered on its key like `refund`. See
+   * `settleCostFunction` in port.ts.
+   */
+  async settle(request: SettleRequest): Promise<void> {
+    const pol: number[] = [];
+    for (const c of request.policies) pol.push(c.kind, c.limit, c.a, c.b, c.c);
+    const keys = stateKeys(request.prefix, request.key, request.policies);
+    await this.side(request.prefix, request.key, () =>
+      this.client.query(
+        settleCostStatement(this.names),
+        [
+          textArray(keys),
+          String(request.nowUs ?? Number.NaN),
+          String(request.atUs),
+          String(request.estimate),
+          String(request.actual),
+          numberArray(pol),
+        ],
+        statementName(this.names, 'settle_cost'),
       ),
     );
   }
@@ -555,7 +579,7 @@ class PostgresStoreImpl implements PostgresStore {
  */
 function statementName(
   names: SqlNames,
-  what: 'decide' | 'cancel' | 'refund' | 'meter' | 'meter_at' | 'meter_read' | 'meter_read_at',
+  what: 'decide' | 'cancel' | 'refund' | 'settle_cost' | 'meter' | 'meter_at' | 'meter_read' | 'meter_read_at',
 ): string {
   const hash = createHash('sha256')
     .update(`${names.schema}.${names.table}.${names.version}`)

@@ -6,7 +6,7 @@ import { hasKind, KIND_METER, maxStateLength } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import { type InOrderRetries, recover, retryInOrder } from '../kit/batcher.js';
 import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
-import type { CancelRequest, RefundRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { toStoreError } from '../store-errors.js';
 import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './clients.js';
 import {
@@ -137,6 +137,7 @@ const OP_LIMIT = OP.limit;
 const OP_RESET = OP.reset;
 const OP_CANCEL = OP.cancel;
 const OP_REFUND = OP.refund;
+const OP_SETTLE = OP.settle;
 const REASONS: readonly Reason[] = REASON_CODES;
 /**
  * The model's scratch room for next states. Evaluations from Redis never carry a next state (the script
@@ -153,7 +154,7 @@ interface Call {
   readonly cost: number;
   readonly nowUs: number | undefined;
   readonly maxDelayUs: number;
-  /** A cancel's reservation TATs, one per policy; a refund's lease time and cost. */
+  /** A cancel's reservation TATs, one per policy; a refund's lease time and cost; a settle's time and estimate. */
   readonly tatUs: readonly number[] | undefined;
   /** State numbers of its policies at their longest ({@link weightOf}). */
   readonly weight: number;
@@ -285,6 +286,18 @@ class RedisStoreImpl implements RedisStore {
     await this.submit(OP_REFUND, request.prefix, request.key, request.policies, request.unused, nowUs, 0, [
       request.leasedAtUs,
       request.leased,
+    ]);
+  }
+
+  /** One script call, laid out as a refund (lua/main.ts): the actual cost, then the call's time and estimate. */
+  async settle(request: SettleRequest): Promise<void> {
+    const nowUs = request.nowUs;
+    if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
+      throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch');
+    }
+    await this.submit(OP_SETTLE, request.prefix, request.key, request.policies, request.actual, nowUs, 0, [
+      request.atUs,
+      request.estimate,
     ]);
   }
 
@@ -543,7 +556,7 @@ function sameMeter(call: Call, previous: Call): boolean {
 
 /** A call runs with the one before it under the same policies, but for a cancel or a refund (each has its own arguments). */
 function sameDecision(call: Call, previous: Call): boolean {
-  return call.op !== OP_CANCEL && call.op !== OP_REFUND && call.policies === previous.policies;
+  return call.op !== OP_CANCEL && call.op !== OP_REFUND && call.op !== OP_SETTLE && call.policies === previous.policies;
 }
 
 function isMeterCall(call: Call): boolean {
@@ -805,7 +818,7 @@ function settle(calls: readonly Call[], reply: unknown): void {
       r += 2;
       continue;
     }
-    if (call.op === OP_RESET || call.op === OP_REFUND) {
+    if (call.op === OP_RESET || call.op === OP_REFUND || call.op === OP_SETTLE) {
       r++;
       call.resolve(undefined);
       continue;

@@ -12,6 +12,7 @@ import { inKindOrder, type LuaPorts } from './lua/port.js';
 import { preludeLua } from './lua/prelude.js';
 import { refundLua } from './lua/refund.js';
 import { RESERVATION_LUA } from './lua/reservation.js';
+import { SETTLE_LUA } from './lua/settle.js';
 import { SLIDING_LOG_PORT } from './lua/sliding-log.js';
 import { SLIDING_WINDOW_PORT } from './lua/sliding-window.js';
 import { TOKEN_INTERVAL_PORT } from './lua/token-interval.js';
@@ -37,6 +38,7 @@ export function decisionScript(ports: LuaPorts): string {
     decideLua(ports),
     RESERVATION_LUA,
     refundLua(ports),
+    SETTLE_LUA,
     MAIN_LUA,
   ].join('\n');
 }

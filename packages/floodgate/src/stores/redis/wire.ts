@@ -16,7 +16,7 @@
  */
 
 /** Operation codes (`op`), shared by every script. */
-export const OP = { check: '0', limit: '1', reset: '2', cancel: '3', refund: '4' } as const;
+export const OP = { check: '0', limit: '1', reset: '2', cancel: '3', refund: '4', settle: '5' } as const;
 
 /** The single-call meter script (lua/meter-fast.ts): one call, one meter policy. */
 export const METER_CALL_WIRE = {
@@ -80,7 +80,7 @@ export const DECIDE_WIRE = {
   run: { calls: 0, op: 1, nowUs: 2, cost: 3, maxDelayUs: 4, n: 5, size: 6 },
   /**
    * Per decision: verdict (1/0), µs decided at, then per policy `stride` numbers: reason, remaining,
-   * retryAfterUs (-1 = never), resetAfterUs, delayUs. A reset or refund replies 1, a cancel 1 or 0, a
+   * retryAfterUs (-1 = never), resetAfterUs, delayUs. A reset, refund or settle replies 1, a cancel 1 or 0, a
    * call whose GET or SET failed -1 then the error's message.
    */
   reply: {

@@ -17,15 +17,17 @@ const R = DECIDE_WIRE.run;
  *   [2]          P, the number of distinct policies in the batch
  *   [3 … 2+6P]   per policy: kind, limit, blockUs, a, b, c (the compiled policy of model/compile.ts)
  *   then runs of calls that differ only by key: m (calls in the run), op (0 check, 1 limit, 2 reset,
- *                  3 cancel, 4 refund), nowUs ('' = Redis TIME), cost, maxDelayUs, n (policies per call),
+ *                  3 cancel, 4 refund, 5 settle), nowUs ('' = Redis TIME), cost, maxDelayUs, n (policies per call),
  *                  then n policy numbers (1-based, into the list above). Under load most calls of a batch
  *                  form one run, so a decision costs Redis little more than its keys. A cancel is a run of
  *                  one call and carries n more numbers: the reservation's TATs (model/reservation.ts). A
  *                  refund is a run of one whose cost is the unused units, and carries two more numbers:
- *                  the lease's time (µs) and cost (model/refund.ts).
+ *                  the lease's time (µs) and cost (model/refund.ts). A settle is laid out as a refund:
+ *                  its cost is the actual cost, its two numbers the call's time (µs) and estimate
+ *                  (model/settle.ts).
  * Clock: a call's `nowUs` when given, else Redis `TIME` as integer µs (seconds·10⁶ + µs), read once per
  *   script call, so app servers with skewed clocks agree.
- * Returns a flat array of integers; per call: a reset or a refund gives `1`; a cancel gives 1 when every policy gave
+ * Returns a flat array of integers; per call: a reset, a refund or a settle gives `1`; a cancel gives 1 when every policy gave
  *   the whole cost back, else 0; a decision gives `allowed` (1/0), the µs it was decided at, then
  *   per policy `reason` (0 ok, 1 limit, 2 blocked, 3 exceeds-capacity), `remaining`, `retryAfterUs`
  *   (-1 = never), `resetAfterUs`, `delayUs`. Every one of these is a whole number, so Redis's integer
@@ -142,19 +144,26 @@ while at <= total do
     end
     k = k + n
     at = at + n
-  elseif op == '4' then
+  elseif op == '4' or op == '5' then
     local now, extra = redis_now(), 0
     if argv[at + ${R.nowUs}] ~= '' then
       now, extra = tonumber(argv[at + ${R.nowUs}]), grace * 1000
     end
-    local unused = tonumber(argv[at + ${R.cost}])
+    -- A refund's unused units, or a settle's actual cost.
+    local amount = tonumber(argv[at + ${R.cost}])
     local leased_at, leased = tonumber(argv[at + ${R.size} + n]), tonumber(argv[at + ${R.size} + 1 + n])
     local err, value = nil, nil
     for j = 1, n do
       local c = chosen[j]
       value, err = try('GET', KEYS[k + j])
       if err then break end
-      local nxt = refund_policy(c, decode(c.kind, value), now, leased_at, leased, unused)
+      local nxt
+      if op == '4' then
+        nxt = refund_policy(c, decode(c.kind, value), now, leased_at, leased, amount)
+      else
+        -- A debt may land on a key that holds nothing any more: decode gives nil, the debt counts from now.
+        nxt = settle_policy(c, decode(c.kind, value), now, leased_at, leased, amount)
+      end
       if nxt then
         -- The expiry of the new state: when it is untouched again, as a cost-0 evaluation reports it.
         local out = outs[j]
