@@ -63,7 +63,7 @@ end
  * Acquire (model: acquirePermit). ARGV: nowUs|'', leaseUs, limit, cost, leaseId, graceMs.
  * Returns { granted 1|0, inFlight, fence, expiresAtUs, nowUs, retryAfterUs, resetAfterUs }.
  */
-export const PERMIT_ACQUIRE_SCRIPT = `-- floodgate: acquire a concurrency permit
+export const PERMIT_ACQUIRE_SCRIPT: string = `-- floodgate: acquire a concurrency permit
 ${PRELUDE}
 local now = clock(ARGV[1])
 local lease, limit, cost, id, grace = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
@@ -94,7 +94,7 @@ return { 0, flight, 0, 0, now, retry, last_expiry() - now }
 `;
 
 /** Refresh (model: refreshPermit). ARGV: nowUs|'', leaseUs, leaseId, graceMs. Returns { refreshed 1|0, expiresAtUs, nowUs }. */
-export const PERMIT_REFRESH_SCRIPT = `-- floodgate: refresh a concurrency permit
+export const PERMIT_REFRESH_SCRIPT: string = `-- floodgate: refresh a concurrency permit
 ${PRELUDE}
 local now = clock(ARGV[1])
 local lease, id, grace = tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
@@ -111,7 +111,7 @@ return { 1, expires, now }
 `;
 
 /** Release (model: releasePermit). ARGV: nowUs|'', leaseId, graceMs. Returns { released 1|0, nowUs }. */
-export const PERMIT_RELEASE_SCRIPT = `-- floodgate: release a concurrency permit
+export const PERMIT_RELEASE_SCRIPT: string = `-- floodgate: release a concurrency permit
 ${PRELUDE}
 local now = clock(ARGV[1])
 local id, grace = ARGV[2], tonumber(ARGV[3])

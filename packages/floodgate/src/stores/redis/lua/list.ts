@@ -5,7 +5,7 @@
  * index and its amount right after it. Sums run newest first, as in the model, so fractional amounts round
  * identically. Defined on first use, by either kind's loader (`if not list_first then load_list() end`).
  */
-export const LIST_LUA = `
+export const LIST_LUA: string = `
 local function load_list()
   -- Index of the first pair whose time is after cutoff (pairs start at 2).
   list_first = function(s, cutoff)

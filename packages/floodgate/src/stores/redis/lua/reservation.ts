@@ -8,7 +8,7 @@
  * to store, false to leave it) and `outs[j].reset` (µs until untouched, for the expiry). Returns true when
  * every policy gave the whole cost back.
  */
-export const RESERVATION_LUA = `
+export const RESERVATION_LUA: string = `
 local function cancel_reservation(cs, states, n, now, cost, tats, outs)
   local due = -INF
   for j = 1, n do

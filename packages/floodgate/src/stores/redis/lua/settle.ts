@@ -8,7 +8,7 @@ import { MAX_DEBT_US } from '../../../model/settle.js';
  * Only meters settle (the client refuses the other kinds first); another kind raises. States are 1-based
  * here: the model's `s[i]` is `s[i + 1]`.
  */
-export const SETTLE_LUA = `
+export const SETTLE_LUA: string = `
 local function settle_policy(c, s, now, at_us, estimate, actual)
   if actual < estimate then return refund_policy(c, s, now, at_us, estimate, estimate - actual) end
   if not (actual > estimate) then return nil end
