@@ -2,10 +2,9 @@ import { FloodgateError } from '../errors.js';
 import { encodeKey, storageKey } from '../keys.js';
 import type { CompiledPolicy } from '../model/compile.js';
 import { decide } from '../model/decide.js';
-import { refundPolicy } from '../model/refund.js';
 import { cancelReservation } from '../model/reservation.js';
-import { settlePolicy } from '../model/settle.js';
 import { emptyEvaluation, type State } from '../model/types.js';
+import { type LateCall, lateStep } from '../stores/kit/calls.js';
 import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../stores/store.js';
 
 /**
@@ -14,6 +13,22 @@ import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, 
  */
 export function modelStore(): Store & { readonly states: ReadonlyMap<string, State> } {
   const states = new Map<string, State>();
+  // A refund or a settle: each policy's state as the model's step leaves it.
+  const late = (call: LateCall): Promise<void> => {
+    const { request } = call;
+    const nowUs = request.nowUs;
+    if (nowUs === undefined) {
+      return Promise.reject(new FloodgateError('ERR_INVALID_OPTION', 'the model store needs the caller’s clock'));
+    }
+    const step = lateStep(call);
+    const key = encodeKey(request.key);
+    for (const c of request.policies) {
+      const id = storageKey(request.prefix, key, `${c.name}:${c.kind}`);
+      const next = step(c, states.get(id), nowUs);
+      if (next !== undefined) states.set(id, next);
+    }
+    return Promise.resolve();
+  };
   return {
     name: 'model',
     hasOwnClock: false,
@@ -54,30 +69,10 @@ export function modelStore(): Store & { readonly states: ReadonlyMap<string, Sta
       return Promise.resolve(all);
     },
     refund(request: RefundRequest): Promise<void> {
-      const nowUs = request.nowUs;
-      if (nowUs === undefined) {
-        return Promise.reject(new FloodgateError('ERR_INVALID_OPTION', 'the model store needs the caller’s clock'));
-      }
-      const key = encodeKey(request.key);
-      for (const c of request.policies) {
-        const id = storageKey(request.prefix, key, `${c.name}:${c.kind}`);
-        const next = refundPolicy(c, states.get(id), nowUs, request.leasedAtUs, request.leased, request.unused);
-        if (next !== undefined) states.set(id, next);
-      }
-      return Promise.resolve();
+      return late({ op: 'refund', request });
     },
     settle(request: SettleRequest): Promise<void> {
-      const nowUs = request.nowUs;
-      if (nowUs === undefined) {
-        return Promise.reject(new FloodgateError('ERR_INVALID_OPTION', 'the model store needs the caller’s clock'));
-      }
-      const key = encodeKey(request.key);
-      for (const c of request.policies) {
-        const id = storageKey(request.prefix, key, `${c.name}:${c.kind}`);
-        const next = settlePolicy(c, states.get(id), nowUs, request.atUs, request.estimate, request.actual);
-        if (next !== undefined) states.set(id, next);
-      }
-      return Promise.resolve();
+      return late({ op: 'settle', request });
     },
     reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
       const encoded = encodeKey(key);

@@ -24,6 +24,24 @@ export type StoreCall =
   | { readonly op: 'settle'; readonly request: SettleRequest }
   | { readonly op: 'reset'; readonly request: ResetRequest };
 
+/** A call made after the decision: a refund or a settle. */
+export type LateCall = Extract<StoreCall, { readonly op: 'refund' | 'settle' }>;
+
+/**
+ * What a refund or a settle does to one policy's state, as the model says: `refundPolicy` or
+ * `settlePolicy` with the call's own figures. Undefined: the state stays as it is.
+ */
+export function lateStep(
+  call: LateCall,
+): (c: CompiledPolicy, state: State | undefined, nowUs: number) => State | undefined {
+  if (call.op === 'refund') {
+    const { leasedAtUs, leased, unused } = call.request;
+    return (c, state, nowUs) => refundPolicy(c, state, nowUs, leasedAtUs, leased, unused);
+  }
+  const { atUs, estimate, actual } = call.request;
+  return (c, state, nowUs) => settlePolicy(c, state, nowUs, atUs, estimate, actual);
+}
+
 /**
  * Runs one call on the states of its policies (in policy order, `undefined` for a key that holds none),
  * as the model says, at `nowUs`. The one place where a store's decide, cancel, refund and settle meet the
@@ -63,23 +81,13 @@ export function runCall(
       for (let i = 0; i < policies.length; i++) untouchedAfterUs[i] = (outs[i] as Evaluation).resetAfterUs;
       return all;
     }
-    case 'refund': {
-      const { leasedAtUs, leased, unused } = call.request;
-      for (let i = 0; i < policies.length; i++) {
-        const c = policies[i] as CompiledPolicy;
-        const out = outs[i] as Evaluation;
-        const next = refundPolicy(c, states[i], nowUs, leasedAtUs, leased, unused);
-        out.next = next;
-        if (next !== undefined) untouchedAfterUs[i] = inspect(c, next, nowUs).resetAfterUs;
-      }
-      return undefined;
-    }
+    case 'refund':
     case 'settle': {
-      const { atUs, estimate, actual } = call.request;
+      const step = lateStep(call);
       for (let i = 0; i < policies.length; i++) {
         const c = policies[i] as CompiledPolicy;
         const out = outs[i] as Evaluation;
-        const next = settlePolicy(c, states[i], nowUs, atUs, estimate, actual);
+        const next = step(c, states[i], nowUs);
         out.next = next;
         if (next !== undefined) untouchedAfterUs[i] = inspect(c, next, nowUs).resetAfterUs;
       }

@@ -2,7 +2,7 @@ import { invalid } from '../../errors.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
 import type { CancelRequest, RefundRequest, SettleRequest, StoreRequest, StoreResult, SyncStore } from '../store.js';
-import { runCall, type StoreCall } from './calls.js';
+import { type LateCall, runCall, type StoreCall } from './calls.js';
 import { stateKeys } from './keys.js';
 import { checkGrain, checkName, checkOptionsObject, hasMethods } from './options.js';
 import { promised } from './promised.js';
@@ -127,18 +127,17 @@ export function syncRowStore(options: SyncRowStoreOptions): SyncRowStore {
   }
 
   function refundSync(request: RefundRequest): void {
-    const requested = callerNowUs(name, request.nowUs);
-    const keys = stateKeys(request.prefix, request.key, request.policies);
-    const outs = keys.map(() => emptyEvaluation());
-    const call: StoreCall = { op: 'refund', request };
-    db.transaction(true, () => apply(call, keys, requested, outs));
+    lateSync({ op: 'refund', request });
   }
 
   function settleSync(request: SettleRequest): void {
-    const requested = callerNowUs(name, request.nowUs);
-    const keys = stateKeys(request.prefix, request.key, request.policies);
+    lateSync({ op: 'settle', request });
+  }
+
+  function lateSync(call: LateCall): void {
+    const requested = callerNowUs(name, call.request.nowUs);
+    const keys = stateKeys(call.request.prefix, call.request.key, call.request.policies);
     const outs = keys.map(() => emptyEvaluation());
-    const call: StoreCall = { op: 'settle', request };
     db.transaction(true, () => apply(call, keys, requested, outs));
   }
 

@@ -624,6 +624,51 @@ function lockRowsThenClock(n: SqlNames): string {
 }
 
 /**
+ * The opening of a function that changes states after the call (refund, settle): its name, parameters
+ * (the row keys, the time, `params`, the policies) and locals.
+ */
+function lateHead(n: SqlNames, name: 'refund' | 'settle_cost', params: string): string {
+  return `  CREATE OR REPLACE FUNCTION ${n.fn(name)}(
+    p_keys text[], p_now float8, ${params}, p_pol float8[])
+  RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
+  DECLARE
+    np int := coalesce(array_length(p_keys, 1), 0);
+    now float8 := p_now;
+    ts timestamp;
+    st float8[]; nx float8[]; r float8[];
+    k int; base int; kind int;
+    lim float8; a float8; b float8; c float8;
+`;
+}
+
+/** Their loop over the policies, up to the state read (`st`) and the next one cleared (`nx`). */
+function lateLoopHead(n: SqlNames): string {
+  return `    FOR k IN 0..np - 1 LOOP
+      base := k * 5;
+      kind := p_pol[base + 1]::int;
+      lim := p_pol[base + 2];
+      a := p_pol[base + 3];
+      b := p_pol[base + 4];
+      c := p_pol[base + 5];
+      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[k + 1];
+      nx := NULL;
+`;
+}
+
+/** Their loop's end: a next state is written with the expiry a cost-0 evaluation gives it. */
+function lateLoopTail(n: SqlNames): string {
+  return `      IF nx IS NOT NULL THEN
+        r := ${n.fn('policy')}(kind, lim, a, b, c, nx, now, 0, 0);
+        UPDATE ${n.qualified} t SET state = nx, expires_at = ${expiry('now', 'r[5]')}
+          WHERE t.key = p_keys[k + 1];
+      END IF;
+    END LOOP;
+    RETURN true;
+  END
+  $fn$;`;
+}
+
+/**
  * refund.ts `refundPolicy`, in one transaction: gives back the unused units of a lease (a committed call
  * of cost `p_leased` decided at `p_leased_at` µs) under each policy, as far as the algorithm can still
  * tell them apart; the new state expires when a cost-0 evaluation says it is untouched.
@@ -635,39 +680,12 @@ function lockRowsThenClock(n: SqlNames): string {
 function refundFunction(n: SqlNames): string {
   const refunds = kindBranches('kind', (port) => port.refund(n), '      ');
   return `
-  CREATE OR REPLACE FUNCTION ${n.fn('refund')}(
-    p_keys text[], p_now float8, p_leased_at float8, p_leased float8, p_unused float8, p_pol float8[])
-  RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-  DECLARE
-    np int := coalesce(array_length(p_keys, 1), 0);
-    now float8 := p_now;
-    ts timestamp;
-    st float8[]; nx float8[]; r float8[];
-    k int; base int; kind int;
-    lim float8; a float8; b float8; c float8;
-  BEGIN
+${lateHead(n, 'refund', 'p_leased_at float8, p_leased float8, p_unused float8')}  BEGIN
     ${lockRowsThenClock(n)}
     IF NOT (p_unused > 0) OR p_unused > p_leased THEN RETURN true; END IF;
-    FOR k IN 0..np - 1 LOOP
-      base := k * 5;
-      kind := p_pol[base + 1]::int;
-      lim := p_pol[base + 2];
-      a := p_pol[base + 3];
-      b := p_pol[base + 4];
-      c := p_pol[base + 5];
-      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[k + 1];
-      nx := NULL;
-      CONTINUE WHEN st IS NULL;
+${lateLoopHead(n)}      CONTINUE WHEN st IS NULL;
 ${refunds}
-      IF nx IS NOT NULL THEN
-        r := ${n.fn('policy')}(kind, lim, a, b, c, nx, now, 0, 0);
-        UPDATE ${n.qualified} t SET state = nx, expires_at = ${expiry('now', 'r[5]')}
-          WHERE t.key = p_keys[k + 1];
-      END IF;
-    END LOOP;
-    RETURN true;
-  END
-  $fn$;`;
+${lateLoopTail(n)}`;
 }
 
 /**
@@ -686,17 +704,7 @@ ${refunds}
 function settleCostFunction(n: SqlNames): string {
   const refunds = kindBranches('kind', (port) => port.refund(n), '        ');
   return `
-  CREATE OR REPLACE FUNCTION ${n.fn('settle_cost')}(
-    p_keys text[], p_now float8, p_at float8, p_estimate float8, p_actual float8, p_pol float8[])
-  RETURNS boolean LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $fn$
-  DECLARE
-    np int := coalesce(array_length(p_keys, 1), 0);
-    now float8 := p_now;
-    ts timestamp;
-    st float8[]; nx float8[]; r float8[];
-    k int; base int; kind int;
-    lim float8; a float8; b float8; c float8;
-    -- The names the kinds' refund branches read.
+${lateHead(n, 'settle_cost', 'p_at float8, p_estimate float8, p_actual float8')}    -- The names the kinds' refund branches read.
     p_leased float8 := p_estimate;
     p_leased_at float8 := p_at;
     p_unused float8 := p_estimate - p_actual;
@@ -712,16 +720,7 @@ function settleCostFunction(n: SqlNames): string {
       ${serverNow('now')}
     END IF;
     IF NOT (p_actual <> p_estimate) THEN RETURN true; END IF;
-    FOR k IN 0..np - 1 LOOP
-      base := k * 5;
-      kind := p_pol[base + 1]::int;
-      lim := p_pol[base + 2];
-      a := p_pol[base + 3];
-      b := p_pol[base + 4];
-      c := p_pol[base + 5];
-      SELECT t.state INTO st FROM ${n.qualified} t WHERE t.key = p_keys[k + 1];
-      nx := NULL;
-      IF p_actual < p_estimate THEN
+${lateLoopHead(n)}      IF p_actual < p_estimate THEN
         CONTINUE WHEN st IS NULL;
 ${refunds}
       ELSE
@@ -738,13 +737,5 @@ ${refunds}
           nx := ARRAY[coalesce(st[1], 0), tat];
         END IF;
       END IF;
-      IF nx IS NOT NULL THEN
-        r := ${n.fn('policy')}(kind, lim, a, b, c, nx, now, 0, 0);
-        UPDATE ${n.qualified} t SET state = nx, expires_at = ${expiry('now', 'r[5]')}
-          WHERE t.key = p_keys[k + 1];
-      END IF;
-    END LOOP;
-    RETURN true;
-  END
-  $fn$;`;
+${lateLoopTail(n)}`;
 }

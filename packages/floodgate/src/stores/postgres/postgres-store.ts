@@ -261,46 +261,41 @@ class PostgresStoreImpl implements PostgresStore {
    * One statement of its own (a lease gives back at most once), ordered on its key like `cancel`. See
    * `refundFunction` in port.ts.
    */
-  async refund(request: RefundRequest): Promise<void> {
-    const pol: number[] = [];
-    for (const c of request.policies) pol.push(c.kind, c.limit, c.a, c.b, c.c);
-    const keys = stateKeys(request.prefix, request.key, request.policies);
-    await this.side(request.prefix, request.key, () =>
-      this.client.query(
-        refundStatement(this.names),
-        [
-          textArray(keys),
-          String(request.nowUs ?? Number.NaN),
-          String(request.leasedAtUs),
-          String(request.leased),
-          String(request.unused),
-          numberArray(pol),
-        ],
-        statementName(this.names, 'refund'),
-      ),
-    );
+  refund(request: RefundRequest): Promise<void> {
+    return this.afterTheCall(request, refundStatement(this.names), 'refund', [
+      request.leasedAtUs,
+      request.leased,
+      request.unused,
+    ]);
   }
 
   /**
    * One statement of its own (a call settles once), ordered on its key like `refund`. See
    * `settleCostFunction` in port.ts.
    */
-  async settle(request: SettleRequest): Promise<void> {
+  settle(request: SettleRequest): Promise<void> {
+    return this.afterTheCall(request, settleCostStatement(this.names), 'settle_cost', [
+      request.atUs,
+      request.estimate,
+      request.actual,
+    ]);
+  }
+
+  /** A refund or a settle: `statement` with the row keys, the time, `numbers` and the policies. */
+  private async afterTheCall(
+    request: RefundRequest | SettleRequest,
+    statement: string,
+    fn: 'refund' | 'settle_cost',
+    numbers: readonly number[],
+  ): Promise<void> {
     const pol: number[] = [];
     for (const c of request.policies) pol.push(c.kind, c.limit, c.a, c.b, c.c);
     const keys = stateKeys(request.prefix, request.key, request.policies);
     await this.side(request.prefix, request.key, () =>
       this.client.query(
-        settleCostStatement(this.names),
-        [
-          textArray(keys),
-          String(request.nowUs ?? Number.NaN),
-          String(request.atUs),
-          String(request.estimate),
-          String(request.actual),
-          numberArray(pol),
-        ],
-        statementName(this.names, 'settle_cost'),
+        statement,
+        [textArray(keys), String(request.nowUs ?? Number.NaN), ...numbers.map(String), numberArray(pol)],
+        statementName(this.names, fn),
       ),
     );
   }

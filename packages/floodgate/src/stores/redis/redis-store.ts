@@ -278,27 +278,27 @@ class RedisStoreImpl implements RedisStore {
     ) as Promise<boolean>;
   }
 
-  async refund(request: RefundRequest): Promise<void> {
-    const nowUs = request.nowUs;
-    if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
-      throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch');
-    }
-    await this.submit(OP_REFUND, request.prefix, request.key, request.policies, request.unused, nowUs, 0, [
-      request.leasedAtUs,
-      request.leased,
-    ]);
+  refund(request: RefundRequest): Promise<void> {
+    return this.afterTheCall(OP_REFUND, request, request.unused, [request.leasedAtUs, request.leased]);
   }
 
   /** One script call, laid out as a refund (lua/main.ts): the actual cost, then the call's time and estimate. */
-  async settle(request: SettleRequest): Promise<void> {
+  settle(request: SettleRequest): Promise<void> {
+    return this.afterTheCall(OP_SETTLE, request, request.actual, [request.atUs, request.estimate]);
+  }
+
+  /** A refund or a settle: one script call of `op` with `cost`, then the call's time and cost (`times`). */
+  private async afterTheCall(
+    op: string,
+    request: RefundRequest | SettleRequest,
+    cost: number,
+    times: readonly number[],
+  ): Promise<void> {
     const nowUs = request.nowUs;
     if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
       throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch');
     }
-    await this.submit(OP_SETTLE, request.prefix, request.key, request.policies, request.actual, nowUs, 0, [
-      request.atUs,
-      request.estimate,
-    ]);
+    await this.submit(op, request.prefix, request.key, request.policies, cost, nowUs, 0, times);
   }
 
   async reset(prefix: string, key: string, policies: readonly CompiledPolicy[]): Promise<void> {
