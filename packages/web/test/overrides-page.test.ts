@@ -234,6 +234,11 @@ describe.skipIf(!enabled)('the overrides panel of the live view, in Chromium', (
     await page.waitForFunction(() => /Page 1/.test(document.querySelector('[data-overrides-page]')?.textContent ?? ''));
     expect(await listed()).toEqual(first);
     expect(new Set([...first, ...second].map(([, id]) => id)).size).toBe(21);
+    // On a 390 px phone the panel, its table and its form fit: no sideways scrolling.
+    await page.setViewportSize({ width: 390, height: 844 });
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+    await page.screenshot({ path: artifact('live-overrides-390.png'), fullPage: true });
+    expect(wide).toBeLessThanOrEqual(390);
     expect(session.errors).toEqual([]);
   });
 });
