@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { build } from 'vite';
-import { type Service, startService } from '../../service/src/service.js';
+import { type Service, type ServiceOptions, startService } from '../../service/src/service.js';
 
 /** Debian's Chromium: `.ci/run` installs it (`apt-get install -y chromium`). */
 export const CHROMIUM = '/usr/bin/chromium';
@@ -70,8 +70,11 @@ export interface PageSession {
   close(): Promise<void>;
 }
 
-/** Builds the page, serves it with `floodgate serve`'s code at `/` under `config`, and opens a tab. */
-export async function openPage(config: string): Promise<PageSession> {
+/**
+ * Builds the page, serves it with `floodgate serve`'s code at `/` under `config` (and `options`, such as
+ * an admin token), and opens a tab.
+ */
+export async function openPage(config: string, options: Pick<ServiceOptions, 'admin'> = {}): Promise<PageSession> {
   const built = await buildPage();
   const opened: { service?: Service; browser?: Browser } = {};
   const close = async () => {
@@ -87,6 +90,7 @@ export async function openPage(config: string): Promise<PageSession> {
       grpcPort: false,
       logger: 'silent',
       staticDir: built.dir,
+      ...options,
     });
     opened.browser = await launchBrowser();
     const page = await opened.browser.newPage({ viewport: { width: 1366, height: 768 } });

@@ -2,6 +2,7 @@ import type uPlot from 'uplot';
 import type { DecisionRate, PolicyRate, LiveStats as ServiceLiveStats } from '../../../service/src/stats.js';
 import { COLORS, type Frame, frameOf, legendNumber, legendValue, type PlottedElement } from './charts.js';
 import { h } from './dom.js';
+import { mountOverrides } from './overrides.js';
 
 /** What `GET /v1/stats` answers (the service's own types, so a change of the API breaks this build). */
 export interface LiveStats {
@@ -126,6 +127,7 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
   const keysNote = h('p', { class: 'hint' });
   const tenantsTable = h('table', { class: 'live-table', 'data-table': 'denied-tenants' });
   const health = h('dl', { class: 'health', 'data-health': '' });
+  const overridesPanel = h('article', { class: 'panel full', 'data-panel': 'overrides' });
 
   root.replaceChildren(
     status,
@@ -143,8 +145,11 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
       h('article', { class: 'panel wide' }, h('h2', {}, 'Store and latency'), health, latencyElement),
       h('article', { class: 'panel' }, h('h2', {}, 'Most denied keys'), keysTable, keysNote),
       h('article', { class: 'panel' }, h('h2', {}, 'Most denied tenants'), tenantsTable),
+      overridesPanel,
     ),
   );
+  // Asks the admin API only once a token is given, and only when asked (not every poll).
+  mountOverrides(overridesPanel);
 
   const rates = new RateChart(
     ratesElement,
