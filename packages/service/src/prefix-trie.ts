@@ -136,11 +136,19 @@ export class PrefixTrie<T> {
 
   /** The value of the longest key that is a prefix of `value`. */
   longest(value: string): T | undefined {
+    // prefixesOf's walk, keeping the last key met instead of calling back at each (a chain of 1,000
+    // nested prefixes would make 1,000 calls per value).
     let found: T | undefined;
-    this.prefixesOf(value, (v) => {
-      found = v;
-    });
-    return found;
+    let node = this.root;
+    let at = 0;
+    for (;;) {
+      if (node.ends) found = node.value;
+      if (at >= value.length) return found;
+      const child = childOf(node.children, value.charCodeAt(at));
+      if (child === undefined || (child.label.length > 1 && !value.startsWith(child.label, at))) return found;
+      at += child.label.length;
+      node = child;
+    }
   }
 
   private find(key: string): Node<T> | undefined {
