@@ -19,6 +19,7 @@ import { classify, HTTP_STATUS } from './failures.js';
 import type { RateLimitHeaders } from './headers.js';
 import { JsonBodyError, parseJsonBody } from './json-body.js';
 import { openApiDocument } from './openapi.js';
+import { methodNotAllowed, problem } from './problem.js';
 import { refuseTls, type TlsCredentials } from './tls.js';
 
 /** Largest request body accepted, in bytes. */
@@ -468,29 +469,4 @@ function json(res: ServerResponse, status: number, body: unknown): void {
   const text = JSON.stringify(body);
   res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text) });
   res.end(text);
-}
-
-function problem(res: ServerResponse, status: number, title: string, detail: string, field?: string): void {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  const text = JSON.stringify({
-    type: 'about:blank',
-    title,
-    status,
-    detail,
-    ...(field === undefined ? {} : { field }),
-  });
-  res.writeHead(status, {
-    'Content-Type': 'application/problem+json',
-    'Content-Length': Buffer.byteLength(text),
-    'Cache-Control': 'no-store',
-  });
-  res.end(text);
-}
-
-function methodNotAllowed(res: ServerResponse, allow: string): void {
-  res.setHeader('Allow', allow);
-  problem(res, 405, 'Method Not Allowed', `use ${allow}`);
 }

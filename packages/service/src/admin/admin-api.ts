@@ -3,6 +3,7 @@ import { isFloodgateError } from 'floodgate';
 import { OVERRIDE_SCOPES, type OverrideScope, type Overrides } from 'floodgate/overrides';
 import type { ServiceContext } from '../context.js';
 import type { DecisionRequest, DescriptorOutcome, Mode } from '../engine.js';
+import { methodNotAllowed, problem } from '../problem.js';
 
 /** Largest admin request body, bytes: an override carries at most 16 policies and a short note. */
 export const MAX_ADMIN_BODY_BYTES = 64 * 1024;
@@ -215,29 +216,4 @@ function json(res: ServerResponse, status: number, body: unknown): void {
     'Cache-Control': 'no-store',
   });
   res.end(text);
-}
-
-function problem(res: ServerResponse, status: number, title: string, detail: string, field?: string): void {
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  const text = JSON.stringify({
-    type: 'about:blank',
-    title,
-    status,
-    detail,
-    ...(field === undefined ? {} : { field }),
-  });
-  res.writeHead(status, {
-    'Content-Type': 'application/problem+json',
-    'Content-Length': Buffer.byteLength(text),
-    'Cache-Control': 'no-store',
-  });
-  res.end(text);
-}
-
-function methodNotAllowed(res: ServerResponse, allow: string): void {
-  res.setHeader('Allow', allow);
-  problem(res, 405, 'Method Not Allowed', `use ${allow}`);
 }
