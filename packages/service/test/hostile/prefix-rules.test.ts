@@ -1,7 +1,7 @@
 // Prefix rules against long values: matching used to slice the value once per distinct prefix length, so
 // with 1,000 prefix lengths and 1,024 descriptors of 990 characters one gRPC call took 0.9–2.8 s on the
-// service's only thread. Rules now sit in a trie walked once per value: a gRPC call is within 3× of the
-// same call under a plain rule (ratios within one run, not absolute times; 0.9-2.2× measured).
+// service's only thread. Rules now sit in a trie walked once per value: a gRPC call is within 2× of the
+// same call under a plain rule (ratios within one run, not absolute times; 1.22-1.48× measured at load 10).
 import { describe, expect, it } from 'vitest';
 import { startService } from '../../src/service.js';
 import { grpcClient, type RateLimitClient } from '../helpers.js';
@@ -46,7 +46,7 @@ async function median(client: RateLimitClient, req: unknown, runs: number): Prom
 }
 
 describe('prefix rules: matching is linear in the value, whatever the number of prefix lengths', () => {
-  it('1,000 prefix lengths, 1,024 descriptors of 990 characters: one gRPC call within 3× a plain-rule call', {
+  it('1,000 prefix lengths, 1,024 descriptors of 990 characters: one gRPC call within 2× a plain-rule call', {
     timeout: 120_000,
   }, async () => {
     const service = await startService({
@@ -72,7 +72,7 @@ describe('prefix rules: matching is linear in the value, whatever the number of 
       console.log(
         `prefix rules, ${LENGTHS} lengths, ${DESCRIPTORS} descriptors of ${VALUE.length} characters: ${ratio.toFixed(2)}× a plain-rule gRPC call`,
       );
-      expect(ratio).toBeLessThan(3);
+      expect(ratio).toBeLessThan(2);
     } finally {
       client.close();
       await service.close();
