@@ -31,22 +31,12 @@ export interface PolicyDecision {
 /**
  * The answer to a call. A denial is data, not an exception. Every limiter returns plain data: spread,
  * `structuredClone` and `JSON.stringify` keep every field.
+ *
+ * Its own fields are those of the binding policy: the one that denied (the longest wait of those), or else
+ * the one with least left; `remaining` is then the tightest policy's count, and `resetAfterMs` (ms until
+ * the key is back to its full, untouched state under that policy) is never before `retryAfterMs`.
  */
-export interface Decision {
-  allowed: boolean;
-  /** Largest cost admitted at once under the binding policy. */
-  limit: number;
-  /** How many cost-1 calls would be admitted right now, after this call (the tightest policy's count). */
-  remaining: number;
-  /** 0 when allowed; ms until this same call could pass; `Infinity` when it never can. */
-  retryAfterMs: number;
-  /** ms until the key is back to its full, untouched state under the binding policy; never before `retryAfterMs`. */
-  resetAfterMs: number;
-  /** Admitted, but proceed after this many ms (queue mode, reservations). */
-  delayMs?: number;
-  /** The binding policy: the one that denied (the longest wait of those), or else the one with least left. */
-  policy: string;
-  reason?: DecisionReason;
+export interface Decision extends PolicyDecision {
   /** One entry per policy, in the order the policies were given (under one policy, the decision's own fields). */
   policies: PolicyDecision[];
   /** Admitted with a delay: what `limiter.cancel` needs to give the booked capacity back. */

@@ -65,6 +65,26 @@ export function uniquePrefix(label = 't'): string {
 }
 
 /**
+ * Runs `fn` on a store from `source.store()` and hands it to `source.release` after, unless `skipped` gives
+ * a reason not to run (the test is then marked skipped with it, where the runner can).
+ */
+export async function onStore(
+  source: Pick<ConformanceOptions, 'store' | 'release'>,
+  fn: (store: Store) => Promise<void>,
+  skipped?: (store: Store) => string | undefined,
+  context?: TestContext,
+): Promise<void> {
+  const store = await source.store();
+  try {
+    const reason = skipped?.(store);
+    if (reason === undefined) await fn(store);
+    else context?.skip?.(reason);
+  } finally {
+    await source.release?.(store);
+  }
+}
+
+/**
  * The store contract: every store runs the same tables and the same randomized comparison against the
  * reference model, with an injected manual clock.
  *
@@ -75,14 +95,7 @@ export function uniquePrefix(label = 't'): string {
  * ```
  */
 export function runConformanceSuite(api: SuiteApi, options: ConformanceOptions): void {
-  const withStore = async (fn: (store: Store) => Promise<void>) => {
-    const store = await options.store();
-    try {
-      await fn(store);
-    } finally {
-      await options.release?.(store);
-    }
-  };
+  const withStore = (fn: (store: Store) => Promise<void>) => onStore(options, fn);
   /**
    * A test of an optional operation (`cancel`, `refund`): on a store without it, the limiter's typed
    * refusal is checked instead, and the test is marked skipped with the reason when the runner can.

@@ -1,7 +1,14 @@
 import { gcra, type Policy } from '../model/policy.js';
 import { isSyncStore, type Store } from '../stores/store.js';
 import { type CallStyle, styleName } from './calls.js';
-import { compareWithModel, randomPolicySets, runScenario, type SuiteApi, type TestContext } from './conformance.js';
+import {
+  compareWithModel,
+  onStore,
+  randomPolicySets,
+  runScenario,
+  type SuiteApi,
+  type TestContext,
+} from './conformance.js';
 import { type Scenario, scenarios } from './scenarios.js';
 
 /**
@@ -93,26 +100,20 @@ function defineStyle(
   style: CallStyle,
   skipWhenAsync: boolean,
 ): void {
+  /** Why a test cannot run on this store, or undefined. */
+  const skipped = (store: Store, cancels: boolean): string | undefined => {
+    if (style.sync && !isSyncStore(store)) {
+      if (!skipWhenAsync) throw new Error(`${variant.name}: the ${store.name} store has no sync methods`);
+      return `the ${store.name} store decides asynchronously: no sync methods`;
+    }
+    // The conformance suite checks the limiter's refusal of a store without cancel().
+    if (cancels && store.cancel === undefined) return `the ${store.name} store has no cancel(), an optional operation`;
+    return undefined;
+  };
   const withStore =
     (fn: (store: Store) => Promise<void>, cancels = false) =>
-    async (context?: TestContext) => {
-      const store = await variant.store();
-      try {
-        if (style.sync && !isSyncStore(store)) {
-          if (!skipWhenAsync) throw new Error(`${variant.name}: the ${store.name} store has no sync methods`);
-          context?.skip?.(`the ${store.name} store decides asynchronously: no sync methods`);
-          return;
-        }
-        if (cancels && store.cancel === undefined) {
-          // The conformance suite checks the limiter's refusal of a store without cancel().
-          context?.skip?.(`the ${store.name} store has no cancel(), an optional operation`);
-          return;
-        }
-        await fn(store);
-      } finally {
-        await variant.release?.(store);
-      }
-    };
+    (context?: TestContext) =>
+      onStore(variant, fn, (store) => skipped(store, cancels), context);
   api.describe('algorithm tables', () => {
     for (const scenario of scenarios) {
       api.it(

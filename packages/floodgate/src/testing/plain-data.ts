@@ -6,7 +6,7 @@ import { throttle } from '../limiter/throttle.js';
 import type { Decision } from '../model/decision.js';
 import { fixedWindow, gcra, type Policy, slidingLog, tokenBucket } from '../model/policy.js';
 import { isSyncStore, type Store } from '../stores/store.js';
-import { SCENARIO_START_MS, type SuiteApi, type TestContext, uniquePrefix } from './conformance.js';
+import { onStore, SCENARIO_START_MS, type SuiteApi, type TestContext, uniquePrefix } from './conformance.js';
 import { type ManualClock, manualClock } from './manual-clock.js';
 
 /** Settles `work` on a manual clock: whenever it sleeps, the clock moves to the earliest sleeper. */
@@ -188,18 +188,16 @@ async function issueCase(store: Store): Promise<void> {
 export function runPlainDataSuite(api: SuiteApi, options: PlainDataOptions): void {
   const withStore =
     (fn: (store: Store) => Promise<void>, needsRefund = false) =>
-    async (context?: TestContext) => {
-      const store = await options.store();
-      try {
-        if (needsRefund && store.refund === undefined) {
-          context?.skip?.(`the ${store.name} store has no refund(): it cannot lease`);
-          return;
-        }
-        await fn(store);
-      } finally {
-        await options.release?.(store);
-      }
-    };
+    (context?: TestContext) =>
+      onStore(
+        options,
+        fn,
+        (store) =>
+          needsRefund && store.refund === undefined
+            ? `the ${store.name} store has no refund(): it cannot lease`
+            : undefined,
+        context,
+      );
   api.describe('decisions are plain data', () => {
     for (const policies of POLICY_SETS) {
       const names = policies.map((p) => p.name).join(' + ');
