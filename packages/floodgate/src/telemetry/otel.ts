@@ -119,29 +119,29 @@ class Instruments {
       for (const s of series.values()) result.observe(s.count, s.attributes);
     };
     this.decisions.addCallback(this.observe);
-    this.duration = meter.createHistogram('floodgate.decision.duration', {
-      description: 'Time to make a decision, store round trip included.',
-      unit: 's',
-      advice,
-    });
-    this.queued = meter.createUpDownCounter('floodgate.queued_calls', {
-      description: 'Calls waiting in acquire() for their turn or their capacity.',
-      unit: '{call}',
-    });
-    this.timeInQueue = meter.createHistogram('floodgate.call.time_in_queue', {
-      description: 'Time a call waited in acquire(), by result (acquired, timeout, aborted, error).',
-      unit: 's',
-      advice,
-    });
-    this.activePermits = meter.createUpDownCounter('floodgate.permits.active', {
-      description: 'Concurrency permits held by this process (the sum of their costs), by policy.',
-      unit: '{permit}',
-    });
-    this.permitDuration = meter.createHistogram('floodgate.permit.duration', {
-      description: 'Time a concurrency permit was held, by policy and end (released or lost).',
-      unit: 's',
-      advice,
-    });
+    const seconds = (name: string, description: string) =>
+      meter.createHistogram(name, { description, unit: 's', advice });
+    const upDown = (name: string, description: string, unit: string) =>
+      meter.createUpDownCounter(name, { description, unit });
+    this.duration = seconds('floodgate.decision.duration', 'Time to make a decision, store round trip included.');
+    this.queued = upDown(
+      'floodgate.queued_calls',
+      'Calls waiting in acquire() for their turn or their capacity.',
+      '{call}',
+    );
+    this.timeInQueue = seconds(
+      'floodgate.call.time_in_queue',
+      'Time a call waited in acquire(), by result (acquired, timeout, aborted, error).',
+    );
+    this.activePermits = upDown(
+      'floodgate.permits.active',
+      'Concurrency permits held by this process (the sum of their costs), by policy.',
+      '{permit}',
+    );
+    this.permitDuration = seconds(
+      'floodgate.permit.duration',
+      'Time a concurrency permit was held, by policy and end (released or lost).',
+    );
   }
 
   /** Stops reporting the decision counts (the instruments of another provider replace these). */
