@@ -6,7 +6,14 @@ import { checkResolution, validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
 import { fixedWindow, type Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
-import { type FastPath, isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
+import {
+  type FastPath,
+  isSyncStore,
+  type SettleRequest,
+  type Store,
+  type StoreRequest,
+  type SyncStore,
+} from '../stores/store.js';
 import { toStoreError } from '../stores/store-errors.js';
 import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/otel.js';
 import { type AcquireOptions, acquire } from './acquire.js';
@@ -517,6 +524,34 @@ export class Limiter {
    * ```
    */
   async charge(key: string, options: ChargeOptions): Promise<void> {
+    const request = this.chargeRequest(key, options);
+    if (request === undefined) return;
+    const store = this.store;
+    try {
+      const sync = (store as Partial<SyncStore>).settleSync;
+      if (sync === undefined)
+        await this.calls.bounded((store.settle as NonNullable<Store['settle']>).call(store, request));
+      else sync.call(store, request);
+    } catch (error) {
+      throw toStoreError(store.name, error);
+    }
+  }
+
+  /** `charge` without a promise, on a store that decides synchronously (memory, SQLite). */
+  chargeSync(key: string, options: ChargeOptions): void {
+    this.requireSync('chargeSync');
+    const request = this.chargeRequest(key, options);
+    if (request === undefined) return;
+    const store = this.store as SyncStore;
+    try {
+      (store.settleSync as NonNullable<SyncStore['settleSync']>).call(store, request);
+    } catch (error) {
+      throw toStoreError(store.name, error);
+    }
+  }
+
+  /** The store request of a charge, everything checked; undefined for a cost of 0 (nothing to charge). */
+  private chargeRequest(key: string, options: ChargeOptions): SettleRequest | undefined {
     validateKey(key);
     if (typeof options !== 'object' || options === null) {
       throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object with the cost');
@@ -533,24 +568,16 @@ export class Limiter {
     if (cost > 0 && cost < 1) checkResolution(policies, cost);
     requireSettleable(policies, 'policies');
     const store = this.store;
-    const settle = store.settle;
-    if (settle === undefined) {
+    if (store.settle === undefined && (store as Partial<SyncStore>).settleSync === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', `the ${store.name} store cannot settle calls`, {
         option: 'store',
       });
     }
-    if (cost === 0) return;
+    if (cost === 0) return undefined;
     let nowUs = this.clock?.nowUs();
     if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
     // Estimate 0: the whole cost is the debt; `atUs` is read only by a refund, which this never is.
-    const request = { prefix: this.prefix, key, policies, estimate: 0, actual: cost, atUs: nowUs ?? 0, nowUs };
-    try {
-      const sync = (store as Partial<SyncStore>).settleSync;
-      if (sync === undefined) await this.calls.bounded(settle.call(store, request));
-      else sync.call(store, request);
-    } catch (error) {
-      throw toStoreError(store.name, error);
-    }
+    return { prefix: this.prefix, key, policies, estimate: 0, actual: cost, atUs: nowUs ?? 0, nowUs };
   }
 
   /**

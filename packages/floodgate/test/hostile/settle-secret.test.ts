@@ -104,6 +104,9 @@ describe('limiter.charge', () => {
     expect(denied.retryAfterMs).toBe(1600);
     clock.advance(1600);
     expect((await limiter.check('k')).allowed).toBe(true);
+    // The synchronous twin charges the same debt.
+    limiter.chargeSync('s', { cost: 25 });
+    expect(limiter.checkSync('s').retryAfterMs).toBe(1600);
   });
 
   it('refuses a bad cost, a policy that cannot settle and a bad key before any store call', async () => {
