@@ -70,6 +70,58 @@ describe('charge_on_stream_done: config', () => {
   });
 });
 
+/** One service: the stream-done call charges past the limit and answers OK; the request path then denies. */
+async function debtScenario(service: Service): Promise<void> {
+  const client = grpcClient(service.grpcPort);
+  try {
+    const user = descriptor(['user', 'debtor']);
+    const check = { domain: 'llm', descriptors: [{ ...user, hits_addend: { value: 0 } }] };
+    const done = (cost: number) => ({ domain: 'llm', descriptors: [{ ...user, hits_addend: { value: cost } }] });
+    expect((await client.shouldRateLimit(check)).overall_code).toBe('OK');
+    // Three times the limit at stream end: every call answered OK, none refused.
+    for (let i = 0; i < 3; i++) expect((await client.shouldRateLimit(done(LIMIT))).overall_code).toBe('OK');
+    expect((await client.shouldRateLimit(check)).overall_code).toBe('OVER_LIMIT');
+    // A request whose descriptor has no hits_addend of its own also only checks (the request's 1 is not charged).
+    expect((await client.shouldRateLimit({ domain: 'llm', descriptors: [user] })).overall_code).toBe('OVER_LIMIT');
+    // The debt is owed: two limits' worth past the burst (the HTTP API tells how long).
+    const status = await post(service, '/v1/status', { domain: 'llm', descriptors: [user] });
+    const d = (status.body.descriptors as { resetAfterMs: number }[])[0] as { resetAfterMs: number };
+    expect(Math.round(d.resetAfterMs / (PERIOD_MS / LIMIT))).toBe(3 * LIMIT);
+  } finally {
+    client.close();
+  }
+}
+
+describe('charge_on_stream_done over gRPC on the memory store (the synchronous path)', () => {
+  it('the stream-done call is charged past the limit and answered OK; the request path denies while in debt', async () => {
+    const service = await startTestService(config);
+    try {
+      await debtScenario(service);
+    } finally {
+      await service.close();
+    }
+  });
+
+  it('the HTTP API reads the rule the same way: a descriptor with its own cost is charged, one without checks', async () => {
+    const service = await startTestService(config);
+    try {
+      const user = descriptor(['user', 'http']);
+      const charged = await post(service, '/v1/decide', {
+        domain: 'llm',
+        descriptors: [{ ...user, cost: 2 * LIMIT }],
+      });
+      expect(charged.body.allowed).toBe(true);
+      expect((charged.body.descriptors as { charged?: boolean }[])[0]?.charged).toBe(true);
+      // A request-level cost is not the descriptor's own: the call only checks, and the key is in debt.
+      const checked = await post(service, '/v1/decide', { domain: 'llm', cost: 5, descriptors: [user] });
+      expect(checked.body.code).toBe('OVER_LIMIT');
+      expect((checked.body.descriptors as { charged?: boolean }[])[0]?.charged).toBeUndefined();
+    } finally {
+      await service.close();
+    }
+  });
+});
+
 describe.skipIf(!runRedis)('charge_on_stream_done over gRPC: an Envoy fleet on one Redis', () => {
   let a: Service;
   let b: Service;
@@ -81,26 +133,8 @@ describe.skipIf(!runRedis)('charge_on_stream_done over gRPC: an Envoy fleet on o
     await Promise.all([a?.close(), b?.close()]);
   });
 
-  it('the stream-done call is charged past the limit and answered OK; the request path denies while in debt', async () => {
-    const client = grpcClient(a.grpcPort);
-    try {
-      const user = descriptor(['user', 'debtor']);
-      const check = { domain: 'llm', descriptors: [{ ...user, hits_addend: { value: 0 } }] };
-      const done = (cost: number) => ({ domain: 'llm', descriptors: [{ ...user, hits_addend: { value: cost } }] });
-      expect((await client.shouldRateLimit(check)).overall_code).toBe('OK');
-      // Three times the limit at stream end: every call answered OK, none refused.
-      for (let i = 0; i < 3; i++) expect((await client.shouldRateLimit(done(LIMIT))).overall_code).toBe('OK');
-      expect((await client.shouldRateLimit(check)).overall_code).toBe('OVER_LIMIT');
-      // A request whose descriptor has no hits_addend of its own also only checks (the request's 1 is not charged).
-      expect((await client.shouldRateLimit({ domain: 'llm', descriptors: [user] })).overall_code).toBe('OVER_LIMIT');
-      // The debt is owed: two limits' worth past the burst (the HTTP API tells how long).
-      const status = await post(a, '/v1/status', { domain: 'llm', descriptors: [user] });
-      const d = (status.body.descriptors as { resetAfterMs: number }[])[0] as { resetAfterMs: number };
-      expect(Math.round(d.resetAfterMs / (PERIOD_MS / LIMIT))).toBe(3 * LIMIT);
-    } finally {
-      client.close();
-    }
-  });
+  it('the stream-done call is charged past the limit and answered OK; the request path denies while in debt', () =>
+    debtScenario(a));
 
   it('parallel streams through two service instances admit at most the limit plus the costs in flight', async () => {
     const clients = [grpcClient(a.grpcPort), grpcClient(b.grpcPort)];
