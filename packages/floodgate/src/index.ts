@@ -11,6 +11,7 @@ export {
 } from './limiter/lease.js';
 export {
   type CallOptions,
+  type ChargeOptions,
   createLimiter,
   type FailurePolicy,
   type KeyOptions,

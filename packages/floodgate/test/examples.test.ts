@@ -56,6 +56,24 @@ describe('examples', { timeout: 150_000 }, () => {
     expect(out).toContain('day 33 status: about 1000 whole units available, resetAfterMs 0');
   });
 
+  it('openai-proxy: held on the estimate, settled at the usage, a debt waited for, an estimate kept on failure', async () => {
+    const out = await run('openai-proxy.ts');
+    const lines = out.trim().split('\n');
+    // Three at once, each settled at what it used: 3 × 980 spent, 7060 of 10,000 left.
+    expect(lines.slice(0, 3).every((l) => l.includes('alice max_tokens  3000: 200, used 980 tokens'))).toBe(true);
+    expect(lines[3]).toBe(
+      't=  0s alice max_tokens  9000: 429 Rate limit reached for tokens per minute: requested 9060, retry after 12 s; 7060 tokens left',
+    );
+    expect(lines[4]).toBe('t=  0s alice max_tokens  1000: 200, used 9004 tokens; 0 tokens left');
+    expect(lines[5]).toBe(
+      't=  0s alice max_tokens    10: 429 Rate limit reached for tokens per minute: requested 70, retry after 13 s; 0 tokens left',
+    );
+    expect(out).toContain('t=  0s bob   max_tokens  2000: 500 upstream failed; 7258 tokens left');
+    expect(out).toContain("bob's budget after the failed call: 7258 tokens");
+    expect(out).toContain('t= 30s alice max_tokens    10: 200, used 83 tokens; 2973 tokens left');
+    expect(out).toContain('t= 90s alice max_tokens  9000: 200, used 2780 tokens; 7220 tokens left');
+  });
+
   it('batch-import: cost per record, waiting as told, splitting what can never fit', async () => {
     const out = await run('batch-import.ts');
     expect(out).toContain('t=  0.0s tenant-a imports 4000 rows: not now, retry in 5000 ms');

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { existsSync, realpathSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
@@ -109,6 +109,11 @@ Admin API (/v1/admin/…: stored overrides, a key's state; off unless one of the
       --admin-cert-subject <cn>    admit HTTPS client certificates with this common name as admins
                                    [FLOODGATE_ADMIN_CERT_SUBJECT]
       --admin-refresh-ms <n>       how often stored overrides are re-read, ms [FLOODGATE_ADMIN_REFRESH_MS] (default: 500)
+Settling (/v1/settle):
+      --settle-secret-file <file>  the secret settlements are signed with, 32 to 1024 characters, the same
+                                   in every process sharing the store [FLOODGATE_SETTLE_SECRET_FILE]; or the
+                                   secret in FLOODGATE_SETTLE_SECRET (never on the command line). Unset: a
+                                   random one per process, so a call settles only on the process that decided it
   envoyproxy/ratelimit's variables are read too when FLOODGATE_GRPC_TLS_* are unset: GRPC_SERVER_USE_TLS=true
   with GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY, GRPC_CLIENT_TLS_CACERT and GRPC_CLIENT_TLS_SAN.
 
@@ -251,6 +256,7 @@ const SERVE_OPTIONS = {
   'admin-token-file': { type: 'string' },
   'admin-cert-subject': { type: 'string' },
   'admin-refresh-ms': { type: 'string' },
+  'settle-secret-file': { type: 'string' },
 } as const satisfies ParseArgsOptionsConfig;
 
 /**
@@ -384,6 +390,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       ...(grpcTls === undefined ? {} : { grpcTls }),
       ...(httpTls === undefined ? {} : { httpTls }),
       ...adminOptions(values, env),
+      ...settleSecretOption(values['settle-secret-file'] ?? env.FLOODGATE_SETTLE_SECRET_FILE, env),
     });
   } catch (error) {
     if (error instanceof AdminConfigError) {
@@ -554,6 +561,28 @@ export function run(argv: readonly string[]): void {
 if (isEntryPoint()) run(process.argv.slice(2));
 
 /** The admin API's options from `--admin-*` or `FLOODGATE_ADMIN_*`; none when no credential is given. */
+/**
+ * The settle secret: the file's text (without its final line break), or `FLOODGATE_SETTLE_SECRET`;
+ * 32 to 1024 characters. Never taken from the command line, where other users of the machine see it.
+ */
+function settleSecretOption(file: string | undefined, env: NodeJS.ProcessEnv): { settleSecret?: string } {
+  let secret = env.FLOODGATE_SETTLE_SECRET;
+  if (file !== undefined) {
+    try {
+      secret = readFileSync(file, 'utf8').replace(/\r?\n$/, '');
+    } catch (error) {
+      throw new UsageError(`--settle-secret-file cannot be read: ${(error as Error).message}`);
+    }
+  }
+  if (secret === undefined) return {};
+  if (secret.length < 32 || secret.length > 1024) {
+    throw new UsageError(
+      `the settle secret must be 32 to 1024 characters (random; the same in every process), got ${secret.length}`,
+    );
+  }
+  return { settleSecret: secret };
+}
+
 function adminOptions(
   values: { 'admin-token-file'?: string; 'admin-cert-subject'?: string; 'admin-refresh-ms'?: string },
   env: NodeJS.ProcessEnv,

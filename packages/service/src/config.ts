@@ -1,5 +1,6 @@
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { definePolicy, isFloodgateError, type Policy } from 'floodgate';
+import { compilePolicy, settleRefusal } from 'floodgate/model';
 import {
   type Alias,
   Composer,
@@ -84,6 +85,13 @@ export interface DescriptorConfig {
   readonly metadata?: boolean;
   /** The rule's `rate_limit` in envoyproxy/ratelimit's format (domains of that format only). */
   readonly envoy?: EnvoyLimitConfig | undefined;
+  /**
+   * `charge_on_stream_done: true` (floodgate's format): a call that carries the descriptor's own cost
+   * (Envoy's `apply_on_stream_done` call, its `hits_addend` the actual cost) is charged that cost
+   * whatever the key's state, past the limit as a debt, and answered OK; a call without a cost of its
+   * own (the request's) only checks, and is denied while the key is in debt. Meter policies only.
+   */
+  readonly chargeOnStreamDone?: boolean;
 }
 
 /** One problem in a config, located by path and line. */
@@ -732,7 +740,17 @@ class Checker extends RuleChecker {
     this.countRule(path);
     const o = this.object(data, path);
     if (o === undefined) return undefined;
-    this.known(o, path, ['key', 'value', 'policies', 'rate_limit', 'shadow', 'shared', 'unlimited', 'descriptors']);
+    this.known(o, path, [
+      'key',
+      'value',
+      'policies',
+      'rate_limit',
+      'shadow',
+      'shared',
+      'unlimited',
+      'charge_on_stream_done',
+      'descriptors',
+    ]);
     if (o.key === undefined || o.key === null) {
       this.issue(path, 'a descriptor rule needs `key`, a non-empty string');
       return undefined;
@@ -783,9 +801,37 @@ class Checker extends RuleChecker {
     if (unlimited && policies.length > 0) {
       this.issue([...path, 'unlimited'], 'an unlimited rule cannot also have policies');
     }
+    const chargeOnStreamDone = this.flag(o, 'charge_on_stream_done', path) ?? false;
+    if (chargeOnStreamDone) this.streamDonePolicies(policies, [...path, 'charge_on_stream_done']);
     const descriptors = this.descriptors(o, path, depth + 1);
     const { line } = this.locator(path, false);
-    return { key, value, policies, shadow, shared, unlimited, descriptors, line };
+    return {
+      key,
+      value,
+      policies,
+      shadow,
+      shared,
+      unlimited,
+      descriptors,
+      line,
+      ...(chargeOnStreamDone ? { chargeOnStreamDone } : {}),
+    };
+  }
+
+  /** A rule charged at stream end needs policies, each a meter that can carry a debt. */
+  private streamDonePolicies(policies: readonly Policy[], path: Segment[]): void {
+    if (policies.length === 0) {
+      this.issue(
+        path,
+        'a rule charged at stream end needs policies (meters: gcra, a continuous tokenBucket, a leakyBucket)',
+      );
+      return;
+    }
+    for (const p of policies) {
+      const reason = settleRefusal(compilePolicy(p));
+      if (reason !== undefined)
+        this.issue(path, `cannot charge past the limit under policy ${JSON.stringify(p.name)}: ${reason}`);
+    }
   }
 
   private policyRef(data: unknown, path: Segment[]): Policy | undefined {

@@ -4,13 +4,14 @@ import {
   createLimiter,
   type Decision,
   fixedWindow,
+  isFloodgateError,
   type Limiter,
   MAX_COST,
   type Policy,
   type PolicyDecision,
   type Store,
 } from 'floodgate';
-import { checkResolution, compilePolicy, validateCost } from 'floodgate/model';
+import { checkResolution, compilePolicy, type Settlement, settleRefusal, validateCost } from 'floodgate/model';
 import type { Overrides } from 'floodgate/overrides';
 import { isSyncStore } from 'floodgate/store';
 import { applyOverrides } from './admin/resolve.js';
@@ -74,6 +75,13 @@ export interface EngineOptions {
    * promise path, also over a synchronous store.
    */
   readonly overrides?: Overrides | undefined;
+  /**
+   * The secret settlements are signed with (the limiter's `settleSecret`): the same in every process
+   * that shares the store, so a settlement issued by one process settles on any other. Settled
+   * decisions are remembered in the store (`settleOnce: 'store'`), so one settles once in the fleet.
+   * Unset: the limiter's own random secret, and only the engine that issued a settlement can settle it.
+   */
+  readonly settleSecret?: string | undefined;
 }
 
 /** A limit sent with a descriptor instead of the configured one (Envoy's descriptor `limit`). */
@@ -105,7 +113,38 @@ export interface DecisionRequest {
    * with a {@link RequestError}.
    */
   readonly lenient?: boolean | undefined;
+  /**
+   * The costs are estimates: each descriptor admitted under a rule whose policies can settle (meters:
+   * gcra, a continuous tokenBucket, a leakyBucket as a meter) answers a `settlement`, for a later
+   * {@link Engine.settle} at its actual cost. Other descriptors are charged as usual. `limit` only.
+   */
+  readonly settle?: boolean | undefined;
 }
+
+/** One descriptor of a settle call: its entries as decided, the settlement it got, its actual cost. */
+export interface SettleDescriptor {
+  readonly entries: readonly DescriptorEntry[];
+  /** The `settlement` the decision answered for this descriptor, unchanged. */
+  readonly settlement: unknown;
+  /** What the call really cost (0, or 1e-9 to 2^53 − 1). */
+  readonly cost: number;
+}
+
+/** A settle call: descriptors decided with `settle`, each settled at its actual cost. */
+export interface SettleCall {
+  readonly domain: string;
+  readonly descriptors: readonly SettleDescriptor[];
+}
+
+/** The answer of one settled descriptor. */
+export interface SettleOutcome {
+  readonly rule: string | undefined;
+  /** True when the store settled it; false when there was nothing to settle (the estimate exactly, or a refund past its time). */
+  readonly settled: boolean;
+}
+
+/** Most descriptors in one settle call. */
+export const MAX_SETTLE_DESCRIPTORS = MAX_DESCRIPTORS;
 
 /** The answer for one descriptor. */
 export interface DescriptorOutcome {
@@ -133,6 +172,13 @@ export interface DescriptorOutcome {
   readonly envoyResetMs?: number | undefined;
   /** True when the limit came with the request (Envoy's descriptor `limit`), not from the config. */
   readonly requestLimit?: boolean | undefined;
+  /** Admitted with `settle`: what {@link Engine.settle} needs to charge the actual cost. */
+  readonly settlement?: Settlement | undefined;
+  /**
+   * True when a rule charged at stream end (`charge_on_stream_done`) charged the descriptor's cost whatever
+   * its state, past the limit as a debt, and answered OK.
+   */
+  readonly charged?: boolean | undefined;
 }
 
 /**
@@ -191,6 +237,8 @@ interface Planned {
   readonly shadow: boolean;
   readonly cost: number;
   readonly envoy: EnvoyLimit | undefined;
+  /** A call of a `charge_on_stream_done` rule that carries its own cost: charged, never denied. */
+  readonly charge?: boolean;
 }
 
 const NONE: Omit<Planned, 'cost'> = Object.freeze({
@@ -231,6 +279,8 @@ export class Engine {
   private readonly stopIncrement: boolean;
   private readonly clock: Clock | undefined;
   private readonly overrideStore: Overrides | undefined;
+  /** Whether each (frozen, reused) policy list can settle. */
+  private readonly settleable = new WeakMap<readonly Policy[], boolean>();
 
   constructor(
     readonly config: ServiceConfig,
@@ -249,6 +299,7 @@ export class Engine {
       ...(this.sync ? {} : { timeoutMs: options.storeTimeoutMs ?? false }),
       ...(options.failure === undefined ? {} : { failure: options.failure }),
       ...(options.clock === undefined ? {} : { clock: options.clock }),
+      ...(options.settleSecret === undefined ? {} : { settleSecret: options.settleSecret, settleOnce: 'store' }),
     });
     this.domains = compileRules(config, stats);
   }
@@ -276,7 +327,12 @@ export class Engine {
         out[i] = this.storeless(p, mode);
         continue;
       }
-      const options = { policies: policiesOf(p), cost: spare?.[i] ? 0 : p.cost };
+      if (mode === 'limit' && p.charge === true) {
+        limiter.chargeSync(p.key, { policies: policiesOf(p), cost: p.cost });
+        out[i] = this.chargedOutcome(p);
+        continue;
+      }
+      const options = this.callOptions(p, spare?.[i] === true, mode, request);
       let decision: Decision | undefined;
       if (mode === 'limit')
         decision = spare?.[i] ? limiter.checkSync(p.key, options) : limiter.limitSync(p.key, options);
@@ -312,7 +368,11 @@ export class Engine {
     const outcomes = await Promise.all(
       plan.map(async (p, i): Promise<DescriptorOutcome> => {
         if (p.kind !== 'policies') return this.storeless(p, mode);
-        const options = { policies: policiesOf(p), cost: spare?.[i] ? 0 : p.cost };
+        if (mode === 'limit' && p.charge === true) {
+          await limiter.charge(p.key, { policies: policiesOf(p), cost: p.cost });
+          return this.chargedOutcome(p);
+        }
+        const options = this.callOptions(p, spare?.[i] === true, mode, request);
         let decision: Decision | undefined;
         if (mode === 'limit') {
           decision = spare?.[i] ? await limiter.check(p.key, options) : await limiter.limit(p.key, options);
@@ -324,6 +384,112 @@ export class Engine {
     );
     this.stats.latency.record(performance.now() - started);
     return outcomes;
+  }
+
+  /**
+   * Settles descriptors decided with `settle` at their actual costs: each descriptor's entries are
+   * matched again to find its key and policies; every cost, entry and settlement shape is checked before
+   * the store is asked. A settlement forged, altered, for other entries, or settled already (anywhere in
+   * a fleet sharing the secret) is refused by the limiter before its own store call.
+   */
+  async settle(call: SettleCall): Promise<SettleOutcome[]> {
+    const descriptors = call.descriptors;
+    if (!Array.isArray(descriptors) || descriptors.length === 0 || descriptors.length > MAX_SETTLE_DESCRIPTORS) {
+      throw new RequestError(
+        'invalid',
+        `descriptors is required: a list of 1 to ${MAX_SETTLE_DESCRIPTORS} { entries, settlement, cost }, got ${showValue(descriptors)}`,
+        'descriptors',
+      );
+    }
+    for (let i = 0; i < descriptors.length; i++) {
+      const d = descriptors[i] as SettleDescriptor;
+      if (d.cost === undefined) {
+        throw new RequestError(
+          'invalid',
+          `descriptors[${i}].cost is required: what the call really cost`,
+          `descriptors[${i}].cost`,
+        );
+      }
+      const s = d.settlement;
+      if (typeof s !== 'object' || s === null || Array.isArray(s)) {
+        throw new RequestError(
+          'invalid',
+          `descriptors[${i}].settlement must be the settlement object the decision answered, got ${showValue(s)}`,
+          `descriptors[${i}].settlement`,
+        );
+      }
+    }
+    // The same checks as a decision's (entries, costs, the domain), with the costs as the actual ones.
+    const plan = this.plan(
+      { domain: call.domain, descriptors: descriptors.map((d) => ({ entries: d.entries, cost: d.cost })) },
+      'check',
+    );
+    if (this.overrideStore !== undefined) await applyOverrides(this.overrideStore, call as DecisionRequest, plan);
+    for (let i = 0; i < plan.length; i++) {
+      const p = plan[i] as Planned;
+      if (p.kind !== 'policies' || !this.canSettle(policiesOf(p))) {
+        throw new RequestError(
+          'invalid',
+          `descriptors[${i}] matches no rule whose policies can settle: nothing was settled for it`,
+          `descriptors[${i}]`,
+        );
+      }
+    }
+    return Promise.all(
+      plan.map(async (p, i): Promise<SettleOutcome> => {
+        const d = descriptors[i] as SettleDescriptor;
+        try {
+          const settled = await this.limiter.settle(p.key, { settlement: d.settlement } as unknown as Decision, {
+            cost: p.cost,
+            policies: policiesOf(p),
+          });
+          return { rule: p.rule?.label, settled };
+        } catch (error) {
+          throw settleRefused(error, i);
+        }
+      }),
+    );
+  }
+
+  /** The options of a descriptor's call: `settle` when asked for and its policies can settle. */
+  private callOptions(
+    p: Planned,
+    spare: boolean,
+    mode: Mode,
+    request: DecisionRequest,
+  ): { policies: readonly Policy[]; cost: number; settle?: boolean } {
+    const policies = policiesOf(p);
+    const cost = spare ? 0 : p.cost;
+    if (mode === 'limit' && !spare && request.settle === true && this.canSettle(policies)) {
+      return { policies, cost, settle: true };
+    }
+    return { policies, cost };
+  }
+
+  /** True when every policy of the list can settle (the model's `settleRefusal`). */
+  private canSettle(policies: readonly Policy[]): boolean {
+    let can = this.settleable.get(policies);
+    if (can === undefined) {
+      can = policies.every((policy) => settleRefusal(compilePolicy(policy)) === undefined);
+      this.settleable.set(policies, can);
+    }
+    return can;
+  }
+
+  /** The answer of a stream-done charge: OK, counted as admitted. */
+  private chargedOutcome(p: Planned): DescriptorOutcome {
+    for (const tally of p.tallies ?? []) tally.allowed++;
+    this.stats.decisions.allowed++;
+    return {
+      code: 'OK',
+      matched: true,
+      rule: p.rule?.label,
+      shadow: p.shadow,
+      unlimited: false,
+      policies: p.policies,
+      decision: undefined,
+      charged: true,
+    };
   }
 
   /**
@@ -403,6 +569,7 @@ export class Engine {
       decision,
       envoy,
       requestLimit: p.requestLimit,
+      ...(decision?.settlement === undefined ? {} : { settlement: decision.settlement }),
       envoyResetMs:
         envoy === undefined || decision === undefined
           ? undefined
@@ -416,29 +583,7 @@ export class Engine {
   private plan(request: DecisionRequest, mode: Mode): Planned[] {
     const lenient = request.lenient === true;
     const domainName = request.domain;
-    if (typeof domainName !== 'string' || domainName.length === 0) {
-      throw new RequestError(
-        'invalid',
-        `domain is required: a non-empty string, got ${showValue(domainName)}`,
-        'domain',
-      );
-    }
-    const descriptors = request.descriptors;
-    if (!Array.isArray(descriptors) || descriptors.length === 0) {
-      throw new RequestError(
-        'invalid',
-        `descriptors is required: a non-empty list, got ${showValue(descriptors)}`,
-        'descriptors',
-      );
-    }
-    const most = lenient ? MAX_GRPC_DESCRIPTORS : MAX_DESCRIPTORS;
-    if (descriptors.length > most) {
-      throw new RequestError(
-        'invalid',
-        `at most ${most} descriptors per request, got ${descriptors.length}`,
-        'descriptors',
-      );
-    }
+    const descriptors = checkShape(request, lenient);
     const requestCost = lenient ? saturate(request.cost ?? 1) : (request.cost ?? 1);
     if (!lenient) checkCost(requestCost, 'cost');
     const domain = this.domains.get(domainName);
@@ -494,6 +639,8 @@ export class Engine {
         plan[i] = { ...NONE, cost };
       } else if (rule.unlimited) {
         plan[i] = { ...NONE, kind: 'unlimited', rule, shadow: rule.shadow, cost };
+      } else if (rule.chargeOnStreamDone) {
+        plan[i] = streamDonePlan(rule, boundedKey((match as { key: string }).key), d.cost === undefined ? 0 : cost);
       } else {
         plan[i] = {
           kind: rule.envoy?.denyAll === true ? 'deny' : 'policies',
@@ -578,6 +725,69 @@ export class Engine {
       this.overrideTally.set(domain, tally);
     }
     return tally;
+  }
+}
+
+/**
+ * A descriptor of a `charge_on_stream_done` rule. Envoy's stream-done call carries the actual cost as the
+ * descriptor's own `hits_addend` (`ownCost`): charged whatever the key's state. Any other call of the rule
+ * (the request's, with no cost of its own, or 0) only checks, so it denies while the key is in debt.
+ */
+function streamDonePlan(rule: Rule, key: string, ownCost: number): Planned {
+  const charge = ownCost > 0;
+  return {
+    kind: 'policies',
+    rule,
+    key,
+    policies: rule.policies,
+    tallies: rule.tallies,
+    shadow: rule.shadow,
+    cost: charge ? ownCost : 0,
+    envoy: undefined,
+    charge,
+  };
+}
+
+/** The request's domain and descriptor list, checked before anything is matched. */
+function checkShape(request: DecisionRequest, lenient: boolean): readonly DescriptorRequest[] {
+  const domainName = request.domain;
+  if (typeof domainName !== 'string' || domainName.length === 0) {
+    throw new RequestError('invalid', `domain is required: a non-empty string, got ${showValue(domainName)}`, 'domain');
+  }
+  const descriptors = request.descriptors;
+  if (!Array.isArray(descriptors) || descriptors.length === 0) {
+    throw new RequestError(
+      'invalid',
+      `descriptors is required: a non-empty list, got ${showValue(descriptors)}`,
+      'descriptors',
+    );
+  }
+  const most = lenient ? MAX_GRPC_DESCRIPTORS : MAX_DESCRIPTORS;
+  if (descriptors.length > most) {
+    throw new RequestError(
+      'invalid',
+      `at most ${most} descriptors per request, got ${descriptors.length}`,
+      'descriptors',
+    );
+  }
+  return descriptors;
+}
+
+/** A settle's refusal by the limiter, as the request's fault, naming the descriptor's field at fault. */
+function settleRefused(error: unknown, index: number): unknown {
+  if (!isFloodgateError(error)) return error;
+  const at = `descriptors[${index}]`;
+  switch (error.option) {
+    case 'decision':
+      return new RequestError('invalid', `${at}.settlement: ${error.message}`, `${at}.settlement`);
+    case 'policies':
+      return new RequestError(
+        'invalid',
+        `${at}: the rule's policies changed since the call was decided (${error.message})`,
+        `${at}`,
+      );
+    default:
+      return error.code === 'ERR_INVALID_COST' ? new RequestError('invalid', error.message, `${at}.cost`) : error;
   }
 }
 

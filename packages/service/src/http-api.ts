@@ -11,8 +11,12 @@ import {
   type LimitOverride,
   MAX_DESCRIPTORS,
   MAX_ENTRIES,
+  MAX_SETTLE_DESCRIPTORS,
   type Mode,
   overLimit,
+  type SettleCall,
+  type SettleDescriptor,
+  type SettleOutcome,
   showValue,
 } from './engine.js';
 import { classify, HTTP_STATUS } from './failures.js';
@@ -90,6 +94,11 @@ export function createHttpApi(context: () => ServiceContext, options: HttpApiOpt
         decisionBody: (outcomes, m) => decisionBody(outcomes, m, ctx.headers),
         fail: (error) => fail(ctx, res, error),
       });
+      return;
+    }
+    if (path === '/v1/settle') {
+      if (req.method !== 'POST') return methodNotAllowed(res, 'POST');
+      handleSettle(ctx, req, res);
       return;
     }
     const mode = MODES.get(path);
@@ -176,6 +185,9 @@ function handleDecision(ctx: ServiceContext, req: IncomingMessage, res: ServerRe
     let request: DecisionRequest;
     try {
       request = parseDecisionRequest(body as string);
+      if (request.settle === true && mode !== 'limit') {
+        throw new BadRequest(400, `settle is for /v1/decide only, not /v1/${METHOD_NAMES[mode]}`, 'settle');
+      }
     } catch (e) {
       if (e instanceof BadRequest) return problem(res, e.status, 'Bad Request', e.message, e.field);
       fail(ctx, res, e);
@@ -203,6 +215,118 @@ function handleDecision(ctx: ServiceContext, req: IncomingMessage, res: ServerRe
       (e: unknown) => fail(ctx, res, e),
     );
   });
+}
+
+/** `POST /v1/settle`: descriptors decided with `settle: true`, each charged its actual cost. */
+function handleSettle(ctx: ServiceContext, req: IncomingMessage, res: ServerResponse): void {
+  const start = performance.now();
+  const metrics = ctx.metrics;
+  if (ctx.draining) {
+    metrics.error('http', 'settle', '503');
+    problem(res, 503, 'Service Unavailable', 'the service is shutting down');
+    return;
+  }
+  metrics.inFlight.http++;
+  let finished = false;
+  res.on('close', () => {
+    if (finished) return;
+    finished = true;
+    metrics.inFlight.http--;
+    metrics.timer('http', 'settle').observe((performance.now() - start) / 1000);
+    if (res.statusCode >= 400) metrics.error('http', 'settle', String(res.statusCode));
+  });
+  readBody(req, (error, body) => {
+    if (error !== undefined) {
+      res.setHeader('Connection', 'close');
+      problem(res, 413, 'Payload Too Large', error.message);
+      return;
+    }
+    let call: SettleCall;
+    try {
+      call = parseSettleCall(body as string);
+    } catch (e) {
+      if (e instanceof BadRequest) return problem(res, e.status, 'Bad Request', e.message, e.field);
+      fail(ctx, res, e);
+      return;
+    }
+    const engine = ctx.engine;
+    if (!engine.domains.has(call.domain)) {
+      const name = call.domain.length > 64 ? `${call.domain.slice(0, 64)}…` : call.domain;
+      problem(res, 404, 'Not Found', `unknown domain ${JSON.stringify(name)}`, 'domain');
+      return;
+    }
+    engine.settle(call).then(
+      (outcomes: SettleOutcome[]) =>
+        json(res, 200, { descriptors: outcomes.map((o) => ({ rule: o.rule ?? null, settled: o.settled })) }),
+      (e: unknown) => fail(ctx, res, e),
+    );
+  });
+}
+
+/**
+ * Validates the shape of a settle call `{ domain, descriptors: [{ entries, settlement, cost }] }`; the
+ * engine checks the rest (entries, costs, the rule) before the store is asked, and the limiter the
+ * settlement's signature.
+ */
+export function parseSettleCall(text: string): SettleCall {
+  const o = jsonObject(text, '{ domain, descriptors: [{ entries, settlement, cost }] }');
+  onlyFields(o, ['domain', 'descriptors'], '');
+  if (typeof o.domain !== 'string' || o.domain.length === 0) {
+    throw new BadRequest(400, `domain is required: a non-empty string, got ${showValue(o.domain)}`, 'domain');
+  }
+  if (!Array.isArray(o.descriptors) || o.descriptors.length === 0) {
+    throw new BadRequest(
+      400,
+      `descriptors is required: a non-empty list of { entries, settlement, cost }, got ${showValue(o.descriptors)}`,
+      'descriptors',
+    );
+  }
+  if (o.descriptors.length > MAX_SETTLE_DESCRIPTORS) {
+    throw new BadRequest(
+      400,
+      `at most ${MAX_SETTLE_DESCRIPTORS} descriptors per settle, got ${o.descriptors.length}`,
+      'descriptors',
+    );
+  }
+  const descriptors: SettleDescriptor[] = o.descriptors.map((d: unknown, i) => {
+    const field = `descriptors[${i}]`;
+    if (typeof d !== 'object' || d === null || Array.isArray(d)) {
+      throw new BadRequest(400, `${field} must be an object { entries, settlement, cost }, got ${showValue(d)}`, field);
+    }
+    const dd = d as Record<string, unknown>;
+    onlyFields(dd, ['entries', 'settlement', 'cost'], field);
+    if (typeof dd.cost !== 'number') {
+      throw new BadRequest(
+        400,
+        `${field}.cost is required: a number, what the call really cost, got ${showValue(dd.cost)}`,
+        `${field}.cost`,
+      );
+    }
+    if (Array.isArray(dd.entries) && dd.entries.length > MAX_ENTRIES) {
+      throw new BadRequest(
+        400,
+        `${field}.entries has ${dd.entries.length} entries; at most ${MAX_ENTRIES}`,
+        `${field}.entries`,
+      );
+    }
+    return { entries: dd.entries as SettleDescriptor['entries'], settlement: dd.settlement, cost: dd.cost };
+  });
+  return { domain: o.domain, descriptors };
+}
+
+/** The body as a JSON object, or a 400 naming what it should be. */
+function jsonObject(text: string, shape: string): Record<string, unknown> {
+  let body: unknown;
+  try {
+    body = parseJsonBody(text);
+  } catch (error) {
+    if (error instanceof JsonBodyError) throw new BadRequest(400, error.message, error.field);
+    throw error;
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new BadRequest(400, `the body must be a JSON object ${shape}, got ${showValue(body)}`);
+  }
+  return body as Record<string, unknown>;
 }
 
 function fail(ctx: ServiceContext, res: ServerResponse, error: unknown): void {
@@ -247,6 +371,8 @@ function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode, header
             ...(d.reason === undefined ? {} : { reason: d.reason }),
             policies: d.policies,
           }),
+      ...(o.settlement === undefined ? {} : { settlement: o.settlement }),
+      ...(o.charged === true ? { charged: true } : {}),
     };
   });
   const headers: Record<string, string> = {};
@@ -259,18 +385,11 @@ function decisionBody(outcomes: readonly DescriptorOutcome[], mode: Mode, header
  * refusal names the field and the value it got.
  */
 export function parseDecisionRequest(text: string): DecisionRequest {
-  let body: unknown;
-  try {
-    body = parseJsonBody(text);
-  } catch (error) {
-    if (error instanceof JsonBodyError) throw new BadRequest(400, error.message, error.field);
-    throw error;
+  const o = jsonObject(text, '{ domain, descriptors }');
+  onlyFields(o, ['domain', 'descriptors', 'cost', 'settle'], '');
+  if (o.settle !== undefined && typeof o.settle !== 'boolean') {
+    throw new BadRequest(400, `settle must be a boolean, got ${showValue(o.settle)}`, 'settle');
   }
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    throw new BadRequest(400, `the body must be a JSON object { domain, descriptors }, got ${showValue(body)}`);
-  }
-  const o = body as Record<string, unknown>;
-  onlyFields(o, ['domain', 'descriptors', 'cost'], '');
   if (typeof o.domain !== 'string') {
     throw new BadRequest(400, `domain is required: a non-empty string, got ${showValue(o.domain)}`, 'domain');
   }
@@ -339,7 +458,12 @@ export function parseDecisionRequest(text: string): DecisionRequest {
     }
     return { entries: dd.entries as DescriptorRequest['entries'], cost: dd.cost as number | undefined, limit };
   });
-  return { domain: o.domain, descriptors, cost: o.cost as number | undefined };
+  return {
+    domain: o.domain,
+    descriptors,
+    cost: o.cost as number | undefined,
+    ...(o.settle === true ? { settle: true } : {}),
+  };
 }
 
 function onlyFields(o: Record<string, unknown>, fields: readonly string[], at: string): void {
@@ -455,6 +579,7 @@ function index(): unknown {
       'POST /v1/check': 'decide, change nothing',
       'POST /v1/status': 'state of each descriptor, change nothing',
       'POST /v1/reset': 'forget the descriptors',
+      'POST /v1/settle': 'charge calls decided with settle: true their actual cost',
       'GET /v1/config': 'the config in use',
       'GET /v1/stats': 'decisions per second by policy',
       'GET /healthz': 'liveness',

@@ -89,6 +89,50 @@ function build(): unknown {
           },
         },
       },
+      '/v1/settle': {
+        post: {
+          summary: 'Charge calls their actual cost',
+          description:
+            'Settles descriptors decided by `/v1/decide` with `settle: true`: each is charged its actual `cost`. Above the estimate the difference is charged whatever the key’s state, past the limit (a debt the next calls wait for); below it the difference comes back as far as the policy can give it. A settlement settles once (in a fleet sharing `--settle-secret-file`, once in the fleet); a forged or altered one, one for other entries, or one settled already is refused (400, `field` naming it) before its store call. Every cost and entry is checked before any store call.',
+          requestBody: {
+            required: true,
+            content: { 'application/json': { schema: { $ref: '#/components/schemas/SettleRequest' } } },
+          },
+          responses: {
+            '200': {
+              description: 'One outcome per descriptor, in order.',
+              content: {
+                'application/json': {
+                  schema: {
+                    type: 'object',
+                    properties: {
+                      descriptors: {
+                        type: 'array',
+                        items: {
+                          type: 'object',
+                          properties: {
+                            rule: { type: ['string', 'null'] },
+                            settled: {
+                              type: 'boolean',
+                              description:
+                                'False when there was nothing to settle: the estimate exactly, or a refund past its settlement’s expiry.',
+                            },
+                          },
+                        },
+                      },
+                    },
+                  },
+                },
+              },
+            },
+            '400': problem,
+            '404': problem,
+            '413': problem,
+            '503': problem,
+            '504': problem,
+          },
+        },
+      },
       '/v1/config': {
         get: { summary: 'The config in use', responses: { '200': { description: 'Domains and rules.' } } },
       },
@@ -172,6 +216,12 @@ function build(): unknown {
               items: { $ref: '#/components/schemas/Descriptor' },
             },
             cost: { type: 'number', minimum: 0, default: 1 },
+            settle: {
+              type: 'boolean',
+              default: false,
+              description:
+                '`/v1/decide` only: the costs are estimates. Each descriptor admitted under a rule whose policies can settle (gcra, a continuous tokenBucket, a leakyBucket as a meter) answers a `settlement` for `/v1/settle`.',
+            },
           },
           example: {
             domain: 'api',
@@ -211,6 +261,56 @@ function build(): unknown {
             policy: { type: 'string', description: 'The binding policy.' },
             reason: { type: 'string', enum: ['limit', 'blocked', 'exceeds-capacity', 'degraded'] },
             policies: { type: 'array', items: { $ref: '#/components/schemas/PolicyDecision' } },
+            settlement: {
+              $ref: '#/components/schemas/Settlement',
+              description:
+                'With `settle: true`, admitted under policies that can settle: send it back to `/v1/settle`.',
+            },
+            charged: {
+              type: 'boolean',
+              description:
+                'A `charge_on_stream_done` rule charged the descriptor’s own cost past the limit (a debt) and answered OK.',
+            },
+          },
+        },
+        Settlement: {
+          type: 'object',
+          description: 'Signed by the service: send it back unchanged. Valid on any process sharing the settle secret.',
+          properties: {
+            id: { type: 'string', maxLength: 16 },
+            cost: { type: 'number', description: 'The estimate the call was admitted with.' },
+            policies: { type: 'array', items: { type: 'string' }, maxItems: 32 },
+            atUs: { type: 'integer' },
+            expiresAtMs: { type: 'number', description: 'Past it, a settle charges a debt but gives nothing back.' },
+            signature: { type: 'string' },
+          },
+        },
+        SettleRequest: {
+          type: 'object',
+          required: ['domain', 'descriptors'],
+          additionalProperties: false,
+          properties: {
+            domain: { type: 'string', minLength: 1 },
+            descriptors: {
+              type: 'array',
+              minItems: 1,
+              maxItems: MAX_DESCRIPTORS,
+              items: {
+                type: 'object',
+                required: ['entries', 'settlement', 'cost'],
+                additionalProperties: false,
+                properties: {
+                  entries: {
+                    type: 'array',
+                    minItems: 1,
+                    maxItems: MAX_ENTRIES,
+                    items: { $ref: '#/components/schemas/Entry' },
+                  },
+                  settlement: { $ref: '#/components/schemas/Settlement' },
+                  cost: { type: 'number', minimum: 0, description: 'What the call really cost.' },
+                },
+              },
+            },
           },
         },
         DecisionResponse: {

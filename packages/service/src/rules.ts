@@ -77,6 +77,11 @@ export interface Rule {
   readonly envoy: EnvoyRule | undefined;
   /** Counts of a rule that denies every call (`requests_per_unit: 0`). */
   readonly denyTally: Tally | undefined;
+  /**
+   * `charge_on_stream_done`: a call that carries its own cost (Envoy's stream-done call) is charged it
+   * past the limit as a debt and answered OK; any other call only checks.
+   */
+  readonly chargeOnStreamDone: boolean;
 }
 
 /**
@@ -248,6 +253,7 @@ function compileLevel(
       file: d.file,
       envoy,
       denyTally: envoy?.denyAll ? stats.tally(domain, label, DENY_ALL_LABEL) : undefined,
+      chargeOnStreamDone: d.chargeOnStreamDone === true,
     };
     out.push(rule);
     (rule as { children: Level }).children = compileLevel(

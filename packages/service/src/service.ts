@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { type FSWatcher, statSync, watch } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
@@ -102,6 +102,14 @@ export interface ServiceOptions {
   admin?: AdminOptions;
   /** Where stored overrides live when `store` is a store object: the memory's by default. */
   overridesBackend?: OverrideBackend;
+  /**
+   * The secret settlements (`settle: true`, `/v1/settle`) are signed with: 32 to 1024 characters, the
+   * same in every process of a fleet that shares the store, so a call decided by one process settles on
+   * any other, and a decision settles once in the whole fleet. Unset: a random secret drawn when the
+   * service starts, kept across reloads: a settlement then settles only on the process that issued it,
+   * and none survives a restart.
+   */
+  settleSecret?: string;
 }
 
 /** The outcome of a reload. */
@@ -180,8 +188,11 @@ export class Service implements ServiceContext {
   private lastStoreErrorLogMs = 0;
   private suppressedStoreErrors = 0;
   private closing: Promise<void> | undefined;
+  /** The secret of every engine's settlements: the option's, or one drawn for this process. */
+  private readonly settleSecret: string;
 
   constructor(private readonly options: ServiceOptions) {
+    this.settleSecret = options.settleSecret ?? randomBytes(32).toString('base64url');
     const logger = options.logger;
     // Synchronous writes: pino's default asynchronous stdout never lets the process exit once whatever read
     // the logs has gone away (a dead pipe), so SIGTERM would hang; the service logs little, never per call.
@@ -424,6 +435,7 @@ export class Service implements ServiceContext {
       stopIncrementWhenOverLimit: this.options.stopIncrementWhenOverLimit,
       clock: this.options.clock,
       overrides: this.overrides,
+      settleSecret: this.settleSecret,
     });
     // The live view's most denied keys and store errors come from the limiter's own events. Denials made
     // without the store (failure 'closed') say nothing about a key, so they are not counted against it.

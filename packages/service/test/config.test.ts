@@ -321,6 +321,22 @@ describe('floodgate check-config', () => {
     expect(io.stderr).toMatch(/unknown command "launch"/);
   });
 
+  it('exits 2 for a settle secret too short or unreadable, and never prints it', async () => {
+    const file = join(dir, 'secret');
+    writeFileSync(file, 'too-short-secret\n');
+    const io = capture();
+    expect(await main(['serve', '--settle-secret-file', file, '--no-grpc', '--port', '0'], io)).toBe(EXIT.USAGE);
+    expect(io.stderr).toMatch(/settle secret must be 32 to 1024 characters.*got 16/);
+    expect(io.stderr).not.toContain('too-short-secret');
+    const env = capture();
+    env.env = { FLOODGATE_SETTLE_SECRET: 'x'.repeat(1025) };
+    expect(await main(['serve', '--no-grpc', '--port', '0'], env)).toBe(EXIT.USAGE);
+    expect(await main(['serve', '--settle-secret-file', join(dir, 'missing'), '--no-grpc', '--port', '0'], io)).toBe(
+      EXIT.USAGE,
+    );
+    expect(io.stderr).toMatch(/--settle-secret-file cannot be read/);
+  });
+
   it('prints help and version', async () => {
     const io = capture();
     expect(await main(['--help'], io)).toBe(EXIT.OK);

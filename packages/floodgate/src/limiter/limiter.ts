@@ -4,9 +4,16 @@ import { isPlainKey, validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { checkResolution, validateCost } from '../model/cost.js';
 import type { Decision } from '../model/decision.js';
-import type { Policy } from '../model/policy.js';
+import { fixedWindow, type Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
-import { type FastPath, isSyncStore, type Store, type StoreRequest, type SyncStore } from '../stores/store.js';
+import {
+  type FastPath,
+  isSyncStore,
+  type SettleRequest,
+  type Store,
+  type StoreRequest,
+  type SyncStore,
+} from '../stores/store.js';
 import { toStoreError } from '../stores/store-errors.js';
 import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/otel.js';
 import { type AcquireOptions, acquire } from './acquire.js';
@@ -75,6 +82,22 @@ export interface LimiterOptions {
    * to the longest a call runs. @default 600000
    */
   settleWithinMs?: number;
+  /**
+   * The secret settlements are signed with: 32 to 1024 characters. Give every limiter that settles
+   * another's calls the same one (the processes of a fleet behind one load balancer, or a limiter made
+   * again after a reload); keep it out of the clients' reach. By default each limiter draws a random one
+   * when it first issues a settlement, and only it can settle its calls.
+   */
+  settleSecret?: string;
+  /**
+   * Where a settled decision is remembered so that it settles once: `'limiter'` in this limiter's memory
+   * (a decision settled here may still be settled once by another limiter sharing `settleSecret`);
+   * `'store'` in the store as well, one more round trip per settle that may give anything back, so that
+   * the limiters sharing a store and a secret settle each decision once between them. The store keeps
+   * each id under the key `\0settled:<id>` and policy name `settled-once` of this prefix, until the
+   * settlement expires. @default 'limiter'
+   */
+  settleOnce?: 'limiter' | 'store';
 }
 
 /** What a limiter tells its listeners. */
@@ -115,6 +138,14 @@ export interface SettleOptions {
   /** What the call really cost (≥ 0): above the estimate the difference is charged, below it given back. */
   cost: number;
   /** The policies the call was made with, when they were not the limiter's. */
+  policies?: Policy | readonly Policy[];
+}
+
+/** Options of {@link Limiter.charge}. */
+export interface ChargeOptions {
+  /** What to charge (≥ 0). */
+  cost: number;
+  /** Policies for this call instead of the limiter's. */
   policies?: Policy | readonly Policy[];
 }
 
@@ -225,6 +256,8 @@ export class Limiter {
   private listeners: { [E in keyof LimiterEvents]?: Set<(event: LimiterEvents[E]) => void> } = {};
   /** Issues and checks settlements (`settle: true`, `limiter.settle`). */
   private readonly settler: Settler;
+  /** With `settleOnce: 'store'`: the limiter that admits each settlement id once, on the store. */
+  private readonly settledInStore: Limiter | undefined;
 
   constructor(options: LimiterOptions) {
     const config = validateLimiterOptions(options, (value) => value instanceof Limiter);
@@ -236,7 +269,25 @@ export class Limiter {
     this.reusable.prefix = this.prefix;
     this.clock = config.clock ?? (config.store.hasOwnClock ? undefined : systemClock);
     this.localClock = config.clock ?? systemClock;
-    this.settler = new Settler(this.prefix, config.settleWithinMs);
+    this.settler = new Settler(this.prefix, config.settleWithinMs, config.settleSecret);
+    this.settledInStore =
+      config.settleOnce === 'store'
+        ? new Limiter({
+            store: config.store,
+            prefix: config.prefix,
+            ...(config.clock === undefined ? {} : { clock: config.clock }),
+            ...(config.timeoutMs === undefined ? {} : { timeoutMs: config.timeoutMs }),
+            breaker: false,
+            // A first-request window of the settlements' lifetime: the first settle of an id is
+            // admitted, every later one denied, and the id leaves the store when its settlement expires.
+            policies: fixedWindow({
+              limit: 1,
+              windowMs: config.settleWithinMs,
+              align: 'first-request',
+              name: 'settled-once',
+            }),
+          })
+        : undefined;
     this.breaker =
       config.breaker === false
         ? undefined
@@ -425,6 +476,20 @@ export class Limiter {
     const estimate = settlement.cost;
     if (actual === estimate || (!live && actual < estimate)) return false;
     if (live) this.settler.mark(settlement);
+    if (live && this.settledInStore !== undefined) {
+      let first: boolean;
+      try {
+        first = (await this.settledInStore.limit(`\0settled:${settlement.id}`)).allowed;
+      } catch (error) {
+        this.settler.unmark(settlement);
+        throw toStoreError(store.name, error);
+      }
+      if (!first) {
+        throw new FloodgateError('ERR_INVALID_OPTION', 'decision was settled already: a decision settles once', {
+          option: 'decision',
+        });
+      }
+    }
     let nowUs = this.clock?.nowUs();
     if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
     const request = { prefix: this.prefix, key, policies, estimate, actual, atUs: settlement.atUs, nowUs };
@@ -441,6 +506,78 @@ export class Limiter {
     // A denial remembered before a refund may no longer hold.
     if (actual < estimate) this.blockedCache?.forget(key);
     return true;
+  }
+
+  /**
+   * Charges `cost` to the key whatever its state, past the limit if need be, and admits nothing: a debt
+   * the next calls pay by waiting, as a settle above the estimate charges it (a settle of a call admitted
+   * at estimate 0). For a cost known only once a call is over and nothing was held for it (Envoy's
+   * stream-done call): a check before the call denies while the key is in debt. Meter policies only,
+   * as for settle. One store round trip; refused before any store call as `limit` refuses a cost, policies
+   * that cannot settle (`ERR_INVALID_OPTION`) or a store without `settle`.
+   *
+   * @example
+   * ```ts
+   * if (!(await limiter.check(user)).allowed) return reply(429);
+   * const response = await callModel(request);
+   * await limiter.charge(user, { cost: response.usage.total_tokens });
+   * ```
+   */
+  async charge(key: string, options: ChargeOptions): Promise<void> {
+    const request = this.chargeRequest(key, options);
+    if (request === undefined) return;
+    const store = this.store;
+    try {
+      const sync = (store as Partial<SyncStore>).settleSync;
+      if (sync === undefined)
+        await this.calls.bounded((store.settle as NonNullable<Store['settle']>).call(store, request));
+      else sync.call(store, request);
+    } catch (error) {
+      throw toStoreError(store.name, error);
+    }
+  }
+
+  /** `charge` without a promise, on a store that decides synchronously (memory, SQLite). */
+  chargeSync(key: string, options: ChargeOptions): void {
+    this.requireSync('chargeSync');
+    const request = this.chargeRequest(key, options);
+    if (request === undefined) return;
+    const store = this.store as SyncStore;
+    try {
+      (store.settleSync as NonNullable<SyncStore['settleSync']>).call(store, request);
+    } catch (error) {
+      throw toStoreError(store.name, error);
+    }
+  }
+
+  /** The store request of a charge, everything checked; undefined for a cost of 0 (nothing to charge). */
+  private chargeRequest(key: string, options: ChargeOptions): SettleRequest | undefined {
+    validateKey(key);
+    if (typeof options !== 'object' || options === null) {
+      throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object with the cost');
+    }
+    const cost = validateCost(options.cost);
+    const policies = this.policiesFor(options.policies ?? UNSET);
+    if (policies.length === 0) {
+      throw new FloodgateError(
+        'ERR_INVALID_POLICY',
+        'no policies: give the limiter `policies`, or pass `policies` with the call',
+        { option: 'policies' },
+      );
+    }
+    if (cost > 0 && cost < 1) checkResolution(policies, cost);
+    requireSettleable(policies, 'policies');
+    const store = this.store;
+    if (store.settle === undefined && (store as Partial<SyncStore>).settleSync === undefined) {
+      throw new FloodgateError('ERR_INVALID_OPTION', `the ${store.name} store cannot settle calls`, {
+        option: 'store',
+      });
+    }
+    if (cost === 0) return undefined;
+    let nowUs = this.clock?.nowUs();
+    if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
+    // Estimate 0: the whole cost is the debt; `atUs` is read only by a refund, which this never is.
+    return { prefix: this.prefix, key, policies, estimate: 0, actual: cost, atUs: nowUs ?? 0, nowUs };
   }
 
   /**

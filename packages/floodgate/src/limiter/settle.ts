@@ -26,15 +26,15 @@ export function requireSettleable(policies: readonly CompiledPolicy[], option = 
   }
 }
 
-/** Random bytes as base64url: the limiter's signing secret. */
-function randomSecret(): string {
+/** Random bytes as base64: the limiter's signing secret when none is given, and its settlements' id tag. */
+function randomSecret(size = 32): string {
   const crypto = (globalThis as { crypto?: { getRandomValues?: (a: Uint8Array) => Uint8Array } }).crypto;
   if (typeof crypto?.getRandomValues !== 'function') {
     throw new FloodgateError('ERR_INVALID_OPTION', 'settle needs crypto.getRandomValues to sign settlements', {
       option: 'settle',
     });
   }
-  const bytes = crypto.getRandomValues(new Uint8Array(32));
+  const bytes = crypto.getRandomValues(new Uint8Array(size));
   let text = '';
   for (const b of bytes) text += String.fromCharCode(b);
   return btoa(text);
@@ -55,8 +55,16 @@ export interface CheckedSettlement {
   readonly live: boolean;
 }
 
+/** Most settlements issued under one id tag before a new tag is drawn (the counter stays within 8 base-36 digits). */
+const IDS_PER_TAG = 36 ** 8;
+
 export class Settler {
   private secret: string | undefined;
+  /**
+   * Random characters that start every id this limiter issues, so ids stay unique among the limiters
+   * that share a secret (the processes of a fleet): one process's settled id never refuses another's.
+   */
+  private tag: string | undefined;
   private next = 0;
   /** Settled ids of live settlements, with their expiry (ms), in the order they were settled. */
   private readonly settled = new Map<string, number>();
@@ -64,7 +72,10 @@ export class Settler {
   constructor(
     private readonly prefix: string,
     private readonly withinMs: number,
-  ) {}
+    secret?: string,
+  ) {
+    this.secret = secret;
+  }
 
   /** How many settled ids are remembered (for tests of the bound). */
   get remembered(): number {
@@ -73,7 +84,12 @@ export class Settler {
 
   /** A settlement for a call on `key` of estimate `cost`, decided at `atUs`, issued at `nowMs`. */
   issue(key: string, cost: number, policies: readonly CompiledPolicy[], atUs: number, nowMs: number): Settlement {
-    const id = `${(this.next++).toString(36)}`;
+    if (this.tag === undefined || this.next >= IDS_PER_TAG) {
+      // 6 random bytes: 8 base64 characters, made safe for URLs and headers.
+      this.tag = randomSecret(6).replace(/\+/g, '-').replace(/\//g, '_');
+      this.next = 0;
+    }
+    const id = `${this.tag}${(this.next++).toString(36)}`;
     const names = policies.map((c) => c.name);
     const expiresAtMs = Math.ceil(nowMs + this.withinMs);
     const signature = this.sign(key, id, cost, names, atUs, expiresAtMs);

@@ -1,5 +1,5 @@
 import type { Clock } from '../clock.js';
-import { FloodgateError, invalid } from '../errors.js';
+import { describeValue, FloodgateError, invalid } from '../errors.js';
 import { validatePrefix } from '../keys.js';
 import { definePolicy, type Policy } from '../model/policy.js';
 import { refuseUnknownOptions } from '../options-check.js';
@@ -25,6 +25,8 @@ export interface LimiterConfig {
   readonly blockedCache: BlockedCacheOptions | false;
   readonly policies: readonly Policy[];
   readonly settleWithinMs: number;
+  readonly settleSecret: string | undefined;
+  readonly settleOnce: 'limiter' | 'store';
 }
 
 /** The options of `createLimiter`. */
@@ -38,6 +40,8 @@ const LIMITER_OPTIONS: readonly (keyof LimiterOptions)[] = [
   'breaker',
   'blockedCache',
   'settleWithinMs',
+  'settleSecret',
+  'settleOnce',
 ];
 
 /** express-rate-limit's limit and window, which are a policy here. */
@@ -87,6 +91,24 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
       'a whole number of milliseconds from 1 to 2^31',
     );
   }
+  const settleSecret = options.settleSecret;
+  if (
+    settleSecret !== undefined &&
+    (typeof settleSecret !== 'string' ||
+      settleSecret.length < MIN_SETTLE_SECRET_CHARS ||
+      settleSecret.length > MAX_SETTLE_SECRET_CHARS)
+  ) {
+    // The value itself is never shown: it is a secret.
+    throw new FloodgateError(
+      'ERR_INVALID_OPTION',
+      `settleSecret must be a string of ${MIN_SETTLE_SECRET_CHARS} to ${MAX_SETTLE_SECRET_CHARS} characters (random, the same in every process that settles another's calls), got ${typeof settleSecret === 'string' ? `a string of ${settleSecret.length} characters` : describeValue(settleSecret)}`,
+      { option: 'settleSecret' },
+    );
+  }
+  const settleOnce = options.settleOnce ?? 'limiter';
+  if (settleOnce !== 'limiter' && settleOnce !== 'store') {
+    throw invalid('ERR_INVALID_OPTION', 'settleOnce', settleOnce, "'limiter' or 'store'");
+  }
   return {
     store,
     prefix,
@@ -97,8 +119,15 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
     blockedCache: cache === true ? {} : cache,
     policies,
     settleWithinMs,
+    settleSecret,
+    settleOnce,
   };
 }
+
+/** Shortest `settleSecret`: 32 characters (a random one of 32 base64 characters holds 192 bits). */
+export const MIN_SETTLE_SECRET_CHARS = 32;
+/** Longest `settleSecret`, in characters. */
+export const MAX_SETTLE_SECRET_CHARS = 1024;
 
 /** How long a settlement may give anything back by default: ten minutes, longer than most calls run. */
 export const DEFAULT_SETTLE_WITHIN_MS = 600_000;
