@@ -28,3 +28,4 @@ export { type RefundStep, type RefundTable, refundTables, runRefundTable } from 
 export { type Expectation, type Scenario, type Step, scenarios } from './scenarios.js';
 export { runSettleRefusals, runSettleTable, type SettleStep, type SettleTable, settleTables } from './settles.js';
 export { runWaitScenario, type WaitScenario, type WaitStep, waitScenarios } from './waiting.js';
+export { type PermitConformanceOptions, runPermitConformanceSuite } from './permit-conformance.js';

@@ -6,3 +6,8 @@ export {
   type PostgresJsSql,
 } from './postgres-client.js';
 export { type PostgresStore, type PostgresStoreOptions, postgresStore } from './postgres-store.js';
+export {
+  type PostgresPermitStore,
+  type PostgresPermitStoreOptions,
+  postgresPermitStore,
+} from './permit-store.js';

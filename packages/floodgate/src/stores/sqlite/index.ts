@@ -5,3 +5,4 @@ export {
   type SqliteStoreOptions,
   sqliteStore,
 } from './sqlite-store.js';
+export { type SqlitePermitStore, type SqlitePermitStoreOptions, sqlitePermitStore } from './permit-store.js';
