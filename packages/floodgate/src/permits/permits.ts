@@ -86,7 +86,12 @@ export class Permits {
     checkOptionsObject(options, 'createPermits options');
     const { store, policy, clock } = options;
     if (!hasMethods(store, 'acquire', 'refresh', 'release')) {
-      throw invalid('ERR_INVALID_OPTION', 'store', store, 'a permit store: memoryPermitStore(), redisPermitStore(), postgresPermitStore() or sqlitePermitStore()');
+      throw invalid(
+        'ERR_INVALID_OPTION',
+        'store',
+        store,
+        'a permit store: memoryPermitStore(), redisPermitStore(), postgresPermitStore() or sqlitePermitStore()',
+      );
     }
     if (typeof policy !== 'object' || policy === null || policy.algorithm !== 'concurrency') {
       throw invalid('ERR_INVALID_POLICY', 'policy', policy, 'a concurrency policy: concurrency({ limit, leaseMs })');

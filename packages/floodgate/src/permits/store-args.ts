@@ -18,7 +18,12 @@ const MAX_STORAGE_KEY_LENGTH = 1024;
  */
 export function checkStorageKey(key: unknown): string {
   if (typeof key !== 'string' || key.length === 0 || key.length > MAX_STORAGE_KEY_LENGTH || key.includes('\0')) {
-    throw invalid('ERR_INVALID_KEY', 'key', key, `a storage key of 1 to ${MAX_STORAGE_KEY_LENGTH} characters without NUL`);
+    throw invalid(
+      'ERR_INVALID_KEY',
+      'key',
+      key,
+      `a storage key of 1 to ${MAX_STORAGE_KEY_LENGTH} characters without NUL`,
+    );
   }
   return key;
 }

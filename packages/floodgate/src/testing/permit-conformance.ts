@@ -28,35 +28,16 @@ function data(d: PermitDecision): Omit<PermitDecision, 'permit'> & { fence: numb
   return { ...rest, fence: permit?.fence };
 }
 
-/**
- * The permit store contract: every permit store (memory, Redis, PostgreSQL, SQLite) runs the same tables
- * with explicit times on a manual clock, the same randomized comparison against the permit model (the
- * memory store), and a check on the store's own clock.
- *
- * @example
- * ```ts
- * import { describe, it } from 'vitest';
- * runPermitConformanceSuite({ describe, it }, { store: () => memoryPermitStore() });
- * ```
- */
-export function runPermitConformanceSuite(api: SuiteApi, options: PermitConformanceOptions): void {
-  const { describe, it } = api;
-  /** Permits on the store under test, on a manual clock at SCENARIO_START_MS. */
-  const on = async (limit: number, leaseMs: number): Promise<{ permits: Permits; clock: ManualClock }> => {
-    const clock = manualClock({ startMs: SCENARIO_START_MS });
-    const store = await options.store();
-    const permits = createPermits({
-      store,
-      policy: concurrency({ limit, leaseMs }),
-      clock,
-      prefix: uniquePrefix('permits'),
-    });
-    return { permits, clock };
-  };
-  const T0 = SCENARIO_START_MS * 1000;
+type On = (limit: number, leaseMs: number) => Promise<{ permits: Permits; clock: ManualClock }>;
 
-  describe('permit store conformance', () => {
-    it('grants up to the limit and refuses beyond it, counting the costs of the live leases', async () => {
+/** The manual clock's start, µs. */
+const T0 = SCENARIO_START_MS * 1000;
+
+/** The tables: explicit times on a manual clock (`on`), or the store's own clock (`storeOf`). */
+const CASES: readonly [string, (on: On, storeOf: () => PermitStore | Promise<PermitStore>) => Promise<void>][] = [
+  [
+    'grants up to the limit and refuses beyond it, counting the costs of the live leases',
+    async (on) => {
       const { permits, clock } = await on(3, 1000);
       const a = await permits.limit('k');
       deepStrictEqual(data(a), {
@@ -71,7 +52,10 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
       });
       clock.advance(100);
       const b = await permits.limit('k', { cost: 2 });
-      deepStrictEqual([b.allowed, b.inFlight, b.remaining, b.resetAfterMs, b.permit?.fence], [true, 3, 0, 1000, T0 + 100_000]);
+      deepStrictEqual(
+        [b.allowed, b.inFlight, b.remaining, b.resetAfterMs, b.permit?.fence],
+        [true, 3, 0, 1000, T0 + 100_000],
+      );
       clock.advance(100);
       const c = await permits.limit('k');
       // Refused: the first lease runs out in 800 ms and frees room for a cost of 1.
@@ -93,9 +77,11 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
       deepStrictEqual([e.allowed, e.reason, e.retryAfterMs], [false, 'exceeds-capacity', Number.POSITIVE_INFINITY]);
       // Other keys are untouched.
       strictEqual((await permits.limit('other', { cost: 3 })).allowed, true);
-    });
-
-    it('a lease is live until leaseMs after its grant, and swept in the same call that finds it expired', async () => {
+    },
+  ],
+  [
+    'a lease is live until leaseMs after its grant, and swept in the same call that finds it expired',
+    async (on) => {
       const { permits, clock } = await on(1, 1000);
       const a = await permits.limit('k');
       ok(a.permit);
@@ -110,9 +96,11 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
       strictEqual(await permits.refresh('k', a.permit.leaseId), false);
       strictEqual((await permits.limit('k')).allowed, false);
       await b.permit?.release();
-    });
-
-    it('release frees the permit at once, is idempotent, and a forged lease id changes nothing', async () => {
+    },
+  ],
+  [
+    'release frees the permit at once, is idempotent, and a forged lease id changes nothing',
+    async (on) => {
       const { permits } = await on(1, 60_000);
       const a = await permits.limit('k');
       ok(a.permit);
@@ -126,9 +114,11 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
       const b = await permits.limit('k');
       deepStrictEqual([b.allowed, b.inFlight], [true, 1]);
       await b.permit?.release();
-    });
-
-    it('refresh extends a live lease from now, never shortens it, and never takes back an expired one', async () => {
+    },
+  ],
+  [
+    'refresh extends a live lease from now, never shortens it, and never takes back an expired one',
+    async (on) => {
       const { permits, clock } = await on(1, 1000);
       const a = await permits.limit('k');
       ok(a.permit);
@@ -144,9 +134,11 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
       strictEqual(c.allowed, true);
       strictEqual(await permits.refresh('k', a.permit.leaseId), false);
       strictEqual((await permits.limit('k')).allowed, false);
-    });
-
-    it('fences strictly increase per key, and survive the sweep of every lease and a long idle time', async () => {
+    },
+  ],
+  [
+    'fences strictly increase per key, and survive the sweep of every lease and a long idle time',
+    async (on) => {
       const { permits, clock } = await on(2, 1000);
       const fences: number[] = [];
       const take = async (key = 'k') => {
@@ -173,9 +165,11 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
       // Another key has its own sequence.
       await take('other');
       strictEqual(fences.at(-1), T0 + 3_601_050_000);
-    });
-
-    it('keys are data: hostile keys each get their own permits', async () => {
+    },
+  ],
+  [
+    'keys are data: hostile keys each get their own permits',
+    async (on) => {
       const { permits } = await on(1, 60_000);
       const first = await Promise.all(HOSTILE_KEYS.map((key) => permits.limit(key)));
       deepStrictEqual(
@@ -188,9 +182,11 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
         HOSTILE_KEYS.map(() => false),
       );
       for (const [i, d] of first.entries()) strictEqual(await d.permit?.release(), true, HOSTILE_KEYS[i]);
-    });
-
-    it('refuses malformed lease ids before calling the store', async () => {
+    },
+  ],
+  [
+    'refuses malformed lease ids before calling the store',
+    async (on) => {
       const { permits } = await on(1, 1000);
       for (const leaseId of ["x' OR 1=1 --", '', 'A'.repeat(23), 7 as unknown as string]) {
         try {
@@ -200,10 +196,12 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
           ok(isFloodgateError(error) && error.code === 'ERR_INVALID_OPTION', String(error));
         }
       }
-    });
-
-    it("on the store's own clock: a held permit refuses others until released", async () => {
-      const store = await options.store();
+    },
+  ],
+  [
+    "on the store's own clock: a held permit refuses others until released",
+    async (_on, storeOf) => {
+      const store = await storeOf();
       const permits = createPermits({
         store,
         policy: concurrency({ limit: 1, leaseMs: 60_000 }),
@@ -222,8 +220,38 @@ export function runPermitConformanceSuite(api: SuiteApi, options: PermitConforma
       // A fence is at least the store's time in µs: within a day of this process's clock.
       ok(Math.abs(c.permit.fence / 1000 - Date.now()) < 86_400_000, String(c.permit.fence));
       await c.permit.release();
-    });
+    },
+  ],
+];
 
+/**
+ * The permit store contract: every permit store (memory, Redis, PostgreSQL, SQLite) runs the same tables
+ * with explicit times on a manual clock, the same randomized comparison against the permit model (the
+ * memory store), and a check on the store's own clock.
+ *
+ * @example
+ * ```ts
+ * import { describe, it } from 'vitest';
+ * runPermitConformanceSuite({ describe, it }, { store: () => memoryPermitStore() });
+ * ```
+ */
+export function runPermitConformanceSuite(api: SuiteApi, options: PermitConformanceOptions): void {
+  const { describe, it } = api;
+  /** Permits on the store under test, on a manual clock at SCENARIO_START_MS. */
+  const on: On = async (limit, leaseMs) => {
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const store = await options.store();
+    const permits = createPermits({
+      store,
+      policy: concurrency({ limit, leaseMs }),
+      clock,
+      prefix: uniquePrefix('permits'),
+    });
+    return { permits, clock };
+  };
+
+  describe('permit store conformance', () => {
+    for (const [name, run] of CASES) it(name, () => run(on, options.store));
     const runs = options.randomRuns ?? 12;
     for (let run = 0; run < runs; run++) {
       const seed = (options.seed ?? 1) + run;

@@ -8,7 +8,7 @@ import { type PostgresPermitStore, postgresPermitStore } from '../../src/stores/
 import { redisPermitStore } from '../../src/stores/redis/index.js';
 import { type SqlitePermitStore, sqlitePermitStore } from '../../src/stores/sqlite/index.js';
 import { runPermitConformanceSuite } from '../../src/testing/index.js';
-import { connectSingle, DRIVERS as REDIS_DRIVERS, type DriverClient } from './redis/clients.js';
+import { connectSingle, type DriverClient, DRIVERS as REDIS_DRIVERS } from './redis/clients.js';
 import { redisAvailable, requireServer } from './redis/servers.js';
 import { type Connection, connect, DRIVERS as PG_DRIVERS, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
 
@@ -59,7 +59,9 @@ for (const driver of PG_DRIVERS) {
       // Five at once on several connections: exactly three granted, in whatever order they arrived.
       expect(held.filter((d) => d.allowed).length).toBe(3);
       const count = async (table: string) =>
-        Number((await connection.sql(`SELECT count(*) AS n FROM "${schema}"."${table}" WHERE key LIKE 'rows:%'`))[0]?.n);
+        Number(
+          (await connection.sql(`SELECT count(*) AS n FROM "${schema}"."${table}" WHERE key LIKE 'rows:%'`))[0]?.n,
+        );
       expect(await count('floodgate_permits')).toBe(3);
       expect(await count('floodgate_permits__fg_keys')).toBe(1);
       for (const d of held) await d.permit?.release();
@@ -102,6 +104,8 @@ describe('sqlite', () => {
       expect(isFloodgateError(error) && error.code).toBe('ERR_STORE_UNAVAILABLE');
     }
     database.exec('CREATE TABLE rates (key TEXT PRIMARY KEY, state BLOB)');
-    expect(() => sqlitePermitStore({ database, table: 'rates' }).migrate()).toThrow(/not a table of concurrency permits/);
+    expect(() => sqlitePermitStore({ database, table: 'rates' }).migrate()).toThrow(
+      /not a table of concurrency permits/,
+    );
   });
 });

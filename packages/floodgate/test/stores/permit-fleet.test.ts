@@ -40,7 +40,10 @@ try {
 } catch (error) {
   clusterError = error;
 }
-const clusterUp = requireServer(cluster !== undefined, `a Redis Cluster started from redis-server (${String(clusterError)})`);
+const clusterUp = requireServer(
+  cluster !== undefined,
+  `a Redis Cluster started from redis-server (${String(clusterError)})`,
+);
 const directory = mkdtempSync(join(tmpdir(), 'floodgate-permits-'));
 const schema = uniqueSchema('permits');
 
@@ -105,7 +108,10 @@ const TARGETS: Target[] = [
     worker: () => ({ kind: 'redis' }),
     open: async () => {
       const client = new Redis({ host: '127.0.0.1', port: 6379 });
-      return { store: redisPermitStore({ client: fromIoredis(client) }), close: async () => void (await client.quit()) };
+      return {
+        store: redisPermitStore({ client: fromIoredis(client) }),
+        close: async () => void (await client.quit()),
+      };
     },
   },
   {
@@ -114,7 +120,10 @@ const TARGETS: Target[] = [
     worker: () => ({ kind: 'cluster', ports: [...(cluster as TestCluster).ports] }),
     open: async () => {
       const client = new Cluster((cluster as TestCluster).ports.map((port) => ({ host: '127.0.0.1', port })));
-      return { store: redisPermitStore({ client: fromIoredis(client) }), close: async () => void (await client.quit()) };
+      return {
+        store: redisPermitStore({ client: fromIoredis(client) }),
+        close: async () => void (await client.quit()),
+      };
     },
     conformance: true,
   },
@@ -192,7 +201,8 @@ for (const target of TARGETS) {
       );
       expect(replies.map((r) => r.error)).toEqual(workers.map(() => undefined));
       // The skews took effect: each process's own clock was that far off.
-      for (const [i, r] of replies.entries()) expect(Math.abs(r.skewSeenMs - (SKEWS_MS[i] as number))).toBeLessThan(5000);
+      for (const [i, r] of replies.entries())
+        expect(Math.abs(r.skewSeenMs - (SKEWS_MS[i] as number))).toBeLessThan(5000);
       const spans = replies.flatMap((r) => r.spans);
       const max = maxInFlight(spans);
       const refused = replies.reduce((sum, r) => sum + r.refused, 0);
@@ -206,7 +216,11 @@ for (const target of TARGETS) {
       expect(max).toBeGreaterThanOrEqual(limit - 1);
       for (const r of replies) expect(r.maxReported).toBeLessThanOrEqual(limit);
       // Every permit came back: the whole limit is free again (nothing counted but live leases).
-      const permits = createPermits({ store: local.store, policy: concurrency({ limit, leaseMs: 60_000 }), prefix: job.prefix });
+      const permits = createPermits({
+        store: local.store,
+        policy: concurrency({ limit, leaseMs: 60_000 }),
+        prefix: job.prefix,
+      });
       const all = await permits.limit('shared', { cost: limit });
       expect([all.allowed, all.inFlight]).toEqual([true, limit]);
       await all.permit?.release();
@@ -222,7 +236,11 @@ for (const target of TARGETS) {
       victim.kill('SIGKILL');
       await new Promise((resolve) => victim.once('exit', resolve));
       const rec = recording(local.store);
-      const permits = createPermits({ store: rec.store, policy: concurrency({ limit: 1, leaseMs }), prefix: job.prefix });
+      const permits = createPermits({
+        store: rec.store,
+        policy: concurrency({ limit: 1, leaseMs }),
+        prefix: job.prefix,
+      });
       let polls = 0;
       let lastRefusalUs = 0;
       for (;;) {
@@ -261,7 +279,11 @@ for (const target of TARGETS) {
         const grant = await ask<PermitHoldReply>(stalled, { op: 'hold', ...job });
         expect(grant.error).toBeUndefined();
         stalled.kill('SIGSTOP');
-        const permits = createPermits({ store: local.store, policy: concurrency({ limit: 1, leaseMs: 60_000 }), prefix: job.prefix });
+        const permits = createPermits({
+          store: local.store,
+          policy: concurrency({ limit: 1, leaseMs: 60_000 }),
+          prefix: job.prefix,
+        });
         let current: Awaited<ReturnType<typeof permits.limit>>;
         for (;;) {
           current = await permits.limit('stall');

@@ -1,4 +1,9 @@
 export {
+  type PostgresPermitStore,
+  type PostgresPermitStoreOptions,
+  postgresPermitStore,
+} from './permit-store.js';
+export {
   fromPg,
   fromPostgres,
   type PgQueryable,
@@ -6,8 +11,3 @@ export {
   type PostgresJsSql,
 } from './postgres-client.js';
 export { type PostgresStore, type PostgresStoreOptions, postgresStore } from './postgres-store.js';
-export {
-  type PostgresPermitStore,
-  type PostgresPermitStoreOptions,
-  postgresPermitStore,
-} from './permit-store.js';

@@ -1,3 +1,4 @@
+export { type SqlitePermitStore, type SqlitePermitStoreOptions, sqlitePermitStore } from './permit-store.js';
 export {
   type SqliteDatabase,
   type SqliteStatement,
@@ -5,4 +6,3 @@ export {
   type SqliteStoreOptions,
   sqliteStore,
 } from './sqlite-store.js';
-export { type SqlitePermitStore, type SqlitePermitStoreOptions, sqlitePermitStore } from './permit-store.js';

@@ -111,7 +111,13 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
   }
   const table = validateIdentifier('table', options.table ?? 'floodgate_permits');
   if (table.includes('__fg_')) throw invalid('ERR_INVALID_OPTION', 'table', table, 'an identifier without "__fg_"');
-  const busyTimeoutMs = wholeOption('busyTimeoutMs', options.busyTimeoutMs ?? 5000, 0, undefined, 'an integer number of ms ≥ 0');
+  const busyTimeoutMs = wholeOption(
+    'busyTimeoutMs',
+    options.busyTimeoutMs ?? 5000,
+    0,
+    undefined,
+    'an integer number of ms ≥ 0',
+  );
   const rows = new SqlitePermitRows(database, table, busyTimeoutMs);
   return {
     name: 'sqlite',
@@ -125,18 +131,22 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
     },
     refresh(key, a) {
       checkRefreshArgs(key, a);
-      return rows.run(key, a.nowUs, false, (state, nowUs) => refreshPermit(state, nowUs, a.leaseUs, a.leaseId)) ?? {
-        refreshed: false,
-        expiresAtUs: 0,
-        nowUs: rows.lastNowUs,
-      };
+      return (
+        rows.run(key, a.nowUs, false, (state, nowUs) => refreshPermit(state, nowUs, a.leaseUs, a.leaseId)) ?? {
+          refreshed: false,
+          expiresAtUs: 0,
+          nowUs: rows.lastNowUs,
+        }
+      );
     },
     release(key, a) {
       checkReleaseArgs(key, a);
-      return rows.run(key, a.nowUs, false, (state, nowUs) => releasePermit(state, nowUs, a.leaseId)) ?? {
-        released: false,
-        nowUs: rows.lastNowUs,
-      };
+      return (
+        rows.run(key, a.nowUs, false, (state, nowUs) => releasePermit(state, nowUs, a.leaseId)) ?? {
+          released: false,
+          nowUs: rows.lastNowUs,
+        }
+      );
     },
   };
 }
