@@ -7,7 +7,7 @@ import { concurrency, createPermits, isFloodgateError, memoryPermitStore } from 
 import { type PostgresPermitStore, postgresPermitStore } from '../../src/stores/postgres/index.js';
 import { redisPermitStore } from '../../src/stores/redis/index.js';
 import { type SqlitePermitStore, sqlitePermitStore } from '../../src/stores/sqlite/index.js';
-import { runPermitConformanceSuite } from '../../src/testing/index.js';
+import { manualClock, runPermitConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
 import { connectSingle, type DriverClient, DRIVERS as REDIS_DRIVERS } from './redis/clients.js';
 import { redisAvailable, requireServer } from './redis/servers.js';
 import { type Connection, connect, DRIVERS as PG_DRIVERS, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
@@ -69,6 +69,31 @@ for (const driver of PG_DRIVERS) {
       expect(await count('floodgate_permits__fg_keys')).toBe(1);
     });
 
+    it('prunes idle keys a minute after their last lease and fence, four per new key, with their leases', async () => {
+      // An hour behind the server: the earlier of the two clocks bounds what may be pruned.
+      const clock = manualClock({ startMs: Date.now() - 3_600_000 });
+      const prefix = uniquePrefix('prune');
+      const permits = createPermits({ store, policy: concurrency({ limit: 2, leaseMs: 1000 }), clock, prefix });
+      const first = await permits.limit('idle-0');
+      for (let i = 1; i < 10; i++) expect((await permits.limit(`idle-${i}`)).allowed).toBe(true);
+      const count = async (table: string) =>
+        Number(
+          (
+            await connection.sql(`SELECT count(*) AS n FROM "${schema}"."${table}" WHERE key LIKE $1`, [`${prefix}:%`])
+          )[0]?.n,
+        );
+      expect([await count('floodgate_permits__fg_keys'), await count('floodgate_permits')]).toEqual([10, 10]);
+      // Expiries are kept in whole minutes: three minutes on, every idle key is a minute past its own.
+      clock.advance(180_000);
+      await permits.limit('new-1');
+      expect([await count('floodgate_permits__fg_keys'), await count('floodgate_permits')]).toEqual([7, 7]);
+      await permits.limit('new-2');
+      expect([await count('floodgate_permits__fg_keys'), await count('floodgate_permits')]).toEqual([4, 4]);
+      // A pruned key starts again with a fence above every earlier one.
+      const again = await permits.limit('idle-0');
+      expect(again.permit?.fence).toBeGreaterThan(first.permit?.fence as number);
+    });
+
     it('a store not migrated says so; a table of another kind is refused, never used', async () => {
       const other = postgresPermitStore({ client: connection.client, schema, table: 'never_migrated' });
       const permits = createPermits({ store: other, policy: concurrency({ limit: 1, leaseMs: 1000 }) });
@@ -94,6 +119,24 @@ describe('sqlite', () => {
     rmSync(directory, { recursive: true, force: true });
   });
   runPermitConformanceSuite({ describe, it }, { store: () => store });
+
+  it('prunes idle keys a minute after their last lease and fence, with their leases, when a key is created', async () => {
+    const pruned = sqlitePermitStore({ database, table: 'pruned' });
+    pruned.migrate();
+    const clock = manualClock({ startMs: Date.now() - 3_600_000 });
+    const permits = createPermits({ store: pruned, policy: concurrency({ limit: 2, leaseMs: 1000 }), clock });
+    for (let i = 0; i < 10; i++) expect((await permits.limit(`idle-${i}`)).allowed).toBe(true);
+    const count = (table: string) => (database.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+    expect([count('pruned__fg_keys'), count('pruned')]).toEqual([10, 10]);
+    clock.advance(60_000);
+    await permits.limit('new-1');
+    // A minute on, the idle keys' rows (kept to the next whole minute, then a minute more) stay.
+    expect([count('pruned__fg_keys'), count('pruned')]).toEqual([11, 11]);
+    clock.advance(180_000);
+    await permits.limit('new-2');
+    // The sweep looks at the next 16 rows in key order: every idle one (and new-1) goes, new-2 stays.
+    expect([count('pruned__fg_keys'), count('pruned')]).toEqual([1, 1]);
+  });
 
   it('a store not migrated says so; a rate store table is refused', () => {
     const other = sqlitePermitStore({ database, table: 'never_migrated' });
