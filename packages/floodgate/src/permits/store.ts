@@ -29,7 +29,7 @@ export interface PermitReleaseArgs {
  * storage key of one user key under one policy), which first sweeps the leases that expired.
  * `memoryPermitStore()` (floodgate), `redisPermitStore()` (floodgate/redis), `postgresPermitStore()`
  * (floodgate/postgres) and `sqlitePermitStore()` (floodgate/sqlite) implement it, and
- * `runPermitConformanceSuite` (floodgate/testing) holds every one of them to the same answers.
+ * one conformance suite (the repository's test/permits/permit-conformance.ts) holds them to the same answers.
  */
 export interface PermitStore {
   readonly name: string;

@@ -23,7 +23,6 @@ export {
 export { type FastPathOptions, type FastPathVariant, runFastPathSuite } from './fast-path.js';
 export { type ManualClock, manualClock } from './manual-clock.js';
 export { modelStore } from './model-store.js';
-export { type PermitConformanceOptions, runPermitConformanceSuite } from './permit-conformance.js';
 export { assertPlainDecision, type PlainDataOptions, runPlainDataSuite } from './plain-data.js';
 export { type RefundStep, type RefundTable, refundTables, runRefundTable } from './refunds.js';
 export { type Expectation, type Scenario, type Step, scenarios } from './scenarios.js';

@@ -7,12 +7,13 @@ import { concurrency, createPermits, isFloodgateError, memoryPermitStore } from 
 import { type PostgresPermitStore, postgresPermitStore } from '../../src/stores/postgres/index.js';
 import { redisPermitStore } from '../../src/stores/redis/index.js';
 import { type SqlitePermitStore, sqlitePermitStore } from '../../src/stores/sqlite/index.js';
-import { manualClock, runPermitConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
+import { manualClock, uniquePrefix } from '../../src/testing/index.js';
+import { runPermitConformanceSuite } from '../permits/permit-conformance.js';
 import { connectSingle, type DriverClient, DRIVERS as REDIS_DRIVERS } from './redis/clients.js';
 import { redisAvailable, requireServer } from './redis/servers.js';
 import { type Connection, connect, DRIVERS as PG_DRIVERS, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
 
-// One permit store contract (src/testing/permit-conformance.ts) on every permit store; Redis Cluster runs
+// One permit store contract (test/permits/permit-conformance.ts) on every permit store; Redis Cluster runs
 // it in permit-fleet.test.ts, where its cluster is started.
 
 const redisUp = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');

@@ -11,7 +11,8 @@ import { type AcquireReply, concurrency, createPermits, type PermitStore } from 
 import { fromPg, postgresPermitStore } from '../../src/stores/postgres/index.js';
 import { fromIoredis, redisPermitStore } from '../../src/stores/redis/index.js';
 import { sqlitePermitStore } from '../../src/stores/sqlite/index.js';
-import { runPermitConformanceSuite, uniquePrefix } from '../../src/testing/index.js';
+import { uniquePrefix } from '../../src/testing/index.js';
+import { runPermitConformanceSuite } from '../permits/permit-conformance.js';
 import type {
   PermitHoldReply,
   PermitResumeReply,

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import type { AcquireReply, RefreshReply, ReleaseReply } from '../../permits/model.js';
 import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
-import { checkAcquireArgs, checkRefreshArgs, checkReleaseArgs } from '../../permits/store-args.js';
+import { checkPermitCall } from '../../permits/store-args.js';
 import { checkOptionsObject, hasMethods } from '../kit/options.js';
 import { validateIdentifier } from '../sql/common.js';
 import {
@@ -70,15 +70,6 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
   if (!hasMethods(client, 'query')) {
     throw invalid('ERR_INVALID_OPTION', 'client', client, 'a client from fromPg(pool) or fromPostgres(sql)');
   }
-  for (const field of Object.keys(options)) {
-    if (field !== 'client' && field !== 'schema' && field !== 'table') {
-      throw new FloodgateError(
-        'ERR_INVALID_OPTION',
-        `${field} is not an option of postgresPermitStore (options: client, schema, table)`,
-        { option: field },
-      );
-    }
-  }
   const schema = validateIdentifier('schema', options.schema ?? 'public');
   const table = validateIdentifier('table', options.table ?? 'floodgate_permits');
   if (table.includes(RESERVED_INFIX)) {
@@ -110,7 +101,7 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
       await client.query(permitMigrationStatement(n), []);
     },
     async acquire(key, a) {
-      checkAcquireArgs(key, a);
+      checkPermitCall(key, a, 'acquire');
       const r = await run(
         'acquire',
         [key, now(a.nowUs), String(a.limit), String(a.leaseUs), String(a.cost), a.leaseId],
@@ -127,12 +118,12 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
       };
     },
     async refresh(key, a) {
-      checkRefreshArgs(key, a);
+      checkPermitCall(key, a, 'refresh');
       const r = await run('refresh', [key, now(a.nowUs), String(a.leaseUs), a.leaseId], 3);
       return { refreshed: r[0] === 1, expiresAtUs: r[1] as number, nowUs: r[2] as number };
     },
     async release(key, a) {
-      checkReleaseArgs(key, a);
+      checkPermitCall(key, a, 'release');
       const r = await run('release', [key, now(a.nowUs), a.leaseId], 2);
       return { released: r[0] === 1, nowUs: r[1] as number };
     },

@@ -10,7 +10,7 @@ import {
   releasePermit,
 } from '../../permits/model.js';
 import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
-import { checkAcquireArgs, checkRefreshArgs, checkReleaseArgs } from '../../permits/store-args.js';
+import { checkPermitCall } from '../../permits/store-args.js';
 import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier, validateIdentifier } from '../sql/common.js';
 import type { SqliteDatabase, SqliteStatement } from './sqlite-store.js';
@@ -100,15 +100,6 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
   if (!hasMethods(database, 'prepare', 'exec')) {
     throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
   }
-  for (const field of Object.keys(options)) {
-    if (field !== 'database' && field !== 'table' && field !== 'busyTimeoutMs') {
-      throw new FloodgateError(
-        'ERR_INVALID_OPTION',
-        `${field} is not an option of sqlitePermitStore (options: database, table, busyTimeoutMs)`,
-        { option: field },
-      );
-    }
-  }
   const table = validateIdentifier('table', options.table ?? 'floodgate_permits');
   if (table.includes('__fg_')) throw invalid('ERR_INVALID_OPTION', 'table', table, 'an identifier without "__fg_"');
   const busyTimeoutMs = wholeOption(
@@ -124,13 +115,13 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
     table,
     migrate: () => rows.migrate(),
     acquire(key, a) {
-      checkAcquireArgs(key, a);
+      checkPermitCall(key, a, 'acquire');
       return rows.run(key, a.nowUs, true, (state, nowUs) =>
         acquirePermit(state, nowUs, a.limit, a.leaseUs, a.cost, a.leaseId),
       ) as AcquireReply;
     },
     refresh(key, a) {
-      checkRefreshArgs(key, a);
+      checkPermitCall(key, a, 'refresh');
       return (
         rows.run(key, a.nowUs, false, (state, nowUs) => refreshPermit(state, nowUs, a.leaseUs, a.leaseId)) ?? {
           refreshed: false,
@@ -140,7 +131,7 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
       );
     },
     release(key, a) {
-      checkReleaseArgs(key, a);
+      checkPermitCall(key, a, 'release');
       return (
         rows.run(key, a.nowUs, false, (state, nowUs) => releasePermit(state, nowUs, a.leaseId)) ?? {
           released: false,
@@ -182,18 +173,10 @@ class SqlitePermitRows {
       );
     }
     this.database.exec(
-      `CREATE TABLE IF NOT EXISTS ${this.leases} (
-        key TEXT NOT NULL,
-        lease_id TEXT NOT NULL,
-        cost INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL,
-        PRIMARY KEY (key, lease_id)
-      ) WITHOUT ROWID;
-      CREATE TABLE IF NOT EXISTS ${this.keys} (
-        key TEXT PRIMARY KEY NOT NULL,
-        fence INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL
-      ) WITHOUT ROWID;`,
+      `CREATE TABLE IF NOT EXISTS ${this.leases} (key TEXT NOT NULL, lease_id TEXT NOT NULL, cost INTEGER NOT NULL,
+expires_at INTEGER NOT NULL, PRIMARY KEY (key, lease_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ${this.keys} (key TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL,
+expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
     );
   }
 
@@ -303,14 +286,8 @@ class SqlitePermitRows {
         now: db.prepare(`SELECT CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) AS ms`),
         fence: db.prepare(`SELECT fence, expires_at FROM ${k} WHERE key = ?`),
         leases: db.prepare(`SELECT lease_id, cost, expires_at FROM ${l} WHERE key = ?`),
-        putKey: db.prepare(
-          `INSERT INTO ${k} (key, fence, expires_at) VALUES (?, ?, ?)
-           ON CONFLICT (key) DO UPDATE SET fence = excluded.fence, expires_at = excluded.expires_at`,
-        ),
-        putLease: db.prepare(
-          `INSERT INTO ${l} (key, lease_id, cost, expires_at) VALUES (?, ?, ?, ?)
-           ON CONFLICT (key, lease_id) DO UPDATE SET cost = excluded.cost, expires_at = excluded.expires_at`,
-        ),
+        putKey: db.prepare(`INSERT OR REPLACE INTO ${k} (key, fence, expires_at) VALUES (?, ?, ?)`),
+        putLease: db.prepare(`INSERT OR REPLACE INTO ${l} (key, lease_id, cost, expires_at) VALUES (?, ?, ?, ?)`),
         dropLease: db.prepare(`DELETE FROM ${l} WHERE key = ? AND lease_id = ?`),
         pruneFrom: db.prepare(`SELECT key, expires_at FROM ${k} WHERE key > ? ORDER BY key LIMIT ?`),
         dropKey: db.prepare(`DELETE FROM ${k} WHERE key = ?`),

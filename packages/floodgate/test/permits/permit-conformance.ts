@@ -1,11 +1,11 @@
-import { deepStrictEqual, ok, strictEqual } from 'node:assert/strict';
-import { isFloodgateError } from '../errors.js';
-import { memoryPermitStore } from '../permits/memory-permit-store.js';
-import { createPermits, type PermitDecision, type Permits } from '../permits/permits.js';
-import { concurrency } from '../permits/policy.js';
-import type { PermitStore } from '../permits/store.js';
-import { SCENARIO_START_MS, type SuiteApi, seededRandom, uniquePrefix } from './conformance.js';
-import { type ManualClock, manualClock } from './manual-clock.js';
+import { deepStrictEqual, strictEqual } from 'node:assert/strict';
+import { isFloodgateError } from '../../src/errors.js';
+import { memoryPermitStore } from '../../src/permits/memory-permit-store.js';
+import { createPermits, type PermitDecision, type Permits } from '../../src/permits/permits.js';
+import { concurrency } from '../../src/permits/policy.js';
+import type { PermitStore } from '../../src/permits/store.js';
+import { SCENARIO_START_MS, type SuiteApi, seededRandom, uniquePrefix } from '../../src/testing/conformance.js';
+import { type ManualClock, manualClock } from '../../src/testing/manual-clock.js';
 
 /** Options of {@link runPermitConformanceSuite}. */
 export interface PermitConformanceOptions {
@@ -17,6 +17,10 @@ export interface PermitConformanceOptions {
   randomOperations?: number;
   /** First seed; runs use seed, seed+1, … A failure names its seed. @default 1 */
   seed?: number;
+}
+
+function ok(value: unknown, message?: string): asserts value {
+  strictEqual(Boolean(value), true, message);
 }
 
 /** Keys that must never share state or break a layout: braces, separators, escapes, NUL, lone surrogates. */
@@ -229,11 +233,7 @@ const CASES: readonly [string, (on: On, storeOf: () => PermitStore | Promise<Per
  * with explicit times on a manual clock, the same randomized comparison against the permit model (the
  * memory store), and a check on the store's own clock.
  *
- * @example
- * ```ts
- * import { describe, it } from 'vitest';
- * runPermitConformanceSuite({ describe, it }, { store: () => memoryPermitStore() });
- * ```
+ * It lives with the tests, not in floodgate/testing: the published package stays within its 1 MB.
  */
 export function runPermitConformanceSuite(api: SuiteApi, options: PermitConformanceOptions): void {
   const { describe, it } = api;
