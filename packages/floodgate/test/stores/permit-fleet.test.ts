@@ -77,7 +77,7 @@ function stop(worker: ChildProcess): Promise<void> {
 }
 
 /** The most cost in flight at once over all spans: a sweep over enter (+cost) and exit (−cost) events. */
-function maxInFlight(spans: readonly [number, number, number][]): number {
+function maxInFlight(spans: readonly (readonly [number, number, number, ...number[]])[]): number {
   const events = spans.flatMap(([enter, exit, cost]) => [
     [enter, cost],
     [exit, -cost],
@@ -212,6 +212,8 @@ for (const target of TARGETS) {
       );
       expect(spans.length).toBeGreaterThan(40);
       expect(refused).toBeGreaterThan(0);
+      // Every grant had a fence of its own.
+      expect(new Set(spans.map((s) => s[3])).size).toBe(spans.length);
       expect(max).toBeLessThanOrEqual(limit);
       // The limit was reached, so the check had something to catch.
       expect(max).toBeGreaterThanOrEqual(limit - 1);
@@ -225,6 +227,26 @@ for (const target of TARGETS) {
       const all = await permits.limit('shared', { cost: limit });
       expect([all.allowed, all.inFlight]).toEqual([true, limit]);
       await all.permit?.release();
+    }, 120_000);
+
+    it('fences strictly increase in the order the permits were held (limit 1, two of four clocks 90 s off)', async () => {
+      const job = { prefix: uniquePrefix('fences'), key: 'one', limit: 1, leaseMs: 60_000 };
+      const replies = await Promise.all(
+        workers.map((w) =>
+          ask<PermitRunReply>(w, { op: 'run', ...job, attempts: 150, lanes: 2, costs: [1], holdMs: 1 }),
+        ),
+      );
+      expect(replies.map((r) => r.error)).toEqual(workers.map(() => undefined));
+      // One at a time: the spans follow each other, and so must their fences.
+      const spans = replies.flatMap((r) => r.spans).sort((a, b) => a[0] - b[0]);
+      expect(maxInFlight(spans)).toBe(1);
+      let rises = 0;
+      for (let i = 1; i < spans.length; i++) if ((spans[i]?.[3] as number) > (spans[i - 1]?.[3] as number)) rises++;
+      console.log(
+        `${target.name}: ${spans.length} permits held one at a time by 4 processes; fence rose ${rises} of ${spans.length - 1} times in the order held`,
+      );
+      expect(spans.length).toBeGreaterThan(20);
+      expect(rises).toBe(spans.length - 1);
     }, 120_000);
 
     it("a holder killed with SIGKILL frees its permit after leaseMs on the store's clock, never sooner", async () => {
