@@ -11,7 +11,10 @@ import type { PermitStore } from './store.js';
 
 /** Options of {@link createPermits}. */
 export interface PermitsOptions {
-  /** Where the leases live: `memoryPermitStore()` or `redisPermitStore({ client })` (floodgate/redis). */
+  /**
+   * Where the leases live: `memoryPermitStore()`, `redisPermitStore({ client })` (floodgate/redis),
+   * `postgresPermitStore({ client })` (floodgate/postgres) or `sqlitePermitStore({ database })` (floodgate/sqlite).
+   */
   store: PermitStore;
   /** The concurrency policy: `concurrency({ limit, leaseMs })`. */
   policy: ConcurrencyPolicy;
@@ -19,7 +22,8 @@ export interface PermitsOptions {
   prefix?: string;
   /**
    * The caller's clock instead of the store's (tests, simulations). Leases then expire on this clock,
-   * so every process sharing a key must share it too. @default the store's clock (Redis `TIME`)
+   * so every process sharing a key must share it too. @default the store's clock (Redis `TIME`, PostgreSQL
+   * `clock_timestamp()`, SQLite's `julianday('now')`)
    */
   clock?: Clock;
 }
@@ -82,7 +86,12 @@ export class Permits {
     checkOptionsObject(options, 'createPermits options');
     const { store, policy, clock } = options;
     if (!hasMethods(store, 'acquire', 'refresh', 'release')) {
-      throw invalid('ERR_INVALID_OPTION', 'store', store, 'a permit store: memoryPermitStore() or redisPermitStore()');
+      throw invalid(
+        'ERR_INVALID_OPTION',
+        'store',
+        store,
+        'a permit store: memoryPermitStore(), redisPermitStore(), postgresPermitStore() or sqlitePermitStore()',
+      );
     }
     if (typeof policy !== 'object' || policy === null || policy.algorithm !== 'concurrency') {
       throw invalid('ERR_INVALID_POLICY', 'policy', policy, 'a concurrency policy: concurrency({ limit, leaseMs })');

@@ -27,7 +27,9 @@ export interface PermitReleaseArgs {
 /**
  * Where concurrency permits live: each method is one atomic operation on one key's leases (`key` is the
  * storage key of one user key under one policy), which first sweeps the leases that expired.
- * `memoryPermitStore()` (floodgate) and `redisPermitStore()` (floodgate/redis) implement it.
+ * `memoryPermitStore()` (floodgate), `redisPermitStore()` (floodgate/redis), `postgresPermitStore()`
+ * (floodgate/postgres) and `sqlitePermitStore()` (floodgate/sqlite) implement it, and
+ * one conformance suite (the repository's test/permits/permit-conformance.ts) holds them to the same answers.
  */
 export interface PermitStore {
   readonly name: string;

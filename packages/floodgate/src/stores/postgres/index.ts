@@ -1,4 +1,9 @@
 export {
+  type PostgresPermitStore,
+  type PostgresPermitStoreOptions,
+  postgresPermitStore,
+} from './permit-store.js';
+export {
   fromPg,
   fromPostgres,
   type PgQueryable,

@@ -1,3 +1,4 @@
+export { type SqlitePermitStore, type SqlitePermitStoreOptions, sqlitePermitStore } from './permit-store.js';
 export {
   type SqliteDatabase,
   type SqliteStatement,

@@ -1,0 +1,164 @@
+import { createHash } from 'node:crypto';
+import { describeValue, FloodgateError, invalid } from '../../errors.js';
+import type { AcquireReply, RefreshReply, ReleaseReply } from '../../permits/model.js';
+import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
+import { checkPermitCall } from '../../permits/store-args.js';
+import { checkOptionsObject, hasMethods } from '../kit/options.js';
+import { validateIdentifier } from '../sql/common.js';
+import {
+  PERMIT_SQL_VERSION,
+  type PermitFunction,
+  type PermitSqlNames,
+  permitMigrationStatement,
+  permitSqlNames,
+  permitStatement,
+} from './permits-sql.js';
+import type { PostgresClient } from './postgres-client.js';
+import { RESERVED_INFIX } from './sql.js';
+
+/** Options of {@link postgresPermitStore}. */
+export interface PostgresPermitStoreOptions {
+  /** The driver, through an adapter: `fromPg(pool)` or `fromPostgres(sql)`. The store never closes it. */
+  client: PostgresClient;
+  /** Schema of the tables and functions, created by `migrate()` when missing. @default 'public' */
+  schema?: string;
+  /**
+   * Table of the leases: `[a-z_][a-z0-9_]*`, at most 40 characters, not containing `__fg_`; the fences
+   * live beside it in `<table>__fg_keys`. Not the table of a rate store. @default 'floodgate_permits'
+   */
+  table?: string;
+}
+
+/** The PostgreSQL permit store. */
+export interface PostgresPermitStore extends PermitStore {
+  readonly name: 'postgres';
+  readonly schema: string;
+  readonly table: string;
+  /** The version of the PL/pgSQL functions (`v` and 8 hex digits of a digest of their code). */
+  readonly version: string;
+  acquire(key: string, args: PermitAcquireArgs): Promise<AcquireReply>;
+  refresh(key: string, args: PermitRefreshArgs): Promise<RefreshReply>;
+  release(key: string, args: PermitReleaseArgs): Promise<ReleaseReply>;
+  /**
+   * Creates the schema, the tables, their index and this version's functions when missing. Idempotent
+   * and safe to run from several processes at once; run it at startup or in your migrations.
+   */
+  migrate(): Promise<void>;
+}
+
+/**
+ * Concurrency permits in PostgreSQL: each operation is one call of a PL/pgSQL function that `migrate()`
+ * installs, one transaction that locks the key's row, sweeps its expired leases and decides from the
+ * leases left. Leases expire on the server's `clock_timestamp()` unless the permits have a `clock`
+ * option, so app servers with skewed clocks agree. Committed leases and fences survive a crash of the
+ * server.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg';
+ * import { concurrency, createPermits } from 'floodgate';
+ * import { fromPg, postgresPermitStore } from 'floodgate/postgres';
+ *
+ * const store = postgresPermitStore({ client: fromPg(new pg.Pool({ connectionString: process.env.DATABASE_URL })) });
+ * await store.migrate();
+ * const permits = createPermits({ store, policy: concurrency({ limit: 20, leaseMs: 30_000 }) });
+ * ```
+ */
+export function postgresPermitStore(options: PostgresPermitStoreOptions): PostgresPermitStore {
+  checkOptionsObject(options, 'postgresPermitStore options');
+  const client = options.client;
+  if (!hasMethods(client, 'query')) {
+    throw invalid('ERR_INVALID_OPTION', 'client', client, 'a client from fromPg(pool) or fromPostgres(sql)');
+  }
+  const schema = validateIdentifier('schema', options.schema ?? 'public');
+  const table = validateIdentifier('table', options.table ?? 'floodgate_permits');
+  if (table.includes(RESERVED_INFIX)) {
+    throw invalid('ERR_INVALID_OPTION', 'table', table, `an identifier without "${RESERVED_INFIX}"`);
+  }
+  const n = permitSqlNames(schema, table);
+  const statements = {
+    acquire: { text: permitStatement(n, 'acquire'), name: statementName(n, 'acquire') },
+    refresh: { text: permitStatement(n, 'refresh'), name: statementName(n, 'refresh') },
+    release: { text: permitStatement(n, 'release'), name: statementName(n, 'release') },
+  };
+  const run = async (op: PermitFunction, params: string[], fields: number): Promise<number[]> => {
+    let rows: readonly Record<string, unknown>[];
+    try {
+      rows = await client.query(statements[op].text, params, statements[op].name);
+    } catch (error) {
+      throw explain(n, error);
+    }
+    return numbers(rows[0]?.r, fields);
+  };
+  const now = (nowUs: number | undefined) => (nowUs === undefined ? '' : String(nowUs));
+
+  return {
+    name: 'postgres',
+    schema,
+    table,
+    version: PERMIT_SQL_VERSION,
+    async migrate() {
+      await client.query(permitMigrationStatement(n), []);
+    },
+    async acquire(key, a) {
+      checkPermitCall(key, a, 'acquire');
+      const r = await run(
+        'acquire',
+        [key, now(a.nowUs), String(a.limit), String(a.leaseUs), String(a.cost), a.leaseId],
+        7,
+      );
+      return {
+        granted: r[0] === 1,
+        inFlight: r[1] as number,
+        fence: r[2] as number,
+        expiresAtUs: r[3] as number,
+        nowUs: r[4] as number,
+        retryAfterUs: r[5] as number,
+        resetAfterUs: r[6] as number,
+      };
+    },
+    async refresh(key, a) {
+      checkPermitCall(key, a, 'refresh');
+      const r = await run('refresh', [key, now(a.nowUs), String(a.leaseUs), a.leaseId], 3);
+      return { refreshed: r[0] === 1, expiresAtUs: r[1] as number, nowUs: r[2] as number };
+    },
+    async release(key, a) {
+      checkPermitCall(key, a, 'release');
+      const r = await run('release', [key, now(a.nowUs), a.leaseId], 2);
+      return { released: r[0] === 1, nowUs: r[1] as number };
+    },
+  };
+}
+
+/** A missing table or function: the advice to migrate, as the rate store gives it. */
+function explain(n: PermitSqlNames, error: unknown): unknown {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (code !== '42883' && code !== '42P01' && code !== '3F000') return error;
+  return new FloodgateError(
+    'ERR_STORE_UNAVAILABLE',
+    `the postgres permit store's tables ${n.leases} and ${n.keys} or its functions of version ${n.version} are missing: call store.migrate() first`,
+    { cause: error },
+  );
+}
+
+/** The function's bigint[]: the drivers give an array of strings (or numbers, or a '{…}' literal). */
+function numbers(value: unknown, fields: number): number[] {
+  let list: unknown = value;
+  if (typeof value === 'string' && /^\{[-0-9,]*\}$/.test(value)) list = value.slice(1, -1).split(',');
+  if (!Array.isArray(list) || list.length !== fields) {
+    throw new FloodgateError('ERR_STORE_PROTOCOL', `a permit function answered ${describeValue(value)}`);
+  }
+  return list.map((item) => {
+    const x = Number(item);
+    if (!Number.isSafeInteger(x)) {
+      throw new FloodgateError('ERR_STORE_PROTOCOL', `a permit function answered ${describeValue(item)}`);
+    }
+    return x;
+  });
+}
+
+/** The name a driver prepares a statement under: unique per schema, table and version, within 63 bytes. */
+function statementName(n: PermitSqlNames, op: PermitFunction): string {
+  const hash = createHash('sha256').update(`${n.schema}.${n.table}.${n.version}`).digest('hex').slice(0, 24);
+  return `floodgate_${hash}_permit_${op}`;
+}

@@ -1,0 +1,314 @@
+import { FloodgateError, invalid } from '../../errors.js';
+import {
+  type AcquireReply,
+  acquirePermit,
+  type PermitLease,
+  type PermitState,
+  type RefreshReply,
+  type ReleaseReply,
+  refreshPermit,
+  releasePermit,
+} from '../../permits/model.js';
+import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
+import { checkPermitCall } from '../../permits/store-args.js';
+import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
+import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier, validateIdentifier } from '../sql/common.js';
+import type { SqliteDatabase, SqliteStatement } from './sqlite-store.js';
+
+/** Options of {@link sqlitePermitStore}. */
+export interface SqlitePermitStoreOptions {
+  /** An open better-sqlite3 database (the store never closes it). */
+  database: SqliteDatabase;
+  /**
+   * Table of the leases, created by `migrate()`: `[a-z_][a-z0-9_]*`, at most 40 characters, not
+   * containing `__fg_`; the fences live beside it in `<table>__fg_keys`. Not the table of a rate store.
+   * @default 'floodgate_permits'
+   */
+  table?: string;
+  /** How long a call waits for another process's write lock before failing, ms. @default 5000 */
+  busyTimeoutMs?: number;
+}
+
+/** The SQLite permit store: synchronous. */
+export interface SqlitePermitStore extends PermitStore {
+  readonly name: 'sqlite';
+  readonly table: string;
+  acquire(key: string, args: PermitAcquireArgs): AcquireReply;
+  refresh(key: string, args: PermitRefreshArgs): RefreshReply;
+  release(key: string, args: PermitReleaseArgs): ReleaseReply;
+  /** Creates the tables if missing and turns on WAL mode. Idempotent; call it once at startup. */
+  migrate(): void;
+}
+
+interface Statements {
+  now: SqliteStatement;
+  fence: SqliteStatement;
+  leases: SqliteStatement;
+  putKey: SqliteStatement;
+  putLease: SqliteStatement;
+  dropLease: SqliteStatement;
+  pruneFrom: SqliteStatement;
+  dropKey: SqliteStatement;
+  dropKeyLeases: SqliteStatement;
+  begin: SqliteStatement;
+  commit: SqliteStatement;
+  rollback: SqliteStatement;
+  savepoint: SqliteStatement;
+  release: SqliteStatement;
+  rollbackTo: SqliteStatement;
+}
+
+interface KeyRow {
+  fence: number | bigint;
+  expires_at: number | bigint;
+}
+
+interface LeaseRow {
+  lease_id: string;
+  cost: number | bigint;
+  expires_at: number | bigint;
+}
+
+/** Key rows looked at for idle ones each time a call creates a key row. */
+const PRUNE_ROWS = 16;
+
+/**
+ * Concurrency permits in a SQLite file through better-sqlite3. Each call is one `BEGIN IMMEDIATE`
+ * transaction (the write lock makes the calls of every process on the file strictly serial) that reads
+ * the key's leases and fence, runs the permit model itself (src/permits/model.ts: sweep, then decide,
+ * so it is exact by construction) and writes back what changed: expired leases deleted, the new lease,
+ * the fence. A key holds at most `limit` lease rows.
+ *
+ * The clock is SQLite's own (`julianday('now')`, whole ms), read inside the transaction: the clock of
+ * the machine holding the file, which every process on it shares, whatever a process's JavaScript clock
+ * says; a `clock` option on the permits gives the caller's time instead.
+ *
+ * @example
+ * ```ts
+ * import Database from 'better-sqlite3';
+ * import { concurrency, createPermits } from 'floodgate';
+ * import { sqlitePermitStore } from 'floodgate/sqlite';
+ *
+ * const store = sqlitePermitStore({ database: new Database('permits.db') });
+ * store.migrate();
+ * const permits = createPermits({ store, policy: concurrency({ limit: 4, leaseMs: 30_000 }) });
+ * ```
+ */
+export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePermitStore {
+  checkOptionsObject(options, 'sqlitePermitStore options');
+  const database = options.database;
+  if (!hasMethods(database, 'prepare', 'exec')) {
+    throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
+  }
+  const table = validateIdentifier('table', options.table ?? 'floodgate_permits');
+  if (table.includes('__fg_')) throw invalid('ERR_INVALID_OPTION', 'table', table, 'an identifier without "__fg_"');
+  const busyTimeoutMs = wholeOption(
+    'busyTimeoutMs',
+    options.busyTimeoutMs ?? 5000,
+    0,
+    undefined,
+    'an integer number of ms ≥ 0',
+  );
+  const rows = new SqlitePermitRows(database, table, busyTimeoutMs);
+  return {
+    name: 'sqlite',
+    table,
+    migrate: () => rows.migrate(),
+    acquire(key, a) {
+      checkPermitCall(key, a, 'acquire');
+      return rows.run(key, a.nowUs, true, (state, nowUs) =>
+        acquirePermit(state, nowUs, a.limit, a.leaseUs, a.cost, a.leaseId),
+      ) as AcquireReply;
+    },
+    refresh(key, a) {
+      checkPermitCall(key, a, 'refresh');
+      return (
+        rows.run(key, a.nowUs, false, (state, nowUs) => refreshPermit(state, nowUs, a.leaseUs, a.leaseId)) ?? {
+          refreshed: false,
+          expiresAtUs: 0,
+          nowUs: rows.lastNowUs,
+        }
+      );
+    },
+    release(key, a) {
+      checkPermitCall(key, a, 'release');
+      return (
+        rows.run(key, a.nowUs, false, (state, nowUs) => releasePermit(state, nowUs, a.leaseId)) ?? {
+          released: false,
+          nowUs: rows.lastNowUs,
+        }
+      );
+    },
+  };
+}
+
+class SqlitePermitRows {
+  private statements: Statements | undefined;
+  private readonly leases: string;
+  private readonly keys: string;
+  /** Where the prune goes on (the key it stopped after). */
+  private pruneFrom = '';
+  /** The time of the last call (for the answer of a call on a key without a row). */
+  lastNowUs = 0;
+
+  constructor(
+    private readonly database: SqliteDatabase,
+    private readonly table: string,
+    private readonly busyTimeoutMs: number,
+  ) {
+    this.leases = quoteIdentifier(table);
+    this.keys = quoteIdentifier(`${table}__fg_keys`);
+  }
+
+  migrate(): void {
+    this.database.exec(`PRAGMA busy_timeout = ${this.busyTimeoutMs}`);
+    this.database.exec('PRAGMA journal_mode = WAL');
+    // A table of that name that is not a permit table (a rate store's) is refused before anything is created.
+    const columns = this.database.prepare(`PRAGMA table_info(${this.leases})`).all() as { name: string }[];
+    if (columns.length > 0 && !columns.some((c) => c.name === 'lease_id')) {
+      throw new FloodgateError(
+        'ERR_STORE_MISCONFIGURED',
+        `the sqlite table ${JSON.stringify(this.table)} is not a table of concurrency permits (a rate store's?)`,
+        { option: 'table' },
+      );
+    }
+    this.database.exec(
+      `CREATE TABLE IF NOT EXISTS ${this.leases} (key TEXT NOT NULL, lease_id TEXT NOT NULL, cost INTEGER NOT NULL,
+expires_at INTEGER NOT NULL, PRIMARY KEY (key, lease_id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ${this.keys} (key TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL,
+expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
+    );
+  }
+
+  /**
+   * One call: the key's state read under the write lock, `step` (a model function) run on it, what
+   * changed written back. Without a key row, a call that does not create one answers undefined.
+   */
+  run<R>(
+    key: string,
+    callerNowUs: number | undefined,
+    create: boolean,
+    step: (state: PermitState, nowUs: number) => R,
+  ): R | undefined {
+    const s = this.ready();
+    // Inside a transaction of the caller's: a savepoint of it (undone if the caller rolls back).
+    const nested = this.database.inTransaction === true;
+    (nested ? s.savepoint : s.begin).run();
+    const commit = nested ? s.release : s.commit;
+    try {
+      const nowUs = callerNowUs ?? Number((s.now.get() as { ms: number | bigint }).ms) * 1000;
+      this.lastNowUs = nowUs;
+      const row = s.fence.get(key) as KeyRow | undefined;
+      if (row === undefined && !create) {
+        commit.run();
+        return undefined;
+      }
+      const before = new Map<string, PermitLease>();
+      if (row !== undefined) {
+        for (const lease of s.leases.all(key) as LeaseRow[]) {
+          before.set(lease.lease_id, { cost: Number(lease.cost), expiresAtUs: Number(lease.expires_at) });
+        }
+      }
+      const state: PermitState = {
+        leases: new Map([...before].map(([id, lease]) => [id, { ...lease }])),
+        fence: row === undefined ? 0 : Number(row.fence),
+      };
+      const reply = step(state, nowUs);
+      this.write(s, key, before, state, row);
+      if (row === undefined) this.prune(s, nowUs, key);
+      commit.run();
+      return reply;
+    } catch (error) {
+      try {
+        if (nested) {
+          s.rollbackTo.run();
+          s.release.run();
+        } else if (this.database.inTransaction !== false) {
+          s.rollback.run();
+        }
+      } catch {
+        // SQLite already rolled back.
+      }
+      throw error;
+    }
+  }
+
+  private write(
+    s: Statements,
+    key: string,
+    before: ReadonlyMap<string, PermitLease>,
+    state: PermitState,
+    row: KeyRow | undefined,
+  ): void {
+    let last = 0;
+    for (const [id, lease] of state.leases) {
+      const was = before.get(id);
+      if (was === undefined || was.cost !== lease.cost || was.expiresAtUs !== lease.expiresAtUs) {
+        s.putLease.run(key, id, lease.cost, lease.expiresAtUs);
+      }
+      if (lease.expiresAtUs > last) last = lease.expiresAtUs;
+    }
+    for (const id of before.keys()) if (!state.leases.has(id)) s.dropLease.run(key, id);
+    // The row outlives its last lease and its fence, rounded up to a minute: it is kept as it is while busy.
+    const expiresAt = Math.ceil(Math.max(last, state.fence) / EXPIRY_GRAIN_US) * EXPIRY_GRAIN_US;
+    if (row === undefined || Number(row.fence) !== state.fence || Number(row.expires_at) < expiresAt) {
+      s.putKey.run(key, state.fence, Math.max(expiresAt, row === undefined ? 0 : Number(row.expires_at)));
+    }
+  }
+
+  /**
+   * Deletes, with their leases, the idle key rows among the next few in key order: those whose expiry
+   * passed a minute ago on the earlier of the call's clock and SQLite's (a caller clock ahead never
+   * deletes a row that others still count on). Past the last row it starts again from the first.
+   */
+  private prune(s: Statements, nowUs: number, key: string): void {
+    const sqliteUs = Number((s.now.get() as { ms: number | bigint }).ms) * 1000;
+    const before = Math.min(nowUs, sqliteUs) - PRUNE_GRACE_US;
+    const next = s.pruneFrom.all(this.pruneFrom, PRUNE_ROWS) as { key: string; expires_at: number | bigint }[];
+    for (const candidate of next) {
+      if (candidate.key !== key && Number(candidate.expires_at) < before) {
+        s.dropKeyLeases.run(candidate.key);
+        s.dropKey.run(candidate.key);
+      }
+    }
+    this.pruneFrom = next.length < PRUNE_ROWS ? '' : (next[next.length - 1] as { key: string }).key;
+  }
+
+  private ready(): Statements {
+    if (this.statements !== undefined) return this.statements;
+    const db = this.database;
+    const l = this.leases;
+    const k = this.keys;
+    try {
+      db.exec(`PRAGMA busy_timeout = ${this.busyTimeoutMs}`);
+      this.statements = {
+        // SQLite's clock in whole ms (julianday keeps ms exactly; the float error is far below 0.5 ms).
+        now: db.prepare(`SELECT CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) AS ms`),
+        fence: db.prepare(`SELECT fence, expires_at FROM ${k} WHERE key = ?`),
+        leases: db.prepare(`SELECT lease_id, cost, expires_at FROM ${l} WHERE key = ?`),
+        putKey: db.prepare(`INSERT OR REPLACE INTO ${k} (key, fence, expires_at) VALUES (?, ?, ?)`),
+        putLease: db.prepare(`INSERT OR REPLACE INTO ${l} (key, lease_id, cost, expires_at) VALUES (?, ?, ?, ?)`),
+        dropLease: db.prepare(`DELETE FROM ${l} WHERE key = ? AND lease_id = ?`),
+        pruneFrom: db.prepare(`SELECT key, expires_at FROM ${k} WHERE key > ? ORDER BY key LIMIT ?`),
+        dropKey: db.prepare(`DELETE FROM ${k} WHERE key = ?`),
+        dropKeyLeases: db.prepare(`DELETE FROM ${l} WHERE key = ?`),
+        begin: db.prepare('BEGIN IMMEDIATE'),
+        commit: db.prepare('COMMIT'),
+        rollback: db.prepare('ROLLBACK'),
+        savepoint: db.prepare('SAVEPOINT floodgate_permit'),
+        release: db.prepare('RELEASE floodgate_permit'),
+        rollbackTo: db.prepare('ROLLBACK TO floodgate_permit'),
+      };
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      throw new FloodgateError(
+        'ERR_STORE_UNAVAILABLE',
+        /no such table/i.test(message)
+          ? `the sqlite permit store's table ${JSON.stringify(this.table)} does not exist: call store.migrate() first`
+          : `the sqlite permit store could not prepare its statements: ${message}`,
+        { cause: error },
+      );
+    }
+    return this.statements;
+  }
+}
