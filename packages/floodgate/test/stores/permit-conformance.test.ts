@@ -139,6 +139,21 @@ describe('sqlite', () => {
     expect([count('pruned__fg_keys'), count('pruned')]).toEqual([1, 1]);
   });
 
+  it('inside a transaction of the caller, a call is a savepoint of it: undone when the caller rolls back', () => {
+    const args = { limit: 1, leaseUs: 60_000_000, cost: 1, leaseId: 'BBBBBBBBBBBBBBBBBBBBBB', nowUs: 1_000_000 };
+    expect(() =>
+      database.transaction(() => {
+        expect(store.acquire('nested', args).granted).toBe(true);
+        throw new Error('the caller rolls back');
+      })(),
+    ).toThrow('the caller rolls back');
+    // Rolled back with the caller's transaction: the permit is free, and the fence starts over.
+    const again = store.acquire('nested', { ...args, leaseId: 'CCCCCCCCCCCCCCCCCCCCCC' });
+    expect([again.granted, again.fence]).toEqual([true, 1_000_000]);
+    database.transaction(() => store.release('nested', { leaseId: 'CCCCCCCCCCCCCCCCCCCCCC', nowUs: 1_000_001 }))();
+    expect(store.acquire('nested', { ...args, nowUs: 1_000_002 }).granted).toBe(true);
+  });
+
   it('a store not migrated says so; a rate store table is refused', () => {
     const other = sqlitePermitStore({ database, table: 'never_migrated' });
     try {
