@@ -41,7 +41,7 @@ export {
   type MemoryPermitStoreOptions,
   memoryPermitStore,
 } from './permits/memory-permit-store.js';
-export type { AcquireReply, RefreshReply, ReleaseReply } from './permits/model.js';
+export type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply, Wake } from './permits/model.js';
 export { Permit } from './permits/permit.js';
 export {
   createPermits,
@@ -57,8 +57,18 @@ export {
   concurrency,
   MAX_LEASE_MS,
   MAX_PERMIT_LIMIT,
+  MAX_QUEUE,
 } from './permits/policy.js';
-export type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from './permits/store.js';
+export type {
+  PermitAcquireArgs,
+  PermitLeaveArgs,
+  PermitRefreshArgs,
+  PermitReleaseArgs,
+  PermitStore,
+  PermitUnwatch,
+  PermitWaitArgs,
+} from './permits/store.js';
+export type { PermitAcquireOptions } from './permits/waiting.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
 export type { Store } from './stores/store.js';
 export { configureTelemetry, type TelemetryOptions, telemetryReady } from './telemetry/otel.js';

@@ -6,13 +6,25 @@ import {
   acquirePermit,
   emptyPermitState,
   isForgettable,
+  type LeaveReply,
+  leaveQueue,
   type PermitState,
   type RefreshReply,
   type ReleaseReply,
   refreshPermit,
   releasePermit,
+  type WaitReply,
+  waitPermit,
 } from './model.js';
-import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from './store.js';
+import type {
+  PermitAcquireArgs,
+  PermitLeaveArgs,
+  PermitRefreshArgs,
+  PermitReleaseArgs,
+  PermitStore,
+  PermitUnwatch,
+  PermitWaitArgs,
+} from './store.js';
 
 /** Options of {@link memoryPermitStore}. */
 export interface MemoryPermitStoreOptions {
@@ -31,6 +43,9 @@ export interface MemoryPermitStore extends PermitStore {
   acquire(key: string, args: PermitAcquireArgs): AcquireReply;
   refresh(key: string, args: PermitRefreshArgs): RefreshReply;
   release(key: string, args: PermitReleaseArgs): ReleaseReply;
+  wait(key: string, args: PermitWaitArgs): WaitReply;
+  leave(key: string, args: PermitLeaveArgs): LeaveReply;
+  watch(key: string, listener: (ticket: number) => void): PermitUnwatch;
   /** How many keys the store holds now. */
   readonly size: number;
 }
@@ -83,8 +98,18 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
     }
     return state;
   };
-  const settle = (key: string, state: PermitState, nowUs: number) => {
+  const watchers = new Map<string, Set<(ticket: number) => void>>();
+  // Waiters are told after the operation returned (never from inside it), as a message would arrive.
+  const settle = <R extends { wake: number }>(key: string, state: PermitState, nowUs: number, reply: R): R => {
     if (isForgettable(state, nowUs)) states.delete(key);
+    const listeners = reply.wake > 0 ? watchers.get(key) : undefined;
+    if (listeners !== undefined) {
+      const ticket = reply.wake;
+      queueMicrotask(() => {
+        for (const listener of [...listeners]) listener(ticket);
+      });
+    }
+    return reply;
   };
   const now = (nowUs: number | undefined) => wholeClockUs(nowUs ?? clock.nowUs());
 
@@ -96,25 +121,45 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
     acquire(key, args) {
       const nowUs = now(args.nowUs);
       const state = stateOf(key, nowUs, true) as PermitState;
-      const reply = acquirePermit(state, nowUs, args.limit, args.leaseUs, args.cost, args.leaseId);
-      settle(key, state, nowUs);
-      return reply;
+      return settle(key, state, nowUs, acquirePermit(state, nowUs, args.limit, args.leaseUs, args.cost, args.leaseId));
     },
     refresh(key, args) {
       const nowUs = now(args.nowUs);
       const state = stateOf(key, nowUs, false);
-      if (state === undefined) return { refreshed: false, expiresAtUs: 0, nowUs };
-      const reply = refreshPermit(state, nowUs, args.leaseUs, args.leaseId);
-      settle(key, state, nowUs);
-      return reply;
+      if (state === undefined) return { refreshed: false, expiresAtUs: 0, nowUs, wake: 0 };
+      return settle(key, state, nowUs, refreshPermit(state, nowUs, args.limit, args.leaseUs, args.leaseId));
     },
     release(key, args) {
       const nowUs = now(args.nowUs);
       const state = stateOf(key, nowUs, false);
-      if (state === undefined) return { released: false, nowUs };
-      const reply = releasePermit(state, nowUs, args.leaseId);
-      settle(key, state, nowUs);
-      return reply;
+      if (state === undefined) return { released: false, nowUs, wake: 0 };
+      return settle(key, state, nowUs, releasePermit(state, nowUs, args.limit, args.leaseId));
+    },
+    wait(key, a) {
+      const nowUs = now(a.nowUs);
+      const state = stateOf(key, nowUs, true) as PermitState;
+      const reply = waitPermit(state, nowUs, a.limit, a.leaseUs, a.cost, a.leaseId, a.maxQueue, a.waiterUs);
+      return settle(key, state, nowUs, reply);
+    },
+    leave(key, args) {
+      const nowUs = now(args.nowUs);
+      const state = stateOf(key, nowUs, false);
+      if (state === undefined) return { left: false, nowUs, wake: 0 };
+      return settle(key, state, nowUs, leaveQueue(state, nowUs, args.limit, args.leaseId));
+    },
+    watch(key, listener) {
+      let listeners = watchers.get(key);
+      if (listeners === undefined) {
+        listeners = new Set();
+        watchers.set(key, listeners);
+      }
+      const set = listeners;
+      const entry = (ticket: number) => listener(ticket);
+      set.add(entry);
+      return () => {
+        set.delete(entry);
+        if (set.size === 0 && watchers.get(key) === set) watchers.delete(key);
+      };
     },
   };
 }

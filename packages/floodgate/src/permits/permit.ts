@@ -7,12 +7,14 @@ import type { PermitStore } from './store.js';
 export interface PermitHost {
   readonly store: PermitStore;
   readonly leaseUs: number;
+  /** The policy's limit. */
+  readonly limit: number;
   /** The caller's clock, or undefined: the store's. */
   readonly clock: Clock | undefined;
 }
 
 /** Local time, ms, to measure how long a store call took. */
-function localMs(clock: Clock | undefined): number {
+export function localMs(clock: Clock | undefined): number {
   return clock === undefined ? performance.now() : clock.nowUs() / 1000;
 }
 
@@ -75,7 +77,13 @@ export class Permit {
       this.#disarm();
       const host = this.#host;
       const send = async () =>
-        (await host.store.release(this.#storageKey, { leaseId: this.leaseId, nowUs: host.clock?.nowUs() })).released;
+        (
+          await host.store.release(this.#storageKey, {
+            limit: host.limit,
+            leaseId: this.leaseId,
+            nowUs: host.clock?.nowUs(),
+          })
+        ).released;
       const released: Promise<boolean> = send().catch((error: unknown) => {
         // A release that failed may be tried again; until then the lease runs on in the store.
         if (this.#released === released) this.#released = undefined;
@@ -99,6 +107,7 @@ export class Permit {
     let reply: Awaited<ReturnType<PermitStore['refresh']>>;
     try {
       reply = await host.store.refresh(this.#storageKey, {
+        limit: host.limit,
         leaseUs: host.leaseUs,
         leaseId: this.leaseId,
         nowUs: host.clock?.nowUs(),

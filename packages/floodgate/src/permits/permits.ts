@@ -1,13 +1,15 @@
 import type { Clock } from '../clock.js';
 import { describeValue, FloodgateError, invalid } from '../errors.js';
 import { encodeKey, storageKey, validateKey, validatePrefix } from '../keys.js';
-import { checkOptionsObject, hasMethods } from '../stores/kit/options.js';
+import { checkOptionsObject, hasMethods, wholeOption } from '../stores/kit/options.js';
 import { toStoreError } from '../stores/store-errors.js';
 import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/otel.js';
 import { newLeaseId, validateLeaseId } from './lease-id.js';
-import { Permit, type PermitHost } from './permit.js';
+import type { AcquireReply } from './model.js';
+import { localMs, Permit, type PermitHost } from './permit.js';
 import type { ConcurrencyPolicy } from './policy.js';
 import type { PermitStore } from './store.js';
+import { type PermitAcquireOptions, WAITER_POLLS, type WaitingStore, waitInQueue, waitOptions } from './waiting.js';
 
 /** Options of {@link createPermits}. */
 export interface PermitsOptions {
@@ -26,6 +28,13 @@ export interface PermitsOptions {
    * `clock_timestamp()`, SQLite's `julianday('now')`)
    */
   clock?: Clock;
+  /**
+   * How often a waiting `acquire` asks the store again if no notification came, ms: the most a lost
+   * notification (or a lease that ran out, which notifies nobody) delays a waiter. A waiter's place in
+   * the queue lasts 3 × `pollMs` past its last ask, so a waiter that crashed leaves the queue within it.
+   * @default 1000
+   */
+  pollMs?: number;
 }
 
 /** Options of one permit call. */
@@ -81,6 +90,7 @@ export class Permits {
   readonly policy: ConcurrencyPolicy;
   readonly prefix: string;
   readonly #host: PermitHost;
+  readonly #pollMs: number;
 
   constructor(options: PermitsOptions) {
     checkOptionsObject(options, 'createPermits options');
@@ -101,7 +111,14 @@ export class Permits {
     }
     this.policy = policy;
     this.prefix = validatePrefix(options.prefix ?? 'floodgate');
-    this.#host = { store, leaseUs: policy.leaseMs * 1000, clock };
+    this.#pollMs = wholeOption(
+      'pollMs',
+      options.pollMs ?? 1000,
+      1,
+      3_600_000,
+      'a whole number of ms from 1 to 3600000',
+    );
+    this.#host = { store, leaseUs: policy.leaseMs * 1000, limit: policy.limit, clock };
     void loadTelemetry();
   }
 
@@ -144,7 +161,7 @@ export class Permits {
     const host = this.#host;
     const leaseId = newLeaseId();
     const where = this.#storageKey(key);
-    const sentMs = host.clock === undefined ? performance.now() : host.clock.nowUs() / 1000;
+    const sentMs = localMs(host.clock);
     const reply = await this.#call(() =>
       host.store.acquire(where, {
         limit: policy.limit,
@@ -154,7 +171,22 @@ export class Permits {
         nowUs: host.clock?.nowUs(),
       }),
     );
-    const tookMs = (host.clock === undefined ? performance.now() : host.clock.nowUs() / 1000) - sentMs;
+    return this.#decision(key, where, leaseId, cost, reply, sentMs, t);
+  }
+
+  /** The decision of a store's answer; when granted, with its permit (its timer counted from `sentMs`). */
+  #decision(
+    key: string,
+    where: string,
+    leaseId: string,
+    cost: number,
+    reply: AcquireReply,
+    sentMs: number,
+    t: Telemetry | undefined,
+  ): PermitDecision {
+    const { policy } = this;
+    const host = this.#host;
+    const tookMs = localMs(host.clock) - sentMs;
     const decision: PermitDecision = {
       allowed: reply.granted,
       limit: policy.limit,
@@ -181,6 +213,65 @@ export class Permits {
       onEnd,
     );
     return decision;
+  }
+
+  /**
+   * Waits for a permit of `cost` on `key` in the key's queue, kept in the store: first come, first served
+   * across every process sharing the store, a large cost at the head holding back smaller ones behind it.
+   * A release (or a waiter leaving) wakes the waiters it lets in by notification (Redis pub/sub with a
+   * `subscriber`), with a poll every `pollMs` in case a notification is lost. Resolves to the decision
+   * with its permit; rejects with `ERR_QUEUE_FULL` when `maxQueue` callers wait on the key already,
+   * `ERR_TIMEOUT` after `timeoutMs`, `ERR_ABORTED` when `signal` aborts, and `ERR_INVALID_COST` for a
+   * cost above the limit. A wait that gives up takes its place out of the queue before it rejects.
+   *
+   * @example
+   * ```ts
+   * const { permit } = await permits.acquire('tenant-7', { timeoutMs: 5000 });
+   * try { … } finally { await permit.release(); }
+   * ```
+   */
+  async acquire(key: string, options?: PermitAcquireOptions): Promise<PermitDecision & { permit: Permit }> {
+    validateKey(key);
+    const cost = permitCost(options);
+    const { timeoutMs, signal } = waitOptions(options);
+    const { policy } = this;
+    const host = this.#host;
+    const store = host.store;
+    if (cost > policy.limit) {
+      throw new FloodgateError(
+        'ERR_INVALID_COST',
+        `cost ${cost} exceeds the limit of ${policy.name} (${policy.limit}): it can never be granted`,
+        { option: 'cost' },
+      );
+    }
+    if (typeof store.wait !== 'function' || typeof store.leave !== 'function') {
+      throw invalid('ERR_INVALID_OPTION', 'store', store.name, 'a permit store that can wait (memory or redis)');
+    }
+    const where = this.#storageKey(key);
+    const t = telemetry;
+    if (t === undefined) tick();
+    return waitInQueue(
+      {
+        store: store as WaitingStore,
+        storageKey: where,
+        clock: host.clock,
+        pollMs: this.#pollMs,
+        call: (run) => this.#call(run),
+        args: (leaseId) => ({
+          limit: policy.limit,
+          leaseUs: host.leaseUs,
+          cost,
+          leaseId,
+          maxQueue: policy.maxQueue,
+          waiterUs: this.#pollMs * WAITER_POLLS * 1000,
+          nowUs: host.clock?.nowUs(),
+        }),
+        granted: (leaseId, reply, sentMs) =>
+          this.#decision(key, where, leaseId, cost, reply, sentMs, t) as PermitDecision & { permit: Permit },
+      },
+      timeoutMs,
+      signal,
+    );
   }
 
   /**
@@ -217,7 +308,9 @@ export class Permits {
     validateLeaseId(leaseId);
     const host = this.#host;
     const where = this.#storageKey(key);
-    const reply = await this.#call(() => host.store.release(where, { leaseId, nowUs: host.clock?.nowUs() }));
+    const reply = await this.#call(() =>
+      host.store.release(where, { limit: host.limit, leaseId, nowUs: host.clock?.nowUs() }),
+    );
     return reply.released;
   }
 
@@ -231,7 +324,7 @@ export class Permits {
     const host = this.#host;
     const where = this.#storageKey(key);
     const reply = await this.#call(() =>
-      host.store.refresh(where, { leaseUs: host.leaseUs, leaseId, nowUs: host.clock?.nowUs() }),
+      host.store.refresh(where, { limit: host.limit, leaseUs: host.leaseUs, leaseId, nowUs: host.clock?.nowUs() }),
     );
     return reply.refreshed;
   }

@@ -10,6 +10,12 @@ export const MAX_PERMIT_LIMIT = 10_000;
 /** The longest lease, ms: about 24.8 days, the longest delay a Node timer holds. */
 export const MAX_LEASE_MS = 2 ** 31 - 1;
 
+/**
+ * The most waiters a key's queue may hold. The queue is bounded per key (a bound over all keys would let
+ * one hot key fill it and starve the rest); a grant reads at most `limit` + 1 waiters whatever its length.
+ */
+export const MAX_QUEUE = 10_000;
+
 const NAME_PATTERN = /^[a-z][a-z0-9_.-]{0,63}$/;
 
 /** Options of {@link concurrency}. */
@@ -21,6 +27,11 @@ export interface ConcurrencyOptions {
    * without releasing its permit frees it after this long, never sooner.
    */
   leaseMs: number;
+  /**
+   * Most callers waiting in `permits.acquire` at once per key, across the fleet; one more is refused at
+   * once with `ERR_QUEUE_FULL`. 0: `acquire` never waits. A whole number from 0 to 10 000. @default 1000
+   */
+  maxQueue?: number;
   /** The policy's name, part of its storage keys. @default 'concurrency' */
   name?: string;
 }
@@ -31,6 +42,7 @@ export interface ConcurrencyPolicy {
   readonly name: string;
   readonly limit: number;
   readonly leaseMs: number;
+  readonly maxQueue: number;
 }
 
 function fail(option: string, value: unknown, expected: string): never {
@@ -51,10 +63,10 @@ function fail(option: string, value: unknown, expected: string): never {
 export function concurrency(options: ConcurrencyOptions): ConcurrencyPolicy {
   if (typeof options !== 'object' || options === null) fail('concurrency options', options, 'an object');
   for (const field of Object.keys(options)) {
-    if (field !== 'limit' && field !== 'leaseMs' && field !== 'name') {
+    if (field !== 'limit' && field !== 'leaseMs' && field !== 'maxQueue' && field !== 'name') {
       throw new FloodgateError(
         'ERR_INVALID_POLICY',
-        `${field} is not an option of a concurrency policy (options: limit, leaseMs, name)`,
+        `${field} is not an option of a concurrency policy (options: limit, leaseMs, maxQueue, name)`,
         { option: field, unknownOption: true },
       );
     }
@@ -66,9 +78,13 @@ export function concurrency(options: ConcurrencyOptions): ConcurrencyPolicy {
   if (!Number.isSafeInteger(leaseMs) || leaseMs < 1 || leaseMs > MAX_LEASE_MS) {
     fail('leaseMs', leaseMs, `a whole number of milliseconds from 1 to ${MAX_LEASE_MS}`);
   }
+  const maxQueue = options.maxQueue ?? 1000;
+  if (!Number.isSafeInteger(maxQueue) || maxQueue < 0 || maxQueue > MAX_QUEUE) {
+    fail('maxQueue', options.maxQueue, `a whole number from 0 to ${MAX_QUEUE}`);
+  }
   const name = options.name ?? 'concurrency';
   if (typeof name !== 'string' || !NAME_PATTERN.test(name)) {
     fail('name', options.name, 'a lower-case name matching [a-z][a-z0-9_.-]* of at most 64 characters');
   }
-  return Object.freeze({ algorithm: 'concurrency', name, limit, leaseMs });
+  return Object.freeze({ algorithm: 'concurrency', name, limit, leaseMs, maxQueue });
 }

@@ -1,4 +1,4 @@
-import type { AcquireReply, RefreshReply, ReleaseReply } from './model.js';
+import type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply } from './model.js';
 
 /** The arguments of {@link PermitStore.acquire}. */
 export interface PermitAcquireArgs {
@@ -11,8 +11,26 @@ export interface PermitAcquireArgs {
   readonly nowUs?: number | undefined;
 }
 
+/** The arguments of {@link PermitStore.wait}. */
+export interface PermitWaitArgs extends PermitAcquireArgs {
+  /** Most waiters the key's queue holds; a new one beyond them is refused (`full`). */
+  readonly maxQueue: number;
+  /** How long the waiter keeps its place without asking again, µs (a crashed waiter leaves after it). */
+  readonly waiterUs: number;
+}
+
+/** The arguments of {@link PermitStore.leave}. */
+export interface PermitLeaveArgs {
+  readonly limit: number;
+  /** The waiter's id (the `leaseId` it waited with). */
+  readonly leaseId: string;
+  readonly nowUs?: number | undefined;
+}
+
 /** The arguments of {@link PermitStore.refresh}. */
 export interface PermitRefreshArgs {
+  /** The policy's limit (to tell waiters when leases that expired made room). */
+  readonly limit: number;
   readonly leaseUs: number;
   readonly leaseId: string;
   readonly nowUs?: number | undefined;
@@ -20,6 +38,7 @@ export interface PermitRefreshArgs {
 
 /** The arguments of {@link PermitStore.release}. */
 export interface PermitReleaseArgs {
+  readonly limit: number;
   readonly leaseId: string;
   readonly nowUs?: number | undefined;
 }
@@ -36,4 +55,20 @@ export interface PermitStore {
   acquire(key: string, args: PermitAcquireArgs): AcquireReply | Promise<AcquireReply>;
   refresh(key: string, args: PermitRefreshArgs): RefreshReply | Promise<RefreshReply>;
   release(key: string, args: PermitReleaseArgs): ReleaseReply | Promise<ReleaseReply>;
+  /**
+   * Waiting (`permits.acquire`), optional: asks for a lease as the waiter `leaseId` in the key's queue
+   * (model: waitPermit). A store without it cannot serve `acquire`.
+   */
+  wait?(key: string, args: PermitWaitArgs): WaitReply | Promise<WaitReply>;
+  /** Takes a waiter out of the key's queue (model: leaveQueue). With `wait`. */
+  leave?(key: string, args: PermitLeaveArgs): LeaveReply | Promise<LeaveReply>;
+  /**
+   * Calls `listener` with the ticket of every wake on `key` (each operation's `wake` > 0), from any
+   * process, until the returned function is called; resolves once the watch is in place. Optional: without
+   * it waiters only poll.
+   */
+  watch?(key: string, listener: (ticket: number) => void): PermitUnwatch | Promise<PermitUnwatch>;
 }
+
+/** Ends a {@link PermitStore.watch}. */
+export type PermitUnwatch = () => void;

@@ -42,7 +42,13 @@ async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
 describe('concurrency()', () => {
   it('is plain frozen data with a default name', () => {
     const policy = concurrency({ limit: 2, leaseMs: 30_000 });
-    expect(policy).toEqual({ algorithm: 'concurrency', name: 'concurrency', limit: 2, leaseMs: 30_000 });
+    expect(policy).toEqual({
+      algorithm: 'concurrency',
+      name: 'concurrency',
+      limit: 2,
+      leaseMs: 30_000,
+      maxQueue: 1000,
+    });
     expect(Object.isFrozen(policy)).toBe(true);
     expect(structuredClone(policy)).toEqual(policy);
   });

@@ -11,3 +11,11 @@ export { PERMIT_SCRIPTS } from './permits-lua.js';
 export { type RedisStore, type RedisStoreOptions, redisStore } from './redis-store.js';
 export { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, METER_SCRIPT, METER_SCRIPT_SHA } from './script.js';
 export { hashSlot } from './slot.js';
+export {
+  fromIoredisSubscriber,
+  fromNodeRedisSubscriber,
+  type IoredisSubscriberClient,
+  type NodeRedisSubscriberClient,
+  type RedisSubscriber,
+  type RedisSubscriberOptions,
+} from './subscriber.js';

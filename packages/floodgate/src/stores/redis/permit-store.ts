@@ -1,9 +1,18 @@
 import { describeValue, FloodgateError } from '../../errors.js';
-import type { AcquireReply, RefreshReply, ReleaseReply } from '../../permits/model.js';
-import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
+import type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply } from '../../permits/model.js';
+import type {
+  PermitAcquireArgs,
+  PermitLeaveArgs,
+  PermitRefreshArgs,
+  PermitReleaseArgs,
+  PermitStore,
+  PermitUnwatch,
+  PermitWaitArgs,
+} from '../../permits/store.js';
 import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { PERMIT_SCRIPTS } from './permits-lua.js';
+import type { RedisSubscriber } from './subscriber.js';
 
 /** Options of {@link redisPermitStore}. */
 export interface RedisPermitStoreOptions {
@@ -14,6 +23,13 @@ export interface RedisPermitStoreOptions {
    * Covers a caller's `clock` that lags Redis's (which expires keys). @default 5000
    */
   expiryGraceMs?: number;
+  /**
+   * A subscriber connection (`fromIoredisSubscriber(redis.duplicate())` or `fromNodeRedisSubscriber(…)`):
+   * a waiting `acquire` then hears the release that lets it in at once (pub/sub on a channel in the
+   * key's slot). Without it, waiters only poll (`pollMs` of `createPermits`). The store subscribes to a
+   * key's channel while this process has waiters on it.
+   */
+  subscriber?: RedisSubscriber;
 }
 
 /** The Redis and Redis Cluster permit store. */
@@ -22,13 +38,17 @@ export interface RedisPermitStore extends PermitStore {
   acquire(key: string, args: PermitAcquireArgs): Promise<AcquireReply>;
   refresh(key: string, args: PermitRefreshArgs): Promise<RefreshReply>;
   release(key: string, args: PermitReleaseArgs): Promise<ReleaseReply>;
+  wait(key: string, args: PermitWaitArgs): Promise<WaitReply>;
+  leave(key: string, args: PermitLeaveArgs): Promise<LeaveReply>;
+  watch?(key: string, listener: (ticket: number) => void): Promise<PermitUnwatch>;
 }
 
 type Script = (typeof PERMIT_SCRIPTS)[keyof typeof PERMIT_SCRIPTS];
 
 /**
- * Concurrency permits on Redis or Redis Cluster: each operation is one Lua script on one key's three
- * keys (in one slot), leases expiring on Redis `TIME` unless the caller gives its own clock.
+ * Concurrency permits on Redis or Redis Cluster: each operation is one Lua script on one key's keys (its
+ * leases and its queue of waiters, in one slot), leases expiring on Redis `TIME` unless the caller gives
+ * its own clock. With a `subscriber`, a waiting `acquire` is woken by pub/sub on a channel in that slot.
  *
  * @example
  * ```ts
@@ -60,9 +80,18 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
     'a whole number of milliseconds ≥ 1',
   );
   const grace = String(graceMs);
+  const subscriber = options.subscriber;
+  if (subscriber !== undefined && !hasMethods(subscriber, 'subscribe', 'unsubscribe')) {
+    throw new FloodgateError(
+      'ERR_INVALID_OPTION',
+      `subscriber must be wrapped by an adapter: fromIoredisSubscriber(client) or fromNodeRedisSubscriber(client), got ${describeValue(subscriber)}`,
+      { option: 'subscriber' },
+    );
+  }
+  const publish = subscriber?.sharded === true ? 'SPUBLISH' : 'PUBLISH';
 
   const run = async (script: Script, base: string, args: string[]): Promise<number[]> => {
-    const keys = [`${base}:l`, `${base}:c`, `${base}:f`];
+    const keys = [`${base}:l`, `${base}:c`, `${base}:f`, `${base}:q`, `${base}:x`, `${base}:w`, `${base}:n`];
     let reply: unknown;
     try {
       reply = await client.evalsha(script.sha, keys, args);
@@ -84,25 +113,117 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
         String(a.cost),
         a.leaseId,
         grace,
+        publish,
       ]);
-      return {
-        granted: r[0] === 1,
-        inFlight: at(r, 1),
-        fence: at(r, 2),
-        expiresAtUs: at(r, 3),
-        nowUs: at(r, 4),
-        retryAfterUs: at(r, 5),
-        resetAfterUs: at(r, 6),
-      };
+      return acquireReply(r);
     },
     async refresh(key, a) {
-      const r = await run(PERMIT_SCRIPTS.refresh, key, [now(a.nowUs), String(a.leaseUs), a.leaseId, grace]);
-      return { refreshed: r[0] === 1, expiresAtUs: at(r, 1), nowUs: at(r, 2) };
+      const r = await run(PERMIT_SCRIPTS.refresh, key, [
+        now(a.nowUs),
+        String(a.leaseUs),
+        a.leaseId,
+        grace,
+        String(a.limit),
+        publish,
+      ]);
+      return { refreshed: r[0] === 1, expiresAtUs: at(r, 1), nowUs: at(r, 2), wake: at(r, 3) };
     },
     async release(key, a) {
-      const r = await run(PERMIT_SCRIPTS.release, key, [now(a.nowUs), a.leaseId, grace]);
-      return { released: r[0] === 1, nowUs: at(r, 1) };
+      const r = await run(PERMIT_SCRIPTS.release, key, [now(a.nowUs), a.leaseId, grace, String(a.limit), publish]);
+      return { released: r[0] === 1, nowUs: at(r, 1), wake: at(r, 2) };
     },
+    async wait(key, a) {
+      const r = await run(PERMIT_SCRIPTS.wait, key, [
+        now(a.nowUs),
+        String(a.leaseUs),
+        String(a.limit),
+        String(a.cost),
+        a.leaseId,
+        grace,
+        String(a.maxQueue),
+        String(a.waiterUs),
+        publish,
+      ]);
+      return { ...acquireReply(r), queued: at(r, 8) === 1, full: at(r, 9) === 1, ticket: at(r, 10), ahead: at(r, 11) };
+    },
+    async leave(key, a) {
+      const r = await run(PERMIT_SCRIPTS.leave, key, [now(a.nowUs), String(a.limit), a.leaseId, grace, publish]);
+      return { left: r[0] === 1, nowUs: at(r, 1), wake: at(r, 2) };
+    },
+    ...(subscriber === undefined ? {} : { watch: channelWatch(subscriber) }),
+  };
+}
+
+function acquireReply(r: readonly number[]): AcquireReply {
+  return {
+    granted: r[0] === 1,
+    inFlight: at(r, 1),
+    fence: at(r, 2),
+    expiresAtUs: at(r, 3),
+    nowUs: at(r, 4),
+    retryAfterUs: at(r, 5),
+    resetAfterUs: at(r, 6),
+    wake: at(r, 7),
+  };
+}
+
+/**
+ * The store's `watch`: one subscription per key channel while this process has listeners on it, shared
+ * by them; the channel is unsubscribed when the last one leaves.
+ */
+function channelWatch(
+  subscriber: RedisSubscriber,
+): (key: string, listener: (ticket: number) => void) => Promise<PermitUnwatch> {
+  interface Channel {
+    readonly listeners: Set<(ticket: number) => void>;
+    ready: Promise<void>;
+  }
+  const channels = new Map<string, Channel>();
+  // An unsubscribe still on its way, per channel: a new subscription waits for it (else the late
+  // unsubscribe would end the new one).
+  const leaving = new Map<string, Promise<void>>();
+  return async (key, listener) => {
+    const name = `${key}:n`;
+    let channel = channels.get(name);
+    if (channel === undefined) {
+      const created: Channel = { listeners: new Set(), ready: Promise.resolve() };
+      channel = created;
+      channels.set(name, created);
+      created.ready = (leaving.get(name) ?? Promise.resolve())
+        .then(() =>
+          subscriber.subscribe(name, (message) => {
+            const ticket = Number(message);
+            if (!Number.isSafeInteger(ticket)) return;
+            for (const each of [...created.listeners]) each(ticket);
+          }),
+        )
+        .catch((error: unknown) => {
+          if (channels.get(name) === created) channels.delete(name);
+          throw error;
+        });
+    }
+    const entry = (ticket: number) => listener(ticket);
+    const joined = channel;
+    joined.listeners.add(entry);
+    try {
+      await joined.ready;
+    } catch (error) {
+      joined.listeners.delete(entry);
+      throw error;
+    }
+    return () => {
+      joined.listeners.delete(entry);
+      if (joined.listeners.size > 0 || channels.get(name) !== joined) return;
+      channels.delete(name);
+      // Unsubscribing can fail (a closed connection): the channel is gone from this process either way.
+      const gone = joined.ready
+        .then(() => subscriber.unsubscribe(name))
+        .catch(() => {})
+        .finally(() => {
+          if (leaving.get(name) === gone) leaving.delete(name);
+        });
+      leaving.set(name, gone);
+    };
   };
 }
 
