@@ -78,7 +78,7 @@ export function concurrency(options: ConcurrencyOptions): ConcurrencyPolicy {
   if (!Number.isSafeInteger(leaseMs) || leaseMs < 1 || leaseMs > MAX_LEASE_MS) {
     fail('leaseMs', leaseMs, `a whole number of milliseconds from 1 to ${MAX_LEASE_MS}`);
   }
-  const maxQueue = options.maxQueue ?? 1000;
+  const maxQueue = options.maxQueue === undefined ? 1000 : options.maxQueue;
   if (!Number.isSafeInteger(maxQueue) || maxQueue < 0 || maxQueue > MAX_QUEUE) {
     fail('maxQueue', options.maxQueue, `a whole number from 0 to ${MAX_QUEUE}`);
   }

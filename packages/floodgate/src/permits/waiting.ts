@@ -40,7 +40,8 @@ export function waitOptions(options: PermitAcquireOptions | undefined): {
   timeoutMs: number;
   signal: AbortSignal | undefined;
 } {
-  const timeoutMs = options?.timeoutMs ?? Number.POSITIVE_INFINITY;
+  // Only an absent timeout means none (a null is refused like any other value that is not a number).
+  const timeoutMs = options?.timeoutMs === undefined ? Number.POSITIVE_INFINITY : options.timeoutMs;
   if (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs) || timeoutMs < 0) {
     throw invalid('ERR_INVALID_OPTION', 'timeoutMs', timeoutMs, 'a number of ms ≥ 0 (or Infinity)');
   }
@@ -50,7 +51,8 @@ export function waitOptions(options: PermitAcquireOptions | undefined): {
     (typeof signal !== 'object' ||
       signal === null ||
       typeof signal.aborted !== 'boolean' ||
-      typeof signal.addEventListener !== 'function')
+      typeof signal.addEventListener !== 'function' ||
+      typeof signal.removeEventListener !== 'function')
   ) {
     throw invalid('ERR_INVALID_OPTION', 'signal', signal, 'an AbortSignal');
   }
