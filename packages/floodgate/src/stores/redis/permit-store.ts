@@ -167,9 +167,13 @@ function acquireReply(r: readonly number[]): AcquireReply {
   };
 }
 
+/** How long a key's channel stays subscribed after its last waiter in this process, ms. */
+const SUBSCRIPTION_LINGER_MS = 2000;
+
 /**
  * The store's `watch`: one subscription per key channel while this process has listeners on it, shared
- * by them; the channel is unsubscribed when the last one leaves.
+ * by them; the channel is unsubscribed {@link SUBSCRIPTION_LINGER_MS} after the last one left, unless
+ * another came meanwhile.
  */
 function channelWatch(
   subscriber: RedisSubscriber,
@@ -177,6 +181,8 @@ function channelWatch(
   interface Channel {
     readonly listeners: Set<(ticket: number) => void>;
     ready: Promise<void>;
+    /** Set while the channel has no listener: it is unsubscribed when this fires. */
+    linger: ReturnType<typeof setTimeout> | undefined;
   }
   const channels = new Map<string, Channel>();
   // An unsubscribe still on its way, per channel: a new subscription waits for it (else the late
@@ -186,7 +192,7 @@ function channelWatch(
     const name = `${key}:n`;
     let channel = channels.get(name);
     if (channel === undefined) {
-      const created: Channel = { listeners: new Set(), ready: Promise.resolve() };
+      const created: Channel = { listeners: new Set(), ready: Promise.resolve(), linger: undefined };
       channel = created;
       channels.set(name, created);
       created.ready = (leaving.get(name) ?? Promise.resolve())
@@ -204,6 +210,8 @@ function channelWatch(
     }
     const entry = (ticket: number) => listener(ticket);
     const joined = channel;
+    if (joined.linger !== undefined) clearTimeout(joined.linger);
+    joined.linger = undefined;
     joined.listeners.add(entry);
     try {
       await joined.ready;
@@ -211,8 +219,8 @@ function channelWatch(
       joined.listeners.delete(entry);
       throw error;
     }
-    return () => {
-      joined.listeners.delete(entry);
+    const leave = () => {
+      joined.linger = undefined;
       if (joined.listeners.size > 0 || channels.get(name) !== joined) return;
       channels.delete(name);
       // Unsubscribing can fail (a closed connection): the channel is gone from this process either way.
@@ -223,6 +231,14 @@ function channelWatch(
           if (leaving.get(name) === gone) leaving.delete(name);
         });
       leaving.set(name, gone);
+    };
+    return () => {
+      joined.listeners.delete(entry);
+      if (joined.listeners.size > 0 || channels.get(name) !== joined || joined.linger !== undefined) return;
+      // A key waited on once is often waited on again soon: the subscription lingers a while, sparing
+      // an UNSUBSCRIBE and a SUBSCRIBE (and its round trip) per wait on a busy key.
+      joined.linger = setTimeout(leave, SUBSCRIPTION_LINGER_MS);
+      joined.linger.unref?.();
     };
   };
 }
