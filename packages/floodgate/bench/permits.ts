@@ -96,7 +96,8 @@ async function handoff(
     if (i >= 0) ms.push(grantedAt - releasedAt);
     side = side === 0 ? 1 : 0;
   }
-  const cost = { commandUs: (await commandUs(sent)) / ROUNDS, cpuUs: ((await cpuUs()) - cpuBefore) / ROUNDS };
+  const { usec, calls } = await commandStats(sent);
+  const cost = { commandUs: usec / ROUNDS, cpuUs: ((await cpuUs()) - cpuBefore) / ROUNDS, calls: calls / ROUNDS };
   await release();
   ms.sort((a, b) => a - b);
   return { p50: quantile(ms, 0.5), p99: quantile(ms, 0.99), cost };
@@ -105,6 +106,8 @@ async function handoff(
 interface ServerCost {
   commandUs: number;
   cpuUs: number;
+  /** Commands the library sent. */
+  calls: number;
 }
 
 async function cpuUs(): Promise<number> {
@@ -121,18 +124,21 @@ async function serverCost(sent: Set<string>, calls: number, phase: () => Promise
   sent.clear();
   await phase();
   const cpuAfter = await cpuUs();
-  return { commandUs: (await commandUs(sent)) / calls, cpuUs: (cpuAfter - cpuBefore) / calls };
+  const stats = await commandStats(sent);
+  return { commandUs: stats.usec / calls, cpuUs: (cpuAfter - cpuBefore) / calls, calls: stats.calls / calls };
 }
 
-/** µs of Redis time since the last RESETSTAT of the commands named in `sent`. */
-async function commandUs(sent: Set<string>): Promise<number> {
+/** Calls and µs of Redis time since the last RESETSTAT of the commands named in `sent`. */
+async function commandStats(sent: Set<string>): Promise<{ usec: number; calls: number }> {
   const stats = await admin.info('commandstats');
   let usec = 0;
+  let calls = 0;
   for (const name of sent) {
-    const m = new RegExp(`^cmdstat_${name}:calls=\\d+,usec=(\\d+)`, 'm').exec(stats);
-    usec += Number(m?.[1] ?? 0);
+    const m = new RegExp(`^cmdstat_${name}:calls=(\\d+),usec=(\\d+)`, 'm').exec(stats);
+    calls += Number(m?.[1] ?? 0);
+    usec += Number(m?.[2] ?? 0);
   }
-  return usec;
+  return { usec, calls };
 }
 
 async function bytesOf(pattern: string, leases: number): Promise<number> {
@@ -327,6 +333,7 @@ const lines: [string, (r: Row) => number, number][] = [
   ['release → next grant, p99 (ms)', (r) => r.handoff.p99, 2],
   ['Redis command time per handoff (µs)', (r) => r.handoff.cost.commandUs, 1],
   ['Redis CPU per handoff (µs)', (r) => r.handoff.cost.cpuUs, 1],
+  ['commands sent per handoff', (r) => r.handoff.cost.calls, 1],
   ['Redis command time per acquire (µs)', (r) => r.acquire.commandUs, 1],
   ['Redis command time per release (µs)', (r) => r.release.commandUs, 1],
   ['Redis CPU per acquire (µs)', (r) => r.acquire.cpuUs, 1],

@@ -200,6 +200,32 @@ describe.skipIf(!available)('redis permit store: waiting', () => {
     }, 30_000);
   });
 
+  it('a sharded subscriber (SSUBSCRIBE, and SPUBLISH in the scripts) wakes waiters as well', async () => {
+    const shardSubscriber = redis.duplicate();
+    try {
+      const permits = createPermits({
+        store: redisPermitStore({
+          client: fromIoredis(redis),
+          subscriber: fromIoredisSubscriber(shardSubscriber, { sharded: true }),
+        }),
+        policy: concurrency({ limit: 1, leaseMs: 30_000 }),
+        prefix: uniquePrefix('wait-sharded'),
+        pollMs: 5000,
+      });
+      const holder = await permits.acquire('s');
+      let grantedMs = 0;
+      const next = permits.acquire('s').then(note(() => (grantedMs = performance.now())));
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const releasedMs = performance.now();
+      await holder.permit.release();
+      await (await next).permit.release();
+      // Far sooner than the 5 s poll: the sharded message woke it.
+      expect(grantedMs - releasedMs).toBeLessThan(1000);
+    } finally {
+      await shardSubscriber.quit();
+    }
+  });
+
   it('a large cost at the head is not starved by smaller ones that come after it', async () => {
     const prefix = uniquePrefix('wait-big');
     const permits = permitsOn(prefix, 4);
