@@ -77,6 +77,7 @@ export async function waitInQueue<D extends { permit: Permit }>(
   const startedMs = localMs(c.clock);
   let ticket = 0;
   let unwatch: PermitUnwatch | undefined;
+  let watched = false;
   let woken = false;
   let wake: (() => void) | undefined;
   const onWake = (t: number) => {
@@ -115,9 +116,14 @@ export async function waitInQueue<D extends { permit: Permit }>(
       const leftMs = timeoutMs - (localMs(c.clock) - startedMs);
       if (signal !== undefined && aborted()) throw abortError(signal);
       if (leftMs <= 0) throw timeout(timeoutMs);
-      if (unwatch === undefined && typeof c.store.watch === 'function') {
-        // Watch, then ask again at once: a wake sent between the first ask and the watch is not lost.
-        unwatch = await c.call(() => (c.store.watch as NonNullable<PermitStore['watch']>)(c.storageKey, onWake));
+      if (!watched && typeof c.store.watch === 'function') {
+        watched = true;
+        try {
+          unwatch = await (c.store.watch as NonNullable<PermitStore['watch']>)(c.storageKey, onWake);
+        } catch {
+          // No notification (the subscriber is down): the wait goes on by polling.
+        }
+        // Ask again at once: a wake sent between the first ask and the watch is not lost.
         continue;
       }
       if (!woken) await nap(c.clock, Math.min(c.pollMs, leftMs), signal, (w) => (wake = w));

@@ -226,6 +226,24 @@ describe.skipIf(!available)('redis permit store: waiting', () => {
     }
   });
 
+  it('a subscriber that cannot subscribe leaves waiters to their poll', async () => {
+    const closed = redis.duplicate();
+    await closed.quit();
+    const permits = createPermits({
+      store: redisPermitStore({ client: fromIoredis(redis), subscriber: fromIoredisSubscriber(closed) }),
+      policy: concurrency({ limit: 1, leaseMs: 30_000 }),
+      prefix: uniquePrefix('wait-no-subscriber'),
+      pollMs: 50,
+    });
+    const holder = await permits.acquire('p');
+    const next = permits.acquire('p', { timeoutMs: 5000 });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await holder.permit.release();
+    const d = await next;
+    expect(d.allowed).toBe(true);
+    await d.permit.release();
+  });
+
   it('a large cost at the head is not starved by smaller ones that come after it', async () => {
     const prefix = uniquePrefix('wait-big');
     const permits = permitsOn(prefix, 4);
