@@ -100,11 +100,11 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
   };
   const watchers = new Map<string, Set<(ticket: number) => void>>();
   // Waiters are told after the operation returned (never from inside it), as a message would arrive.
-  const settle = <R extends { wake: number }>(key: string, state: PermitState, nowUs: number, reply: R): R => {
+  const settle = <R extends { wake?: number }>(key: string, state: PermitState, nowUs: number, reply: R): R => {
     if (isForgettable(state, nowUs)) states.delete(key);
-    const listeners = reply.wake > 0 ? watchers.get(key) : undefined;
+    const ticket = reply.wake ?? 0;
+    const listeners = ticket > 0 ? watchers.get(key) : undefined;
     if (listeners !== undefined) {
-      const ticket = reply.wake;
       queueMicrotask(() => {
         for (const listener of [...listeners]) listener(ticket);
       });
@@ -127,13 +127,13 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
       const nowUs = now(args.nowUs);
       const state = stateOf(key, nowUs, false);
       if (state === undefined) return { refreshed: false, expiresAtUs: 0, nowUs, wake: 0 };
-      return settle(key, state, nowUs, refreshPermit(state, nowUs, args.limit, args.leaseUs, args.leaseId));
+      return settle(key, state, nowUs, refreshPermit(state, nowUs, args.leaseUs, args.leaseId, args.limit));
     },
     release(key, args) {
       const nowUs = now(args.nowUs);
       const state = stateOf(key, nowUs, false);
       if (state === undefined) return { released: false, nowUs, wake: 0 };
-      return settle(key, state, nowUs, releasePermit(state, nowUs, args.limit, args.leaseId));
+      return settle(key, state, nowUs, releasePermit(state, nowUs, args.leaseId, args.limit));
     },
     wait(key, a) {
       const nowUs = now(a.nowUs);

@@ -30,8 +30,17 @@ export interface PermitState {
   readonly leases: Map<string, PermitLease>;
   /** The last fence granted (0 before the first). */
   fence: number;
-  /** The waiters, in ticket order (a Map keeps insertion order; tickets only grow). */
-  readonly queue: Map<string, PermitWaiter>;
+  /**
+   * The waiters, in ticket order (a Map keeps insertion order; tickets only grow). Absent in a store
+   * that does not wait (no waiter then).
+   */
+  queue?: Map<string, PermitWaiter>;
+}
+
+const NO_WAITERS: ReadonlyMap<string, PermitWaiter> = new Map();
+
+function waitersOf(state: PermitState): ReadonlyMap<string, PermitWaiter> {
+  return state.queue ?? NO_WAITERS;
 }
 
 /** What an acquire answers, in µs on the store's clock. */
@@ -49,8 +58,8 @@ export interface AcquireReply {
   retryAfterUs: number;
   /** Until every lease now live has run out (0 when none is). */
   resetAfterUs: number;
-  /** {@link Wake}: the last ticket of the waiters now free to claim a grant, or 0. */
-  wake: number;
+  /** {@link Wake}: the last ticket of the waiters now free to claim a grant, or 0 (absent: 0). */
+  wake?: number;
 }
 
 /**
@@ -65,14 +74,14 @@ export interface RefreshReply {
   refreshed: boolean;
   expiresAtUs: number;
   nowUs: number;
-  wake: Wake;
+  wake?: Wake;
 }
 
 /** What a release answers: whether this call ended a live lease. */
 export interface ReleaseReply {
   released: boolean;
   nowUs: number;
-  wake: Wake;
+  wake?: Wake;
 }
 
 /**
@@ -106,10 +115,13 @@ export function sweepLeases(state: PermitState, nowUs: number): boolean {
       swept = true;
     }
   }
-  for (const [id, waiter] of state.queue) {
-    if (waiter.expiresAtUs <= nowUs) {
-      state.queue.delete(id);
-      swept = true;
+  const queue = state.queue;
+  if (queue !== undefined) {
+    for (const [id, waiter] of queue) {
+      if (waiter.expiresAtUs <= nowUs) {
+        queue.delete(id);
+        swept = true;
+      }
     }
   }
   return swept;
@@ -121,7 +133,7 @@ export function sweepLeases(state: PermitState, nowUs: number): boolean {
  */
 function costAhead(state: PermitState, waiterId: string | undefined, cap: number): number {
   let sum = 0;
-  for (const [id, waiter] of state.queue) {
+  for (const [id, waiter] of waitersOf(state)) {
     if (id === waiterId || sum > cap) break;
     sum += waiter.cost;
   }
@@ -132,7 +144,7 @@ function costAhead(state: PermitState, waiterId: string | undefined, cap: number
 function fittingTicket(state: PermitState, limit: number): number {
   let sum = inFlightOf(state);
   let ticket = 0;
-  for (const waiter of state.queue.values()) {
+  for (const waiter of waitersOf(state).values()) {
     sum += waiter.cost;
     if (sum > limit) break;
     ticket = waiter.ticket;
@@ -141,7 +153,7 @@ function fittingTicket(state: PermitState, limit: number): number {
 }
 
 function wakeOf(state: PermitState, limit: number, freed: boolean): Wake {
-  return freed && state.queue.size > 0 ? fittingTicket(state, limit) : 0;
+  return freed && waitersOf(state).size > 0 ? fittingTicket(state, limit) : 0;
 }
 
 function inFlightOf(state: PermitState): number {
@@ -248,11 +260,13 @@ export function waitPermit(
 ): WaitReply {
   const freed = sweepLeases(state, nowUs);
   const inFlight = inFlightOf(state);
-  const me = state.queue.get(waiterId);
+  state.queue ??= new Map();
+  const queue = state.queue;
+  const me = queue.get(waiterId);
   const ahead = costAhead(state, waiterId, limit - inFlight - cost);
   const base = { fence: 0, expiresAtUs: 0, nowUs, retryAfterUs: 0, resetAfterUs: resetAfterUs(state, nowUs) };
   if (inFlight + ahead + cost <= limit) {
-    state.queue.delete(waiterId);
+    queue.delete(waiterId);
     // Those behind it fit no less than before: only what the sweep freed is news to them.
     const reply = grant(state, nowUs, leaseUs, cost, waiterId, inFlight, 0);
     reply.wake = wakeOf(state, limit, freed);
@@ -262,14 +276,14 @@ export function waitPermit(
   if (me !== undefined) {
     me.expiresAtUs = nowUs + waiterUs;
     ticket = me.ticket;
-  } else if (state.queue.size >= maxQueue) {
+  } else if (queue.size >= maxQueue) {
     const wake = wakeOf(state, limit, freed);
     return { ...base, granted: false, inFlight, wake, queued: false, full: true, ticket: 0, ahead };
   } else {
     let last = 0;
-    for (const waiter of state.queue.values()) last = waiter.ticket;
+    for (const waiter of queue.values()) last = waiter.ticket;
     ticket = last + 1;
-    state.queue.set(waiterId, { cost, ticket, expiresAtUs: nowUs + waiterUs });
+    queue.set(waiterId, { cost, ticket, expiresAtUs: nowUs + waiterUs });
   }
   const wake = wakeOf(state, limit, freed);
   return { ...base, granted: false, inFlight, wake, queued: true, full: false, ticket, ahead };
@@ -278,7 +292,7 @@ export function waitPermit(
 /** Takes a waiter out of the queue (a wait that timed out or was aborted). */
 export function leaveQueue(state: PermitState, nowUs: number, limit: number, waiterId: string): LeaveReply {
   const swept = sweepLeases(state, nowUs);
-  const left = state.queue.delete(waiterId);
+  const left = state.queue?.delete(waiterId) === true;
   return { left, nowUs, wake: wakeOf(state, limit, swept || left) };
 }
 
@@ -286,9 +300,10 @@ export function leaveQueue(state: PermitState, nowUs: number, limit: number, wai
 export function refreshPermit(
   state: PermitState,
   nowUs: number,
-  limit: number,
   leaseUs: number,
   leaseId: string,
+  /** The policy's limit, to tell waiters what the sweep let in (0: tell nobody). */
+  limit = 0,
 ): RefreshReply {
   const wake = wakeOf(state, limit, sweepLeases(state, nowUs));
   const lease = state.leases.get(leaseId);
@@ -298,7 +313,7 @@ export function refreshPermit(
 }
 
 /** Ends a live lease; true only for the call that ended it. */
-export function releasePermit(state: PermitState, nowUs: number, limit: number, leaseId: string): ReleaseReply {
+export function releasePermit(state: PermitState, nowUs: number, leaseId: string, limit = 0): ReleaseReply {
   const swept = sweepLeases(state, nowUs);
   const released = state.leases.delete(leaseId);
   return { released, nowUs, wake: wakeOf(state, limit, swept || released) };
@@ -310,5 +325,5 @@ export function releasePermit(state: PermitState, nowUs: number, limit: number, 
  */
 export function isForgettable(state: PermitState, nowUs: number): boolean {
   sweepLeases(state, nowUs);
-  return state.leases.size === 0 && state.queue.size === 0 && state.fence < nowUs;
+  return state.leases.size === 0 && waitersOf(state).size === 0 && state.fence < nowUs;
 }

@@ -29,8 +29,8 @@ export interface PermitLeaveArgs {
 
 /** The arguments of {@link PermitStore.refresh}. */
 export interface PermitRefreshArgs {
-  /** The policy's limit (to tell waiters when leases that expired made room). */
-  readonly limit: number;
+  /** The policy's limit, to tell waiters when leases that expired made room (absent: tell nobody). */
+  readonly limit?: number | undefined;
   readonly leaseUs: number;
   readonly leaseId: string;
   readonly nowUs?: number | undefined;
@@ -38,7 +38,8 @@ export interface PermitRefreshArgs {
 
 /** The arguments of {@link PermitStore.release}. */
 export interface PermitReleaseArgs {
-  readonly limit: number;
+  /** The policy's limit, to tell waiters what the release let in (absent: tell nobody). */
+  readonly limit?: number | undefined;
   readonly leaseId: string;
   readonly nowUs?: number | undefined;
 }

@@ -123,13 +123,13 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
         String(a.leaseUs),
         a.leaseId,
         grace,
-        String(a.limit),
+        String(a.limit ?? 0),
         publish,
       ]);
       return { refreshed: r[0] === 1, expiresAtUs: at(r, 1), nowUs: at(r, 2), wake: at(r, 3) };
     },
     async release(key, a) {
-      const r = await run(PERMIT_SCRIPTS.release, key, [now(a.nowUs), a.leaseId, grace, String(a.limit), publish]);
+      const r = await run(PERMIT_SCRIPTS.release, key, [now(a.nowUs), a.leaseId, grace, String(a.limit ?? 0), publish]);
       return { released: r[0] === 1, nowUs: at(r, 1), wake: at(r, 2) };
     },
     async wait(key, a) {
