@@ -327,7 +327,7 @@ console.log(
       .join(' ')} on ${availableParallelism()} cores\n`,
 );
 const f = (n: number, digits = 2) => n.toFixed(digits);
-const ratio = (n: number, b: number) => (b > 0 ? `${(n / b).toFixed(1)}×` : '—');
+const ratio = (n: number, b: number) => (b > 0 ? `${Number((n / b).toPrecision(2))}×` : '—');
 const lines: [string, (r: Row) => number, number][] = [
   ['release → next grant, p50 (ms)', (r) => r.handoff.p50, 2],
   ['release → next grant, p99 (ms)', (r) => r.handoff.p99, 2],
