@@ -2,9 +2,16 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
+import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { concurrency, createPermits, isFloodgateError, memoryPermitStore } from '../../src/index.js';
-import { fromIoredis, fromIoredisSubscriber, redisPermitStore } from '../../src/stores/redis/index.js';
+import {
+  fromIoredis,
+  fromIoredisSubscriber,
+  fromNodeRedis,
+  fromNodeRedisSubscriber,
+  redisPermitStore,
+} from '../../src/stores/redis/index.js';
 import { manualClock, uniquePrefix } from '../../src/testing/index.js';
 import type { PermitWaitMessage, PermitWaitReply } from './redis/permit-wait-worker.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
@@ -225,6 +232,34 @@ describe.skipIf(!available)('redis permit store: waiting', () => {
       await shardSubscriber.quit();
     }
   });
+
+  for (const sharded of [false, true]) {
+    it(`a node-redis subscriber (sharded: ${sharded}) wakes waiters as well`, async () => {
+      const client = await createClient({ socket: { host: REDIS_HOST, port: REDIS_PORT } }).connect();
+      const listener = await client.duplicate().connect();
+      try {
+        const permits = createPermits({
+          store: redisPermitStore({
+            client: fromNodeRedis(client),
+            subscriber: fromNodeRedisSubscriber(listener, { sharded }),
+          }),
+          policy: concurrency({ limit: 1, leaseMs: 30_000 }),
+          prefix: uniquePrefix('wait-node-redis'),
+          pollMs: 5000,
+        });
+        const holder = await permits.acquire('n');
+        let grantedMs = 0;
+        const next = permits.acquire('n').then(note(() => (grantedMs = performance.now())));
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        const releasedMs = performance.now();
+        await holder.permit.release();
+        await (await next).permit.release();
+        expect(grantedMs - releasedMs).toBeLessThan(1000);
+      } finally {
+        await Promise.all([client.quit(), listener.quit()]);
+      }
+    });
+  }
 
   it('a subscriber that cannot subscribe leaves waiters to their poll', async () => {
     const closed = redis.duplicate();
