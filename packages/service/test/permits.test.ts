@@ -1,23 +1,8 @@
+import { manualClock } from 'floodgate/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Service } from '../src/service.js';
+import { type Service, startService } from '../src/service.js';
 import { get, grpcClient, post, type RateLimitClient, startTestService } from './helpers.js';
-
-/** Two tenants' calls in flight at once per tenant, beside a generous rate; a rule with a limit alone. */
-export const PERMIT_CONFIG = `
-domains:
-  - domain: llm
-    descriptors:
-      - key: tenant
-        concurrency: { limit: 2, leaseMs: 60000 }
-        policies:
-          - { algorithm: fixed-window, name: per-tenant, limit: 1000, windowMs: 3600000 }
-      - key: model
-        value: big
-        concurrency: { limit: 1, leaseMs: 60000, name: big-model }
-      - key: path
-        policies:
-          - { algorithm: fixed-window, name: per-path, limit: 1, windowMs: 3600000 }
-`;
+import { PERMIT_CONFIG } from './permit-config.js';
 
 const tenant = (value: string) => [{ key: 'tenant', value }];
 
@@ -118,6 +103,65 @@ describe('HTTP API: permits', () => {
     expect(await metric('floodgate_permits_in_flight', labels)).toBe(0);
     expect(await metric('floodgate_permits_released_total', labels)).toBeGreaterThanOrEqual(1);
     expect(await metric('floodgate_permit_hold_seconds_count', labels)).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('permits on the engine clock', () => {
+  it('counts a lease that ran out unreleased as expired, apart from released, and frees its permit', async () => {
+    const clock = manualClock();
+    const own = await startService({
+      config: PERMIT_CONFIG,
+      store: 'memory',
+      httpPort: 0,
+      grpcPort: false,
+      logger: 'silent',
+      clock,
+    });
+    try {
+      const entries = [{ key: 'model', value: 'big' }];
+      const url = `http://127.0.0.1:${own.httpPort}`;
+      const call = async (path: string, body: unknown) =>
+        (await (await fetch(`${url}${path}`, { method: 'POST', body: JSON.stringify(body) })).json()) as Record<
+          string,
+          unknown
+        >;
+      const scrape = async () => (await (await fetch(`${url}/metrics`)).text()).split('\n');
+      const value = (lines: string[], name: string) =>
+        Number(
+          lines
+            .find((l) => l.startsWith(`${name}{domain="llm",rule="model=big"}`))
+            ?.split(' ')
+            .at(-1) ?? 0,
+        );
+      expect((await call('/v1/permits/acquire', { domain: 'llm', entries })).allowed).toBe(true);
+      expect((await call('/v1/permits/acquire', { domain: 'llm', entries })).allowed).toBe(false);
+      clock.advance(60_000);
+      // The holder never released: its lease ran out on the store's (here the engine's) clock.
+      const next = await call('/v1/permits/acquire', { domain: 'llm', entries });
+      expect(next.allowed).toBe(true);
+      const lines = await scrape();
+      expect(value(lines, 'floodgate_permits_expired_total')).toBe(1);
+      expect(value(lines, 'floodgate_permits_released_total')).toBe(0);
+      expect(value(lines, 'floodgate_permits_in_flight')).toBe(1);
+      await call('/v1/permits/release', { domain: 'llm', entries, leaseId: next.leaseId });
+      const after = await scrape();
+      expect(value(after, 'floodgate_permits_released_total')).toBe(1);
+      expect(value(after, 'floodgate_permits_expired_total')).toBe(1);
+      expect(value(after, 'floodgate_permits_in_flight')).toBe(0);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('lists the permit calls in /openapi.json, every reference resolving', async () => {
+    const text = (await get(service, '/openapi.json')).text;
+    const doc = JSON.parse(text);
+    for (const path of ['/v1/permits/acquire', '/v1/permits/refresh', '/v1/permits/release']) {
+      expect(doc.paths[path].post.responses['200']).toBeDefined();
+    }
+    for (const [, name] of text.matchAll(/"#\/components\/schemas\/([A-Za-z]+)"/g)) {
+      expect(doc.components.schemas[name as string]).toBeDefined();
+    }
   });
 });
 
