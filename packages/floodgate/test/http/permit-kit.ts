@@ -3,23 +3,28 @@ import { vi } from 'vitest';
 import { memoryPermitStore, type PermitStore } from '../../src/index.js';
 
 /**
- * A memory permit store that also counts the leases live in it (granted minus released), so a test sees
- * the permits in flight without asking for one. Every call goes to the real store.
+ * A permit store (the memory one by default) that also counts the leases live in it (granted minus
+ * released), so a test sees the permits in flight without asking for one. Every call goes to the real
+ * store.
  */
 export class CountedPermits implements PermitStore {
-  readonly name = 'memory';
-  readonly store = memoryPermitStore();
+  readonly name: string;
+  readonly store: PermitStore;
   inFlight = 0;
-  acquire(key: string, args: Parameters<PermitStore['acquire']>[1]) {
-    const reply = this.store.acquire(key, args);
+  constructor(store: PermitStore = memoryPermitStore()) {
+    this.store = store;
+    this.name = store.name;
+  }
+  async acquire(key: string, args: Parameters<PermitStore['acquire']>[1]) {
+    const reply = await this.store.acquire(key, args);
     if (reply.granted) this.inFlight += args.cost;
     return reply;
   }
   refresh(key: string, args: Parameters<PermitStore['refresh']>[1]) {
     return this.store.refresh(key, args);
   }
-  release(key: string, args: Parameters<PermitStore['release']>[1]) {
-    const reply = this.store.release(key, args);
+  async release(key: string, args: Parameters<PermitStore['release']>[1]) {
+    const reply = await this.store.release(key, args);
     // Every permit of these tests costs 1.
     if (reply.released) this.inFlight -= 1;
     return reply;

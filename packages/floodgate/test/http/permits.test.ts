@@ -4,9 +4,10 @@ import { serve } from '@hono/node-server';
 import express from 'express';
 import Fastify from 'fastify';
 import { Hono } from 'hono';
+import { Redis } from 'ioredis';
 import Koa from 'koa';
 import { parseList } from 'structured-headers';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { RateLimitOptions } from '../../src/http/core.js';
 import { rateLimit as expressRateLimit } from '../../src/http/express.js';
 import { rateLimit as fastifyRateLimit } from '../../src/http/fastify.js';
@@ -14,6 +15,9 @@ import { rateLimit as honoRateLimit } from '../../src/http/hono.js';
 import { rateLimit as koaRateLimit } from '../../src/http/koa.js';
 import { rateLimit as nodeRateLimit } from '../../src/http/node.js';
 import { concurrency, createLimiter, fixedWindow, isFloodgateError, memoryPermitStore } from '../../src/index.js';
+import { fromIoredis, redisPermitStore } from '../../src/stores/redis/index.js';
+import { uniquePrefix } from '../../src/testing/index.js';
+import { redisAvailable, requireServer } from '../stores/redis/servers.js';
 import { type Answer, CountedPermits, Gates, get, modeOf, until } from './permit-kit.js';
 
 // Every adapter over real HTTP with a concurrency policy: a request holds a permit for the life of its
@@ -132,6 +136,7 @@ const ADAPTERS: Record<string, Start> = {
 /** At most 2 requests in flight (and 1000 a minute, so the rate never decides here). */
 function options(permits: CountedPermits, extra: Partial<RateLimitOptions<never>> = {}): RateLimitOptions<never> {
   return {
+    prefix: uniquePrefix('http-permits'),
     policies: [
       fixedWindow({ limit: 1000, windowMs: 60_000, name: 'rate' }),
       concurrency({ limit: 2, leaseMs: 60_000, name: 'busy' }),
@@ -142,7 +147,27 @@ function options(permits: CountedPermits, extra: Partial<RateLimitOptions<never>
   };
 }
 
-for (const [name, start] of Object.entries(ADAPTERS)) {
+const redisUp = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
+const redis = redisUp ? new Redis({ host: '127.0.0.1', port: 6379 }) : undefined;
+afterAll(() => redis?.disconnect());
+
+/** The permit store of each run: memory for every adapter, Redis too for node:http and Express. */
+const CASES: [string, Start, () => CountedPermits][] = [
+  ...Object.entries(ADAPTERS).map(([name, start]): [string, Start, () => CountedPermits] => [
+    name,
+    start,
+    () => new CountedPermits(),
+  ]),
+  ...(redis === undefined
+    ? []
+    : (['node:http', 'express'] as const).map((name): [string, Start, () => CountedPermits] => [
+        `${name} on Redis`,
+        ADAPTERS[name] as Start,
+        () => new CountedPermits(redisPermitStore({ client: fromIoredis(redis) })),
+      ])),
+];
+
+for (const [name, start, makePermits] of CASES) {
   describe(`${name}: a concurrency policy over real HTTP`, () => {
     let running: Running | undefined;
     let gates = new Gates();
@@ -154,7 +179,7 @@ for (const [name, start] of Object.entries(ADAPTERS)) {
     });
 
     it('holds a permit while the handler runs and releases it when the response ends', async () => {
-      const permits = new CountedPermits();
+      const permits = makePermits();
       running = await start(options(permits), gates);
       const base = running.url;
       const a = get(base, '/work?mode=wait&id=a');
@@ -180,7 +205,7 @@ for (const [name, start] of Object.entries(ADAPTERS)) {
     });
 
     it('releases the permit when the client goes away while the handler still runs', async () => {
-      const permits = new CountedPermits();
+      const permits = makePermits();
       running = await start(options(permits), gates);
       let hangUp!: () => void;
       const aborted = get(
@@ -202,7 +227,7 @@ for (const [name, start] of Object.entries(ADAPTERS)) {
     });
 
     it('releases the permit when the handler throws', async () => {
-      const permits = new CountedPermits();
+      const permits = makePermits();
       running = await start(options(permits), gates);
       for (let i = 0; i < 5; i++) {
         const answer = (await get(running.url, '/work?mode=throw')) as Answer;
@@ -212,7 +237,7 @@ for (const [name, start] of Object.entries(ADAPTERS)) {
     });
 
     it('answers a concurrency refusal with concurrencyStatusCode (503 for a global shed), never leaking', async () => {
-      const permits = new CountedPermits();
+      const permits = makePermits();
       running = await start(options(permits, { concurrencyStatusCode: 503, key: () => 'everyone' }), gates);
       const held = [get(running.url, '/work?mode=wait&id=1'), get(running.url, '/work?mode=wait&id=2')];
       await until(() => gates.entered.size === 2, 'two handlers running');
