@@ -401,17 +401,32 @@ export class Limiter {
    */
   limit(key: string, options?: CallOptions): Promise<Decision> {
     const concurrent = this.concurrent;
-    if (concurrent !== undefined) {
-      try {
-        return concurrent.limit(key, options);
-      } catch (error) {
-        return Promise.reject(error);
-      }
-    }
+    if (concurrent !== undefined) return this.holding(concurrent, key, options);
     const t = telemetry;
     if (t !== undefined) return this.observed(t, key, options, true);
     tick();
     return this.decide(key, options, true);
+  }
+
+  /** `limit` under a concurrency policy, reported to OpenTelemetry as `limit` reports a decision. */
+  private holding(concurrent: ConcurrencyPart, key: string, options: CallOptions | undefined): Promise<Decision> {
+    const t = telemetry;
+    if (t === undefined) {
+      tick();
+      return concurrent.limit(key, options);
+    }
+    const span = t.startSpan('limit');
+    const startedMs = t.now();
+    return concurrent.limit(key, options).then(
+      (decision) => {
+        t.decided(this.prefix, 'limit', key, decision, startedMs, span);
+        return decision;
+      },
+      (error: unknown) => {
+        t.failed(span, error);
+        throw error;
+      },
+    );
   }
 
   /**
