@@ -27,6 +27,7 @@ export {
   type DecisionReason,
   MAX_COST,
   MIN_COST,
+  type PermitGrant,
   type PolicyDecision,
   type Quota,
   type Reservation,

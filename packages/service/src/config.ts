@@ -1,5 +1,5 @@
 import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
-import { definePolicy, isFloodgateError, type Policy } from 'floodgate';
+import { type ConcurrencyPolicy, concurrency, definePolicy, isFloodgateError, type Policy } from 'floodgate';
 import { compilePolicy, settleRefusal } from 'floodgate/model';
 import {
   type Alias,
@@ -67,6 +67,11 @@ export interface DescriptorConfig {
   readonly value: string | undefined;
   /** All enforced together, all-or-nothing. Empty for a rule that only groups nested rules. */
   readonly policies: readonly Policy[];
+  /**
+   * At most this many calls in flight per descriptor value: permits taken with `/v1/permits/acquire` (or
+   * by an Envoy request carrying a `floodgate_lease` entry) and given back by a release.
+   */
+  readonly concurrency?: ConcurrencyPolicy | undefined;
   /** Inherited from the enclosing rule or domain when not set. */
   readonly shadow: boolean | undefined;
   /** For `*`/prefix/any-value rules: every matching value shares one counter instead of one each. */
@@ -744,6 +749,7 @@ class Checker extends RuleChecker {
       'key',
       'value',
       'policies',
+      'concurrency',
       'rate_limit',
       'shadow',
       'shared',
@@ -803,12 +809,20 @@ class Checker extends RuleChecker {
     }
     const chargeOnStreamDone = this.flag(o, 'charge_on_stream_done', path) ?? false;
     if (chargeOnStreamDone) this.streamDonePolicies(policies, [...path, 'charge_on_stream_done']);
+    const limit = o.concurrency === undefined ? undefined : this.concurrency(o.concurrency, [...path, 'concurrency']);
+    if (limit !== undefined && unlimited) {
+      this.issue([...path, 'unlimited'], 'an unlimited rule cannot also have a concurrency limit');
+    }
+    if (limit !== undefined && policies.some((p) => p.name === limit.name)) {
+      this.issue([...path, 'concurrency', 'name'], `a policy of this rule is named ${JSON.stringify(limit.name)} too`);
+    }
     const descriptors = this.descriptors(o, path, depth + 1);
     const { line } = this.locator(path, false);
     return {
       key,
       value,
       policies,
+      ...(limit === undefined ? {} : { concurrency: limit }),
       shadow,
       shared,
       unlimited,
@@ -816,6 +830,25 @@ class Checker extends RuleChecker {
       line,
       ...(chargeOnStreamDone ? { chargeOnStreamDone } : {}),
     };
+  }
+
+  /** `concurrency: { limit, leaseMs, name? }`: the library's concurrency policy, its errors as issues. */
+  private concurrency(data: unknown, path: Segment[]): ConcurrencyPolicy | undefined {
+    const o = this.object(data, path);
+    if (o === undefined) return undefined;
+    try {
+      return concurrency(o as never);
+    } catch (error) {
+      if (!isFloodgateError(error)) throw error;
+      const option = error.option;
+      const known = option === 'limit' || option === 'leaseMs' || option === 'name';
+      this.issue(
+        known || error.unknownOption === true ? [...path, option as string] : path,
+        error.problem,
+        error.unknownOption,
+      );
+      return undefined;
+    }
   }
 
   /** A rule charged at stream end needs policies, each a meter that can carry a debt. */

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import {
   type Clock,
   createLimiter,
@@ -7,6 +6,7 @@ import {
   isFloodgateError,
   type Limiter,
   MAX_COST,
+  type PermitStore,
   type Policy,
   type PolicyDecision,
   type Store,
@@ -17,12 +17,16 @@ import { isSyncStore } from 'floodgate/store';
 import { applyOverrides } from './admin/resolve.js';
 import { ENVOY_UNITS, type ServiceConfig } from './config.js';
 import { envoyPolicy } from './envoy-config.js';
+import { PermitDesk, type PermitEvents } from './permits.js';
 import {
+  boundedKey,
   type CompiledDomain,
   compileRules,
   type DescriptorEntry,
   type EnvoyLimit,
   envoyLimit,
+  MAX_ENTRIES,
+  MAX_ENTRY_LENGTH,
   matchDescriptor,
   plainKey,
   type Rule,
@@ -31,10 +35,7 @@ import { type DecisionStats, OVERRIDE_POLICY_LABEL, type Tally } from './stats.j
 
 /** Most descriptors in one request of the HTTP API. */
 export const MAX_DESCRIPTORS = 64;
-/** Most entries in one descriptor of the HTTP API. */
-export const MAX_ENTRIES = 16;
-/** Longest descriptor key or value of the HTTP API, in characters. */
-export const MAX_ENTRY_LENGTH = 1024;
+export { MAX_ENTRIES, MAX_ENTRY_LENGTH } from './rules.js';
 /**
  * Most descriptors in one gRPC request. Envoy sends one per rate limit action list of a route (a few,
  * rarely tens); past this bound the call is refused whole (INVALID_ARGUMENT), since one call's work grows
@@ -43,8 +44,6 @@ export const MAX_ENTRY_LENGTH = 1024;
  * by its digest.
  */
 export const MAX_GRPC_DESCRIPTORS = 1024;
-/** A counter key longer than this is replaced by its SHA-256 (keys of long values, in gRPC requests). */
-const MAX_KEY_CHARS = 8192;
 /** Largest `requestsPerUnit` of a request override. */
 export const MAX_OVERRIDE_REQUESTS_PER_UNIT = 1e12;
 /** Distinct request overrides whose compiled policies are kept; past it the cache starts over. */
@@ -75,6 +74,10 @@ export interface EngineOptions {
    * promise path, also over a synchronous store.
    */
   readonly overrides?: Overrides | undefined;
+  /** Where the leases of the config's concurrency limits live; needed when a rule has `concurrency`. */
+  readonly permits?: PermitStore | undefined;
+  /** Told of every permit acquired, refused, released or expired (the metrics). */
+  readonly permitEvents?: PermitEvents | undefined;
   /**
    * The secret settlements are signed with (the limiter's `settleSecret`): the same in every process
    * that shares the store, so a settlement issued by one process settles on any other. Settled
@@ -251,6 +254,50 @@ const NONE: Omit<Planned, 'cost'> = Object.freeze({
   envoy: undefined,
 });
 
+/** A lease descriptor of an Envoy call: its entries without the lease ones, the lease's id, what to do. */
+interface EnvoyLease {
+  readonly entries: DescriptorEntry[];
+  readonly leaseId: string;
+  readonly release: boolean;
+  readonly cost: number;
+}
+
+/** The lease descriptors of an Envoy call by index (undefined for the others); undefined when it has none. */
+function envoyLeases(desk: PermitDesk, request: DecisionRequest): (EnvoyLease | undefined)[] | undefined {
+  if (!Array.isArray(request.descriptors) || request.descriptors.length > MAX_GRPC_DESCRIPTORS) return undefined;
+  let any = false;
+  const leases = request.descriptors.map((d) => {
+    const lease = Array.isArray(d.entries) ? desk.envoyLease(request.domain, d.entries) : undefined;
+    if (lease === undefined) return undefined;
+    any = true;
+    // A permit's cost is a whole number: Envoy's hits_addend, at least 1.
+    const cost = Math.max(1, Math.min(Math.floor(d.cost ?? request.cost ?? 1), MAX_PERMIT_COST));
+    return { ...lease, cost };
+  });
+  return any ? leases : undefined;
+}
+
+/** The largest permit cost an Envoy call asks for (a larger one is refused as exceeding any limit). */
+const MAX_PERMIT_COST = 2 ** 31;
+
+/** The outcome of a lease descriptor: a permit decision (OVER_LIMIT when refused), or OK with none. */
+function permitOutcome(matched: boolean, rule: string | null, decision: Decision | undefined): DescriptorOutcome {
+  return {
+    code: decision !== undefined && !decision.allowed ? 'OVER_LIMIT' : 'OK',
+    matched,
+    rule: rule ?? undefined,
+    shadow: false,
+    unlimited: false,
+    policies: undefined,
+    decision,
+  };
+}
+
+/** A config with concurrency limits on a store that holds no permits (PostgreSQL, SQLite for now). */
+export class ConcurrencyUnsupported extends Error {
+  override readonly name = 'ConcurrencyUnsupported';
+}
+
 /** Label of a deny-all limit's decision (it has no policy). */
 const DENY_ALL_POLICY = 'requests-per-unit-0';
 
@@ -274,6 +321,8 @@ export class Engine {
   readonly domains: ReadonlyMap<string, CompiledDomain>;
   /** True when the store decides synchronously: callers may skip promises entirely. */
   readonly sync: boolean;
+  /** The concurrency limits of the config's rules, when it has some. */
+  readonly permits: PermitDesk | undefined;
   private readonly overrides = new Map<string, readonly Policy[]>();
   private readonly overrideTally: Map<string, Tally> = new Map();
   private readonly stopIncrement: boolean;
@@ -302,6 +351,22 @@ export class Engine {
       ...(options.settleSecret === undefined ? {} : { settleSecret: options.settleSecret, settleOnce: 'store' }),
     });
     this.domains = compileRules(config, stats);
+    this.permits = this.permitDesk(options);
+    // An Envoy call's permits are taken on the promise path.
+    if (this.permits !== undefined) this.sync = false;
+  }
+
+  /** The permit desk of a config with concurrency limits; refused when the store holds no permits. */
+  private permitDesk(options: EngineOptions): PermitDesk | undefined {
+    const limited = [...this.domains.values()].find((d) => d.rules.some((r) => r.concurrency !== undefined));
+    if (limited === undefined) return undefined;
+    if (options.permits === undefined) {
+      const rule = limited.rules.find((r) => r.concurrency !== undefined) as Rule;
+      throw new ConcurrencyUnsupported(
+        `rule ${JSON.stringify(rule.label)} of domain ${JSON.stringify(limited.domain)} has a concurrency limit, and the ${this.limiter.store.name} store holds no permits (memory and Redis do)`,
+      );
+    }
+    return new PermitDesk(this.domains, options.permits, this.config.prefix, this.clock, options.permitEvents);
   }
 
   /** Decides synchronously; only when {@link sync} is true. Throws {@link RequestError} or store errors. */
@@ -348,6 +413,11 @@ export class Engine {
   /** Decides all descriptors concurrently (one round trip to the store in the common case). */
   async decide(request: DecisionRequest, mode: Mode): Promise<DescriptorOutcome[]> {
     if (this.sync) return this.decideSync(request, mode);
+    const desk = this.permits;
+    if (desk !== undefined && mode === 'limit' && request.lenient === true) {
+      const leases = envoyLeases(desk, request);
+      if (leases !== undefined) return this.decideWithPermits(desk, request, leases);
+    }
     const started = performance.now();
     const plan = this.plan(request, mode);
     if (this.overrideStore !== undefined) await applyOverrides(this.overrideStore, request, plan);
@@ -489,6 +559,69 @@ export class Engine {
       policies: p.policies,
       decision: undefined,
       charged: true,
+    };
+  }
+
+  /**
+   * An Envoy call with lease descriptors (see permits.ts): those take or release a permit, the others are
+   * decided as usual. A request over the limit (a refused permit, a rate descriptor over) holds no permit
+   * afterwards: the ones this call granted are released before it answers.
+   */
+  private async decideWithPermits(
+    desk: PermitDesk,
+    request: DecisionRequest,
+    leases: readonly (EnvoyLease | undefined)[],
+  ): Promise<DescriptorOutcome[]> {
+    const rest = request.descriptors.filter((_, i) => leases[i] === undefined);
+    const none = Promise.resolve(undefined);
+    const [decided, permits] = await Promise.all([
+      rest.length === 0 ? Promise.resolve([]) : this.decide({ ...request, descriptors: rest }, 'limit'),
+      Promise.all(leases.map((lease) => (lease === undefined ? none : this.permitOutcome(desk, request, lease)))),
+    ]);
+    let next = 0;
+    const outcomes = permits.map((p) => p?.outcome ?? (decided[next++] as DescriptorOutcome));
+    if (overLimit(outcomes)) {
+      await Promise.all(
+        permits.map((p) =>
+          p?.granted === true
+            ? desk.release({ domain: request.domain, entries: p.entries, lenient: true }, p.leaseId)
+            : none,
+        ),
+      );
+    }
+    return outcomes;
+  }
+
+  /** One lease descriptor of an Envoy call: a permit taken (OVER_LIMIT when refused), or released (OK). */
+  private async permitOutcome(
+    desk: PermitDesk,
+    request: DecisionRequest,
+    lease: EnvoyLease,
+  ): Promise<{ outcome: DescriptorOutcome; granted: boolean; entries: DescriptorEntry[]; leaseId: string }> {
+    const call = { domain: request.domain, entries: lease.entries, lenient: true };
+    if (lease.release) {
+      const { matched, rule } = await desk.release(call, lease.leaseId);
+      return { outcome: permitOutcome(matched, rule, undefined), granted: false, ...lease };
+    }
+    const answer = await desk.acquire({ ...call, cost: lease.cost }, lease.leaseId);
+    const d = answer.decision;
+    const decision: Decision | undefined =
+      d === undefined
+        ? undefined
+        : {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retryAfterMs: d.retryAfterMs,
+            resetAfterMs: d.resetAfterMs,
+            policy: d.policy,
+            ...(d.reason === undefined ? {} : { reason: d.reason }),
+            policies: [],
+          };
+    return {
+      outcome: permitOutcome(answer.matched, answer.rule, decision),
+      granted: d?.permit !== undefined,
+      ...lease,
     };
   }
 
@@ -804,14 +937,6 @@ function wouldDeny(p: Planned): boolean {
 /** A cost from a gRPC request: counts above `MAX_COST` (every limit is far below) count as `MAX_COST`. */
 function saturate(cost: number): number {
   return Math.min(cost, MAX_COST);
-}
-
-/**
- * A counter key within bounds: one longer than {@link MAX_KEY_CHARS} (the entries of a long `:path`, say)
- * is held by its SHA-256, behind a `|` that no key built from entries starts with.
- */
-function boundedKey(key: string): string {
-  return key.length > MAX_KEY_CHARS ? `|#${createHash('sha256').update(key).digest('base64url')}` : key;
 }
 
 function unlimitedOutcome(rule: Rule): DescriptorOutcome {

@@ -23,6 +23,7 @@ import { classify, HTTP_STATUS } from './failures.js';
 import type { RateLimitHeaders } from './headers.js';
 import { JsonBodyError, parseJsonBody } from './json-body.js';
 import { openApiDocument } from './openapi.js';
+import { type PermitCall, PermitCallError, type PermitDesk } from './permits.js';
 import { methodNotAllowed, problem } from './problem.js';
 import { refuseTls, type TlsCredentials } from './tls.js';
 
@@ -49,6 +50,14 @@ const MODES: ReadonlyMap<string, Mode> = new Map([
   ['/v1/reset', 'reset'],
 ]);
 const METHOD_NAMES: Record<Mode, string> = { limit: 'decide', check: 'check', status: 'status', reset: 'reset' };
+
+/** The permit calls: take a permit of a concurrency limit, extend its lease, give it back. */
+type PermitOp = 'acquire' | 'refresh' | 'release';
+const PERMIT_OPS: ReadonlyMap<string, PermitOp> = new Map([
+  ['/v1/permits/acquire', 'acquire'],
+  ['/v1/permits/refresh', 'refresh'],
+  ['/v1/permits/release', 'release'],
+]);
 
 const CONTENT_TYPES: ReadonlyMap<string, string> = new Map([
   ['.html', 'text/html; charset=utf-8'],
@@ -99,6 +108,12 @@ export function createHttpApi(context: () => ServiceContext, options: HttpApiOpt
     if (path === '/v1/settle') {
       if (req.method !== 'POST') return methodNotAllowed(res, 'POST');
       handleSettle(ctx, req, res);
+      return;
+    }
+    const op = PERMIT_OPS.get(path);
+    if (op !== undefined) {
+      if (req.method !== 'POST') return methodNotAllowed(res, 'POST');
+      handlePermit(ctx, req, res, op);
       return;
     }
     const mode = MODES.get(path);
@@ -327,6 +342,116 @@ function jsonObject(text: string, shape: string): Record<string, unknown> {
     throw new BadRequest(400, `the body must be a JSON object ${shape}, got ${showValue(body)}`);
   }
   return body as Record<string, unknown>;
+}
+
+/** A permit call: validated whole before the store is asked; answered as JSON, refusals as problem+json. */
+function handlePermit(ctx: ServiceContext, req: IncomingMessage, res: ServerResponse, op: PermitOp): void {
+  const start = performance.now();
+  const metrics = ctx.metrics;
+  if (ctx.draining) {
+    metrics.error('http', op, '503');
+    problem(res, 503, 'Service Unavailable', 'the service is shutting down');
+    return;
+  }
+  metrics.inFlight.http++;
+  let finished = false;
+  res.on('close', () => {
+    if (finished) return;
+    finished = true;
+    metrics.inFlight.http--;
+    metrics.timer('http', op).observe((performance.now() - start) / 1000);
+    if (res.statusCode >= 400) metrics.error('http', op, String(res.statusCode));
+  });
+  readBody(req, (error, body) => {
+    if (error !== undefined) {
+      res.setHeader('Connection', 'close');
+      problem(res, 413, 'Payload Too Large', error.message);
+      return;
+    }
+    let call: PermitCall;
+    try {
+      call = parsePermitCall(body as string, op);
+    } catch (e) {
+      if (e instanceof BadRequest) return problem(res, e.status, 'Bad Request', e.message, e.field);
+      fail(ctx, res, e);
+      return;
+    }
+    const desk = ctx.engine.permits;
+    if (!ctx.engine.domains.has(call.domain)) {
+      const name = call.domain.length > 64 ? `${call.domain.slice(0, 64)}…` : call.domain;
+      problem(res, 404, 'Not Found', `unknown domain ${JSON.stringify(name)}`, 'domain');
+      return;
+    }
+    if (desk === undefined) {
+      problem(res, 404, 'Not Found', 'the config has no concurrency limits (a rule with `concurrency`)', 'domain');
+      return;
+    }
+    permitAnswer(desk, call, op).then(
+      (answer) => json(res, 200, answer),
+      (e: unknown) => {
+        if (e instanceof PermitCallError) return problem(res, 400, 'Bad Request', e.message, e.field);
+        fail(ctx, res, e);
+      },
+    );
+  });
+}
+
+/** The JSON answer of a permit call. */
+async function permitAnswer(desk: PermitDesk, call: PermitCall, op: PermitOp): Promise<unknown> {
+  if (op === 'refresh') return desk.refresh(call);
+  if (op === 'release') return desk.release(call);
+  const { matched, rule, decision: d } = await desk.acquire(call);
+  if (d === undefined) return { matched, rule, allowed: true };
+  return {
+    matched,
+    rule,
+    allowed: d.allowed,
+    limit: d.limit,
+    inFlight: d.inFlight,
+    remaining: d.remaining,
+    retryAfterMs: Number.isFinite(d.retryAfterMs) ? d.retryAfterMs : null,
+    resetAfterMs: d.resetAfterMs,
+    policy: d.policy,
+    ...(d.reason === undefined ? {} : { reason: d.reason }),
+    ...(d.permit === undefined
+      ? {}
+      : { leaseId: d.permit.leaseId, fence: d.permit.fence, leaseMs: desk.leaseMsOf(call) }),
+  };
+}
+
+/** Validates the shape of a permit call; the desk checks the entries, the cost and the lease id. */
+export function parsePermitCall(text: string, op: PermitOp): PermitCall {
+  let body: unknown;
+  try {
+    body = parseJsonBody(text);
+  } catch (error) {
+    if (error instanceof JsonBodyError) throw new BadRequest(400, error.message, error.field);
+    throw error;
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new BadRequest(400, `the body must be a JSON object { domain, entries, … }, got ${showValue(body)}`);
+  }
+  const o = body as Record<string, unknown>;
+  onlyFields(o, op === 'acquire' ? ['domain', 'entries', 'cost'] : ['domain', 'entries', 'leaseId'], '');
+  if (typeof o.domain !== 'string' || o.domain.length === 0) {
+    throw new BadRequest(400, `domain is required: a non-empty string, got ${showValue(o.domain)}`, 'domain');
+  }
+  if (Array.isArray(o.entries)) {
+    if (o.entries.length > MAX_ENTRIES) {
+      throw new BadRequest(400, `entries has ${o.entries.length} entries; at most ${MAX_ENTRIES}`, 'entries');
+    }
+    o.entries.forEach((e: unknown, j) => {
+      if (typeof e === 'object' && e !== null && !Array.isArray(e)) {
+        onlyFields(e as Record<string, unknown>, ['key', 'value'], `entries[${j}]`);
+      }
+    });
+  }
+  return {
+    domain: o.domain,
+    entries: o.entries as PermitCall['entries'],
+    cost: o.cost as number | undefined,
+    leaseId: o.leaseId as string | undefined,
+  };
 }
 
 function fail(ctx: ServiceContext, res: ServerResponse, error: unknown): void {
@@ -579,6 +704,9 @@ function index(): unknown {
       'POST /v1/check': 'decide, change nothing',
       'POST /v1/status': 'state of each descriptor, change nothing',
       'POST /v1/reset': 'forget the descriptors',
+      'POST /v1/permits/acquire': 'take a permit of a concurrency limit (never waits)',
+      'POST /v1/permits/refresh': "extend a permit's lease",
+      'POST /v1/permits/release': 'give a permit back',
       'POST /v1/settle': 'charge calls decided with settle: true their actual cost',
       'GET /v1/config': 'the config in use',
       'GET /v1/stats': 'decisions per second by policy',

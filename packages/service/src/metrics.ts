@@ -1,5 +1,7 @@
 import type { MemoryStore, Store } from 'floodgate';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { PermitEvents } from './permits.js';
+import type { Rule } from './rules.js';
 import type { DecisionStats } from './stats.js';
 
 /** The APIs a request can come through. */
@@ -36,6 +38,10 @@ export class Metrics {
   private readonly tlsRefusals: Counter<'api' | 'reason'>;
   private readonly tlsReloads: Counter<'api' | 'result'>;
   private readonly tlsExpiry: Gauge<'api'>;
+  /** The permits in flight by rule, of the engine in use (set by the service). */
+  permitsInFlight: () => ReadonlyMap<Rule, number> = () => new Map();
+  /** What the permit desk reports: counts by rule, hold time. */
+  readonly permits: PermitEvents;
 
   constructor(stats: DecisionStats, store: Store) {
     const registers = [this.registry];
@@ -263,6 +269,68 @@ export class Metrics {
       labelNames: ['api'],
       registers,
     });
+    this.permits = this.permitMetrics(registers);
+  }
+
+  /**
+   * Concurrency permits, by domain and descriptor rule (labels from the config only): acquired, refused
+   * by reason, released and expired apart (an expired lease is a holder that crashed or stalled), hold
+   * time, and the permits this process granted that are still out.
+   */
+  private permitMetrics(registers: Registry[]): PermitEvents {
+    const labelNames = ['domain', 'rule'] as const;
+    const acquired = new Counter({
+      name: 'floodgate_permits_acquired_total',
+      help: 'Concurrency permits granted, by domain and descriptor rule.',
+      labelNames,
+      registers,
+    });
+    const refused = new Counter({
+      name: 'floodgate_permits_refused_total',
+      help: 'Concurrency permits refused, by domain, descriptor rule and reason (limit: all in flight; exceeds-capacity: a cost above the limit).',
+      labelNames: [...labelNames, 'reason'],
+      registers,
+    });
+    const released = new Counter({
+      name: 'floodgate_permits_released_total',
+      help: 'Releases that ended a live lease, by domain and descriptor rule (summed over replicas: every release).',
+      labelNames,
+      registers,
+    });
+    const expired = new Counter({
+      name: 'floodgate_permits_expired_total',
+      help: 'Leases granted by this process that ran out before a release reached it: a holder that crashed or stalled (or released through another replica).',
+      labelNames,
+      registers,
+    });
+    const held = new Histogram({
+      name: 'floodgate_permit_hold_seconds',
+      help: 'How long a permit granted and released by this process was held.',
+      labelNames,
+      buckets: [0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 300],
+      registers,
+    });
+    const inFlight = () => this.permitsInFlight();
+    new Gauge({
+      name: 'floodgate_permits_in_flight',
+      help: 'Permits (summed costs) this process granted that are neither released here nor run out, by domain and descriptor rule.',
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        for (const [rule, cost] of inFlight()) this.set({ domain: rule.domain, rule: rule.label }, cost);
+      },
+    });
+    const labels = (rule: Rule) => ({ domain: rule.domain, rule: rule.label });
+    return {
+      acquired: (rule) => acquired.inc(labels(rule)),
+      refused: (rule, reason) => refused.inc({ ...labels(rule), reason }),
+      released: (rule, heldMs) => {
+        released.inc(labels(rule));
+        if (heldMs !== undefined) held.observe(labels(rule), heldMs / 1000);
+      },
+      expired: (rule) => expired.inc(labels(rule)),
+    };
   }
 
   /** The duration histogram of one API method, resolved once. */

@@ -33,6 +33,103 @@ function decisionOperation(summary: string, description: string) {
   };
 }
 
+/** A permit call: its request schema and the schema of its 200 answer. */
+function permitOperation(summary: string, description: string, request: string, answer: string) {
+  return {
+    post: {
+      summary,
+      description,
+      requestBody: {
+        required: true,
+        content: { 'application/json': { schema: { $ref: `#/components/schemas/${request}` } } },
+      },
+      responses: {
+        '200': {
+          description: 'Answered; a refusal is a 200 with `allowed: false`.',
+          content: { 'application/json': { schema: { $ref: `#/components/schemas/${answer}` } } },
+        },
+        '400': problem,
+        '404': problem,
+        '413': problem,
+        '503': problem,
+        '504': problem,
+      },
+    },
+  };
+}
+
+/** The permit schemas: calls and answers. */
+function permitSchemas() {
+  const entries = {
+    type: 'array',
+    minItems: 1,
+    maxItems: MAX_ENTRIES,
+    items: { $ref: '#/components/schemas/Entry' },
+    description: 'The descriptor: its rule must have a `concurrency` limit.',
+  };
+  const leaseId = {
+    type: 'string',
+    pattern: '^[A-Za-z0-9_-]{22}$',
+    description: 'The lease id an acquire answered.',
+  };
+  const matched = {
+    matched: { type: 'boolean', description: 'False when the descriptor matched no rule with a concurrency limit.' },
+    rule: { type: ['string', 'null'] },
+  };
+  return {
+    PermitAcquire: {
+      type: 'object',
+      required: ['domain', 'entries'],
+      additionalProperties: false,
+      properties: {
+        domain: { type: 'string', minLength: 1 },
+        entries,
+        cost: { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER, default: 1 },
+      },
+    },
+    PermitLease: {
+      type: 'object',
+      required: ['domain', 'entries', 'leaseId'],
+      additionalProperties: false,
+      properties: { domain: { type: 'string', minLength: 1 }, entries, leaseId },
+    },
+    PermitGrant: {
+      type: 'object',
+      required: ['matched', 'rule', 'allowed'],
+      properties: {
+        ...matched,
+        allowed: { type: 'boolean' },
+        limit: { type: 'integer' },
+        inFlight: { type: 'integer', description: 'Cost in flight after the call.' },
+        remaining: { type: 'integer' },
+        retryAfterMs: {
+          type: ['integer', 'null'],
+          description: 'Until enough leases run out if none is released first (an upper bound); null: never.',
+        },
+        resetAfterMs: { type: 'integer' },
+        policy: { type: 'string' },
+        reason: { type: 'string', enum: ['limit', 'exceeds-capacity'] },
+        leaseId,
+        fence: { type: 'integer', description: 'Strictly increases per descriptor: a fencing token.' },
+        leaseMs: { type: 'integer' },
+      },
+    },
+    PermitRefreshed: {
+      type: 'object',
+      required: ['matched', 'rule', 'refreshed'],
+      properties: { ...matched, refreshed: { type: 'boolean' } },
+    },
+    PermitReleased: {
+      type: 'object',
+      required: ['matched', 'rule', 'released'],
+      properties: {
+        ...matched,
+        released: { type: 'boolean', description: 'True only for the call that ended a live lease.' },
+      },
+    },
+  };
+}
+
 function build(): unknown {
   return {
     openapi: '3.1.0',
@@ -55,6 +152,24 @@ function build(): unknown {
           'Reports each descriptor’s state (a cost-0 check); changes nothing.',
         ),
       },
+      '/v1/permits/acquire': permitOperation(
+        'Take a permit',
+        'Takes a permit of the concurrency limit of the descriptor’s rule, without waiting. Give it back with /v1/permits/release; a holder that never does frees it when its lease runs out (on the store’s clock).',
+        'PermitAcquire',
+        'PermitGrant',
+      ),
+      '/v1/permits/refresh': permitOperation(
+        'Extend a lease',
+        'Extends a live lease to the rule’s leaseMs from now; a lease that ran out is never taken back.',
+        'PermitLease',
+        'PermitRefreshed',
+      ),
+      '/v1/permits/release': permitOperation(
+        'Give a permit back',
+        'Ends the lease; idempotent.',
+        'PermitLease',
+        'PermitReleased',
+      ),
       '/v1/reset': {
         post: {
           summary: 'Forget descriptors',
@@ -171,6 +286,7 @@ function build(): unknown {
     },
     components: {
       schemas: {
+        ...permitSchemas(),
         Entry: {
           type: 'object',
           required: ['key', 'value'],

@@ -1,7 +1,23 @@
-import type { Policy } from 'floodgate';
+import { createHash } from 'node:crypto';
+import type { ConcurrencyPolicy, Policy } from 'floodgate';
 import { type DescriptorConfig, type DomainConfig, ENVOY_UNITS, type ServiceConfig } from './config.js';
 import { PrefixTrie } from './prefix-trie.js';
 import type { DecisionStats, Tally } from './stats.js';
+
+/** Most entries in one descriptor of the HTTP API. */
+export const MAX_ENTRIES = 16;
+/** Longest descriptor key or value of the HTTP API, in characters. */
+export const MAX_ENTRY_LENGTH = 1024;
+/** A counter key longer than this is replaced by its SHA-256 (keys of long values, in gRPC requests). */
+const MAX_KEY_CHARS = 8192;
+
+/**
+ * A counter key within bounds: one longer than {@link MAX_KEY_CHARS} (the entries of a long `:path`, say)
+ * is held by its SHA-256, behind a `|` that no key built from entries starts with.
+ */
+export function boundedKey(key: string): string {
+  return key.length > MAX_KEY_CHARS ? `|#${createHash('sha256').update(key).digest('base64url')}` : key;
+}
 
 /** One entry of a request descriptor: `remote_address = 10.0.0.1`. */
 export interface DescriptorEntry {
@@ -63,6 +79,8 @@ export interface Rule {
   readonly policies: readonly Policy[];
   /** One tally per policy, in order. */
   readonly tallies: readonly Tally[];
+  /** The rule's concurrency limit: permits per descriptor value (see permits.ts). */
+  readonly concurrency: ConcurrencyPolicy | undefined;
   readonly shadow: boolean;
   readonly unlimited: boolean;
   /** Counter key part of this level: `undefined` when each value counts apart. */
@@ -245,6 +263,7 @@ function compileLevel(
       label,
       policies: Object.freeze([...d.policies]),
       tallies: d.policies.map((p) => stats.tally(domain, label, p.name)),
+      concurrency: d.concurrency,
       shadow: effectiveShadow,
       unlimited: d.unlimited,
       sharedValue: d.shared && wildcard ? (d.value ?? '*') : undefined,

@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { type FSWatcher, statSync, watch } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { basename, dirname, resolve } from 'node:path';
-import { type Clock, gcra, isFloodgateError, type Store } from 'floodgate';
+import { type Clock, gcra, isFloodgateError, type PermitStore, type Store } from 'floodgate';
 import type { HeaderFormat } from 'floodgate/http';
 import { createOverrides, memoryOverrides, type OverrideBackend, type Overrides } from 'floodgate/overrides';
 import { isPermanentStoreError } from 'floodgate/store';
@@ -52,6 +52,11 @@ export interface ServiceOptions {
   shadowMode?: boolean;
   /** Store URL (`memory`, `redis://…`, …) or a store object. @default 'memory' */
   store?: string | Store;
+  /**
+   * Where the leases of the config's concurrency limits live when `store` is a store object (with a URL,
+   * the store's own: memory, Redis). A config with `concurrency` rules needs one.
+   */
+  permits?: PermitStore;
   /** Address both servers listen on. @default '127.0.0.1' */
   host?: string;
   /** HTTP port; 0 picks a free one; `false` turns the HTTP API off. @default 8080 */
@@ -436,7 +441,10 @@ export class Service implements ServiceContext {
       clock: this.options.clock,
       overrides: this.overrides,
       settleSecret: this.settleSecret,
+      permits: this.options.permits ?? this.opened?.permits,
+      permitEvents: this.metrics.permits,
     });
+    this.metrics.permitsInFlight = () => engine.permits?.inFlight() ?? new Map();
     // The live view's most denied keys and store errors come from the limiter's own events. Denials made
     // without the store (failure 'closed') say nothing about a key, so they are not counted against it.
     const stats = this.stats;

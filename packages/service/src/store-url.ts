@@ -1,4 +1,4 @@
-import { isFloodgateError, type MemoryStore, type MemoryStoreOptions, memoryStore } from 'floodgate';
+import { isFloodgateError, type MemoryStore, type MemoryStoreOptions, memoryPermitStore, memoryStore } from 'floodgate';
 import { memoryOverrides } from 'floodgate/overrides';
 import { type OpenedStore, redact, StoreUrlError } from './stores/opened.js';
 
@@ -87,6 +87,7 @@ function openMemory(text: string): OpenedStore {
   return {
     store,
     overrides: memoryOverrides(),
+    permits: memoryPermitStore(),
     description: shown.length === 0 ? 'memory' : `memory (${shown.join(', ')})`,
     close: async () => {},
   };

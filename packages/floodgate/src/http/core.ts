@@ -1,10 +1,12 @@
 import { type Clock, systemClock } from '../clock.js';
 import { FloodgateError, invalid, isFloodgateError } from '../errors.js';
+import { splitPolicies } from '../limiter/concurrent.js';
 import { takeLease } from '../limiter/leasing.js';
 import { createLimiter, Limiter, normalizePolicies } from '../limiter/limiter.js';
 import { POLICY_HINTS } from '../limiter/validation.js';
 import { validateCost } from '../model/cost.js';
 import type { Decision, Policy } from '../model/index.js';
+import type { ConcurrencyPolicy } from '../permits/policy.js';
 import { isSyncStore } from '../stores/store.js';
 import { classifyStoreError } from '../stores/store-errors.js';
 import { loadTelemetry, telemetry } from '../telemetry/otel.js';
@@ -22,16 +24,19 @@ import { reportOutages } from './outages.js';
 import { type Refunds, refunds } from './refunds.js';
 import { requestKey } from './request-key.js';
 import { type Settles, settles } from './settles.js';
-import type { Shared } from './warnings.js';
+import { type Shared, warnOnce } from './warnings.js';
 
 export * from './options.js';
 export { emitFloodgateWarning, type FloodgateWarningCode } from './warnings.js';
 
 /** Options that shape a limiter: a middleware derived with any of them gets a limiter of its own. */
-const LIMITER_OPTIONS = ['limiter', 'store', 'prefix', 'timeoutMs', 'failure', 'breaker'] as const;
+const LIMITER_OPTIONS = ['limiter', 'store', 'prefix', 'timeoutMs', 'failure', 'breaker', 'permits'] as const;
 
 /** Builds the limiter a middleware decides with: the caller's, or one from the limiter options. */
-export function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: readonly Policy[] | undefined): Limiter {
+export function buildLimiter<Req>(
+  options: RateLimitOptions<Req>,
+  policies: readonly (Policy | ConcurrencyPolicy)[] | undefined,
+): Limiter {
   if (options.limiter !== undefined) {
     if (!(options.limiter instanceof Limiter)) {
       throw invalid('ERR_INVALID_OPTION', 'limiter', options.limiter, 'a limiter from createLimiter()');
@@ -55,6 +60,7 @@ export function buildLimiter<Req>(options: RateLimitOptions<Req>, policies: read
   const limiter = createLimiter({
     ...(store === undefined ? {} : { store }),
     ...(policies === undefined ? {} : { policies }),
+    ...(options.permits === undefined ? {} : { permits: options.permits }),
     prefix: options.prefix ?? 'http',
     ...(options.clock === undefined ? {} : { clock: options.clock }),
     ...(timeoutMs === undefined ? {} : { timeoutMs }),
@@ -144,7 +150,7 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
   const costOf = resolveCost(options);
   const keyOf = requestKey(options, access, shared);
   const clock = resolveClock(options);
-  const respond = responder(options, clock);
+  const respond = responder(options, clock, refuseRefunds(options, limiter.concurrency));
   refund = refunds(options, limiter, shared);
   settle = settles(options, limiter, shared);
   if (typeof options.policies !== 'function') checks(defaultPolicies);
@@ -172,9 +178,11 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
   };
 
   const limited = (request: Req, key: string, cost: number, policies: readonly Policy[] | undefined): Result => {
-    if (settle !== undefined) {
-      // The cost is an estimate: the outcome settles the request after the response.
-      return settle.limit(request, key, cost, policies).then(([d, s]) => finish(request, key, cost, d, policies, s));
+    if (limiter.concurrency !== undefined || settle !== undefined) {
+      // A permit held until the response is over, or a cost that is an estimate (settled after it).
+      return holdingLimit(limiter, settle, request, key, cost, policies, shared).then(([d, s]) =>
+        finish(request, key, cost, d, policies, s),
+      );
     }
     if (refund !== undefined && cost > 0) {
       // A lease of the request's cost: the same decision, with the time the store took it, which is
@@ -246,6 +254,66 @@ function build<Req>(options: RateLimitOptions<Req>, access: RequestAccess<Req>, 
   return middleware;
 }
 
+/** `skipFailedRequests` and `skipSuccessfulRequests` take a lease of the rate alone: not beside a permit yet. */
+function refuseRefunds<Req>(
+  options: RateLimitOptions<Req>,
+  concurrency: ConcurrencyPolicy | undefined,
+): ConcurrencyPolicy | undefined {
+  const option = options.skipFailedRequests === true ? 'skipFailedRequests' : 'skipSuccessfulRequests';
+  if (concurrency !== undefined && options[option] === true) {
+    throw new FloodgateError('ERR_INVALID_OPTION', `${option} cannot be combined with a concurrency policy yet`, {
+      option,
+    });
+  }
+  return concurrency;
+}
+
+/** Decides a request on a limiter with a concurrency policy: the decision, and the outcome's `settle`. */
+function holdingLimit<Req>(
+  limiter: Limiter,
+  settle: Settles<Req> | undefined,
+  request: Req,
+  key: string,
+  cost: number,
+  policies: readonly Policy[] | undefined,
+  shared: Shared,
+): Promise<[Decision, RateLimitOutcome['settle']]> {
+  const decided: Promise<[Decision, RateLimitOutcome['settle']]> =
+    settle !== undefined
+      ? settle.limit(request, key, cost, policies)
+      : limiter.limit(key, policies !== undefined ? { cost, policies } : { cost }).then((d) => [d, undefined]);
+  return decided.then(([d, s]) => [d, holding(limiter, d, s, shared)]);
+}
+
+/**
+ * The outcome's `settle` of a request admitted with a permit: releases the permit (once, whatever the
+ * status, or `undefined` when the client went away), then settles the request as `settle` would.
+ */
+function holding(
+  limiter: Limiter,
+  decision: Decision,
+  settle: RateLimitOutcome['settle'],
+  shared: Shared,
+): RateLimitOutcome['settle'] {
+  if (decision.permit === undefined) return settle;
+  let done: Promise<void> | undefined;
+  return (statusCode) => {
+    done ??= limiter.release(decision).then(
+      () => settle?.(statusCode),
+      (error: unknown) => {
+        // The lease runs out on its own: the permit is back within leaseMs.
+        warnOnce(
+          shared,
+          'FLOODGATE_RELEASE_FAILED',
+          `a permit could not be released, so it stays out until its lease runs out: ${error instanceof Error ? error.message : String(error)}`,
+        );
+        return settle?.(statusCode);
+      },
+    );
+    return done;
+  };
+}
+
 /**
  * The policies of a middleware: its limiter (the caller's, or one built from the options), the policies
  * each request goes with (`undefined`: the limiter's own; `null`: skip limiting), and the list headers
@@ -261,12 +329,25 @@ function resolvePolicies<Req>(
   defaultPolicies: readonly Policy[];
 } {
   const policyOption = options.policies;
+  // A concurrency policy among fixed policies goes to the limiter built here, beside the rate policies.
+  const split =
+    policyOption === undefined || typeof policyOption === 'function' ? undefined : splitPolicies(policyOption);
   const fixedPolicies =
-    policyOption === undefined || typeof policyOption === 'function'
-      ? undefined
-      : normalizePolicies(policyOption as Policy | readonly Policy[], 'policies');
-  const limiter = buildLimiter(options, fixedPolicies);
-  if (policyOption === undefined && limiter.policies.length === 0) {
+    split === undefined ? undefined : normalizePolicies((split.rate ?? []) as Policy | readonly Policy[], 'policies');
+  const limiter = buildLimiter(
+    options,
+    split?.concurrency === undefined || options.limiter !== undefined
+      ? fixedPolicies
+      : withConcurrency(fixedPolicies ?? [], split.concurrency, split.index),
+  );
+  if (split?.concurrency !== undefined && options.limiter !== undefined) {
+    throw new FloodgateError(
+      'ERR_INVALID_OPTION',
+      "a concurrency policy is the limiter's: give it to createLimiter({ policies, permits }), not to rateLimit beside `limiter`",
+      { option: 'policies' },
+    );
+  }
+  if (policyOption === undefined && limiter.policies.length === 0 && limiter.concurrency === undefined) {
     throw new FloodgateError('ERR_INVALID_POLICY', 'rateLimit needs `policies`, or a `limiter` that has some', {
       option: 'policies',
     });
@@ -293,6 +374,17 @@ function resolvePolicies<Req>(
           return list === undefined ? null : normalize(list);
         };
   return { limiter, policiesOf, defaultPolicies: fixedPolicies ?? limiter.policies };
+}
+
+/** The rate policies with the concurrency policy put back at its place. */
+function withConcurrency(
+  rate: readonly Policy[],
+  concurrency: ConcurrencyPolicy,
+  index: number,
+): readonly (Policy | ConcurrencyPolicy)[] {
+  const list: (Policy | ConcurrencyPolicy)[] = [...rate];
+  list.splice(Math.min(index, list.length), 0, concurrency);
+  return list;
 }
 
 /** What a request costs: the `cost` option's number (validated here) or function (checked per call by the limiter). */

@@ -1,6 +1,7 @@
 import type { Clock } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import type { Decision, Policy } from '../model/index.js';
+import type { ConcurrencyPolicy } from '../permits/policy.js';
 import { deniedProblem, headerWriter, seconds, validateHeaderFormat } from './headers.js';
 import {
   isThenable,
@@ -29,14 +30,20 @@ export type Respond<Req> = (
  * The second half of a middleware: the decision, computed first, becomes a status, headers and a body.
  * Validates the options it reads (`headers`, `quotaUnit`, `statusCode`, `degradedStatusCode`, `message`).
  */
-export function responder<Req>(options: RateLimitOptions<Req>, clock: Clock): Respond<Req> {
+export function responder<Req>(
+  options: RateLimitOptions<Req>,
+  clock: Clock,
+  concurrency?: ConcurrencyPolicy,
+): Respond<Req> {
   const format = validateHeaderFormat(options.headers);
   const unit = options.quotaUnit;
   if (unit !== undefined && (typeof unit !== 'string' || !/^[a-z][a-z0-9-]*$/.test(unit))) {
     throw invalid('ERR_INVALID_OPTION', 'quotaUnit', unit, "a lower-case unit name such as 'content-bytes'");
   }
-  const writeHeaders = headerWriter({ format, quotaUnit: unit });
+  const writeHeaders = headerWriter({ format, quotaUnit: unit, concurrency });
   const deniedStatus = statusCode(options.statusCode, 'statusCode', 429);
+  const busyStatus = statusCode(options.concurrencyStatusCode, 'concurrencyStatusCode', deniedStatus);
+  const busyName = concurrency?.name;
   const degradedStatus = statusCode(options.degradedStatusCode, 'degradedStatusCode', 503);
   const message = options.message;
   if (message === null || (message !== undefined && !['string', 'object', 'function'].includes(typeof message))) {
@@ -53,7 +60,7 @@ export function responder<Req>(options: RateLimitOptions<Req>, clock: Clock): Re
     if (decision.allowed) return { key, cost, decision, allowed: true, status: 200, headers, body: undefined, settle };
     if (Number.isFinite(decision.retryAfterMs)) headers.push('Retry-After', String(seconds(decision.retryAfterMs)));
     headers.push('Cache-Control', 'no-store');
-    const status = degraded ? degradedStatus : deniedStatus;
+    const status = degraded ? degradedStatus : decision.policy === busyName ? busyStatus : deniedStatus;
     const denied = ({ body, contentType }: { body: string; contentType: string }): RateLimitOutcome => {
       headers.push('Content-Type', contentType);
       return { key, cost, decision, allowed: false, status, headers, body, settle: undefined };
@@ -63,7 +70,7 @@ export function responder<Req>(options: RateLimitOptions<Req>, clock: Clock): Re
       const custom = messageOf(request, { key, cost, decision });
       return isThenable(custom) ? custom.then((value) => denied(denialBody(value))) : denied(denialBody(custom));
     }
-    const problem = JSON.stringify(deniedProblem(decision, status, cost, policies));
+    const problem = JSON.stringify(deniedProblem(decision, status, cost, policies, concurrency));
     return denied({ body: problem, contentType: PROBLEM_CONTENT_TYPE });
   };
 }

@@ -103,7 +103,11 @@ function apply(
   }
   // Answered elsewhere while the decision was pending (a timeout, another plugin): add nothing, and leave
   // the request where that answer ended it.
-  if (reply.sent) return;
+  if (reply.sent) {
+    // A permit held by the decision goes back at once: the request does not go on.
+    void outcome.settle?.(undefined);
+    return;
+  }
   request.rateLimit = outcome;
   try {
     // Answering from a callback hook ends the request there; `done` is not called.

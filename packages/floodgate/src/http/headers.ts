@@ -1,5 +1,6 @@
 import { invalid } from '../errors.js';
 import { type Decision, type Policy, type PolicyDecision, quotaOf } from '../model/index.js';
+import type { ConcurrencyPolicy } from '../permits/policy.js';
 
 /**
  * Which rate-limit headers a response carries:
@@ -66,7 +67,17 @@ export interface HeaderWriterOptions {
   format: HeaderFormat;
   /** `qu` of `RateLimit-Policy` (`'requests'`, `'content-bytes'`, …); omitted when unset. */
   quotaUnit?: string | undefined;
+  /**
+   * The concurrency policy decided beside the rate policies, if any. In the `'ietf'` format it is an item
+   * of its own: `RateLimit-Policy: "concurrency";q=2;qu="concurrent-requests"` (no window: the quota is
+   * of requests in flight, not per period) and `RateLimit: "concurrency";r=1` (`t`, the seconds until a
+   * lease is sure to have run out, only on a refusal).
+   */
+  concurrency?: ConcurrencyPolicy | undefined;
 }
+
+/** The quota unit of a concurrency policy (the draft's RateLimit Quota Units registry). */
+export const CONCURRENT_REQUESTS = 'concurrent-requests';
 
 /**
  * Appends the rate-limit headers of a decision to `out` as name, value pairs. `policies` are the
@@ -78,6 +89,11 @@ export type HeaderWriter = (decision: Decision, policies: readonly Policy[], now
 export function headerWriter(options: HeaderWriterOptions): HeaderWriter {
   const { format } = options;
   const unit = options.quotaUnit === undefined ? '' : `;qu=${sfString(options.quotaUnit)}`;
+  const concurrency = options.concurrency;
+  const concurrencyItem =
+    concurrency === undefined
+      ? ''
+      : `${sfString(concurrency.name)};q=${concurrency.limit};qu=${sfString(CONCURRENT_REQUESTS)}`;
   const policyHeaders = new WeakMap<readonly Policy[], string>();
   const policyHeader = (policies: readonly Policy[]): string => {
     let value = policyHeaders.get(policies);
@@ -90,6 +106,8 @@ export function headerWriter(options: HeaderWriterOptions): HeaderWriter {
             : `${limit};w=${windowSeconds(policy)}`;
         })
         .join(', ');
+      if (format === 'ietf' && concurrencyItem !== '')
+        value = value === '' ? concurrencyItem : `${value}, ${concurrencyItem}`;
       policyHeaders.set(policies, value);
     }
     return value;
@@ -105,7 +123,12 @@ export function headerWriter(options: HeaderWriterOptions): HeaderWriter {
         for (let i = 0; i < parts.length; i++) {
           const part = parts[i] as PolicyDecision;
           if (i > 0) value += ', ';
-          value += `${sfString(part.policy)};r=${part.remaining};t=${resetSeconds(part)}`;
+          if (concurrency !== undefined && part.policy === concurrency.name) {
+            value += `${sfString(part.policy)};r=${part.remaining}`;
+            if (!part.allowed && Number.isFinite(part.retryAfterMs)) value += `;t=${seconds(part.retryAfterMs)}`;
+          } else {
+            value += `${sfString(part.policy)};r=${part.remaining};t=${resetSeconds(part)}`;
+          }
         }
         out.push('RateLimit-Policy', policyHeader(policies), 'RateLimit', value);
       };
@@ -160,7 +183,13 @@ export interface Problem {
 }
 
 /** The problem details of a denial: which policies refused, and why. */
-export function deniedProblem(decision: Decision, status: number, cost: number, policies: readonly Policy[]): Problem {
+export function deniedProblem(
+  decision: Decision,
+  status: number,
+  cost: number,
+  policies: readonly Policy[],
+  concurrency?: ConcurrencyPolicy,
+): Problem {
   const violated = decision.policies.filter((p) => !p.allowed).map((p) => p.policy);
   if (violated.length === 0) violated.push(decision.policy);
   if (decision.reason === 'degraded') {
@@ -176,7 +205,9 @@ export function deniedProblem(decision: Decision, status: number, cost: number, 
   const policy = JSON.stringify(decision.policy);
   const bound = policies.find((p) => p.name === decision.policy);
   const rate = bound === undefined ? `${decision.limit}` : `${policyLimit(bound)} per ${windowSeconds(bound)} s`;
-  if (decision.reason === 'exceeds-capacity') {
+  if (concurrency !== undefined && decision.policy === concurrency.name && decision.reason !== 'exceeds-capacity') {
+    detail = `Policy ${policy} admits ${concurrency.limit} in flight at once and has ${decision.remaining} free, fewer than this request needs (${cost}); retry when one ends (within ${seconds(decision.retryAfterMs)} s at most).`;
+  } else if (decision.reason === 'exceeds-capacity') {
     detail = `This request costs ${cost}, more than policy ${policy} admits at once (${decision.limit}); it can never pass as it is.`;
   } else if (decision.reason === 'blocked') {
     detail = `Policy ${policy} blocks this client; retry in ${seconds(decision.retryAfterMs)} s.`;

@@ -117,7 +117,22 @@ export function rateLimit(options: HonoRateLimitOptions): HonoRateLimit {
       for (let i = 0; i < headers.length; i += 2) record[headers[i] as string] = headers[i + 1] as string;
       return c.body(outcome.body ?? '', outcome.status as 429, record);
     }
-    await next();
+    const settle = outcome.settle;
+    // A client that goes away ends the request at once (and a permit it holds goes back), where the
+    // runtime aborts the request's signal then (@hono/node-server, Bun, Deno): its handler may run on.
+    const signal = settle === undefined ? undefined : (c.req.raw.signal as AbortSignal | undefined);
+    if (signal !== undefined) {
+      if (signal.aborted) void settle?.(undefined);
+      else signal.addEventListener('abort', () => void settle?.(undefined), { once: true });
+    }
+    try {
+      await next();
+    } catch (error) {
+      // Hono turns a handler's error into a response before this; should one still escape, a permit the
+      // request holds goes back.
+      void outcome.settle?.(undefined);
+      throw error;
+    }
     // After the handler, so the headers reach whatever response it built, `c.json()` or a raw Response.
     for (let i = 0; i < headers.length; i += 2) c.header(headers[i] as string, headers[i + 1] as string);
     if (outcome.settle !== undefined) {

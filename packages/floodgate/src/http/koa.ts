@@ -103,7 +103,11 @@ export function rateLimit<Ctx extends KoaContextLike = Context>(options: KoaRate
       return;
     }
     // Answered elsewhere while the decision was pending: add nothing to that response and do not go on.
-    if (ctx.headerSent === true) return;
+    if (ctx.headerSent === true) {
+      // A permit held by the decision goes back at once: the request does not go on.
+      void outcome.settle?.(undefined);
+      return;
+    }
     if (typeof ctx.state === 'object' && ctx.state !== null) (ctx.state as RateLimitState).rateLimit = outcome;
     if (!outcome.allowed) {
       if (handler === undefined) {

@@ -53,6 +53,11 @@ export function sendDenial(response: ServerResponse, outcome: RateLimitOutcome):
 
 /** Settles an admitted request's cost once its response is over: finished, or cut off (then it stays counted). */
 export function settleOnClose(response: ServerResponse, settle: NonNullable<RateLimitOutcome['settle']>): void {
+  // The client may have gone away while the decision was pending: 'close' was emitted already.
+  if (response.closed || response.destroyed) {
+    void settle(response.writableFinished ? response.statusCode : undefined);
+    return;
+  }
   response.once('close', () => {
     void settle(response.writableFinished ? response.statusCode : undefined);
   });

@@ -94,7 +94,11 @@ export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
   ): boolean | Promise<boolean> => {
     if (outcome === undefined) return true;
     // Something else answered while the decision was pending: add nothing, and the handler must not run.
-    if (response.headersSent) return false;
+    if (response.headersSent) {
+      // A permit held by the decision goes back at once: the handler will not run.
+      void outcome.settle?.(undefined);
+      return false;
+    }
     request.rateLimit = outcome;
     if (!outcome.allowed) {
       if (handler === undefined) {

@@ -3,6 +3,8 @@ import { invalid } from '../errors.js';
 import type { BreakerOptions } from '../limiter/breaker.js';
 import type { FailurePolicy, Limiter } from '../limiter/limiter.js';
 import type { Decision, Policy } from '../model/index.js';
+import type { ConcurrencyPolicy } from '../permits/policy.js';
+import type { PermitStore } from '../permits/store.js';
 import type { Store } from '../stores/store.js';
 import type { TrustProxy } from './client-address.js';
 import type { HeaderFormat } from './headers.js';
@@ -13,7 +15,8 @@ export type MaybePromise<T> = T | Promise<T>;
 /** Policies, or a function choosing them per request (per plan, per route); `undefined` skips limiting. */
 export type PoliciesOption<Req> =
   | Policy
-  | readonly Policy[]
+  | ConcurrencyPolicy
+  | readonly (Policy | ConcurrencyPolicy)[]
   | ((request: Req) => MaybePromise<Policy | readonly Policy[] | undefined>);
 
 /** Options every adapter's `rateLimit` takes; `Req` is the framework's request (or context). */
@@ -28,6 +31,12 @@ export interface RateLimitOptions<Req> {
   limiter?: Limiter;
   /** Store of the limiter built here. @default memoryStore() */
   store?: Store;
+  /**
+   * Permit store of the limiter built here, for a concurrency policy among `policies`
+   * (`memoryPermitStore()`, `redisPermitStore({ client })`): an admitted request holds a permit until its
+   * response is over or its client went away.
+   */
+  permits?: PermitStore;
   /** Key prefix of the limiter built here. @default 'http' */
   prefix?: string;
   /**
@@ -75,6 +84,11 @@ export interface RateLimitOptions<Req> {
   ipv4PrefixLength?: number;
   /** Status of a request denied by a policy. @default 429 */
   statusCode?: number;
+  /**
+   * Status of a request refused by the concurrency policy (all its permits in flight): 503 suits a limit
+   * that sheds load for the whole service rather than one client's quota. @default statusCode (429)
+   */
+  concurrencyStatusCode?: number;
   /** Status of a request refused because the store is down and `failure` is `'closed'`. @default 503 */
   degradedStatusCode?: number;
   /**
@@ -154,7 +168,7 @@ export interface RateLimitOutcome extends RateLimitInfo {
   readonly body: string | undefined;
   /**
    * Present when the request's cost may be given back (`skipFailedRequests`, `skipSuccessfulRequests`)
-   * or settled (`settle`):
+   * or settled (`settle`), or when it holds a permit of a concurrency policy (released by this call):
    * call it once the response is over, with its status code, or `undefined` when it never finished (then
    * the cost stays counted). Later calls do nothing; the promise never rejects.
    */

@@ -3,9 +3,12 @@ import { FloodgateError, invalid } from '../errors.js';
 import { isPlainKey, validateKey } from '../keys.js';
 import { type CompiledPolicy, compilePolicy } from '../model/compile.js';
 import { checkResolution, validateCost } from '../model/cost.js';
-import type { Decision } from '../model/decision.js';
+import type { Decision, PermitGrant } from '../model/decision.js';
 import { fixedWindow, type Policy } from '../model/policy.js';
 import type { Reservation } from '../model/reservation.js';
+import type { Permit } from '../permits/permit.js';
+import type { ConcurrencyPolicy } from '../permits/policy.js';
+import type { PermitStore } from '../permits/store.js';
 import {
   type FastPath,
   isSyncStore,
@@ -19,6 +22,7 @@ import { loadTelemetry, type Telemetry, telemetry, tick } from '../telemetry/ote
 import { type AcquireOptions, acquire } from './acquire.js';
 import { BlockedCache, type BlockedCacheOptions } from './blocked-cache.js';
 import { Breaker, type BreakerOptions, type BreakerState } from './breaker.js';
+import { ConcurrencyPart, splitPolicies } from './concurrent.js';
 import { cancelOnStore, decisionOf, requireReservable } from './reservation.js';
 import { requireSettleable, Settler } from './settle.js';
 import { isDegraded, isPending, type Outcome, StoreCall } from './store-call.js';
@@ -37,8 +41,17 @@ export { normalizePolicies } from './validation.js';
 export interface LimiterOptions {
   /** Where state lives. @default memoryStore() */
   store?: Store;
-  /** Policies enforced on every call, all-or-nothing. Calls may pass their own instead (tiers). */
-  policies?: Policy | readonly Policy[];
+  /**
+   * Policies enforced on every call, all-or-nothing. Calls may pass their own instead (tiers). One of
+   * them may be a concurrency policy (`concurrency({ limit, leaseMs })`, with `permits`): an admitted call
+   * then holds a permit until `limiter.release(decision)`, beside the rate policies' charge.
+   */
+  policies?: Policy | ConcurrencyPolicy | readonly (Policy | ConcurrencyPolicy)[];
+  /**
+   * Where the permits of a concurrency policy among `policies` live: `memoryPermitStore()` or
+   * `redisPermitStore({ client })` (floodgate/redis). Needed with a concurrency policy, refused without.
+   */
+  permits?: PermitStore;
   /** Namespace of this limiter's keys in the store. @default 'floodgate' */
   prefix?: string;
   /**
@@ -170,6 +183,27 @@ export function createLimiter(options: LimiterOptions): Limiter {
 
 const UNSET = Symbol('unset');
 
+/** A method that cannot hold a permit, on a limiter with a concurrency policy. */
+function noConcurrency(method: string): FloodgateError {
+  return new FloodgateError(
+    'ERR_INVALID_OPTION',
+    `${method}() cannot hold a permit: on a limiter with a concurrency policy, call limit() and release the decision`,
+    { option: 'policies' },
+  );
+}
+
+/** A permit store given without a concurrency policy is a mistake: nothing would use it. */
+function refuseLonePermits(permits: unknown): undefined {
+  if (permits !== undefined) {
+    throw new FloodgateError(
+      'ERR_INVALID_OPTION',
+      'permits is the store of a concurrency policy, and policies has none: add concurrency({ limit, leaseMs })',
+      { option: 'permits' },
+    );
+  }
+  return undefined;
+}
+
 /** Whether a cost-0 status may hide that a cost-1 call would be denied: some policy has less than 1 left. */
 function atLimit(now: Decision): boolean {
   return now.allowed && now.reason !== 'degraded' && now.policies.some((p) => p.remaining < 1);
@@ -241,6 +275,10 @@ export class Limiter {
   readonly timeoutMs: number | undefined;
   /** The local cache of denied keys, when enabled. */
   readonly blockedCache: BlockedCache | undefined;
+  /** The concurrency policy enforced beside the rate `policies`, when one was given. */
+  readonly concurrency: ConcurrencyPolicy | undefined;
+  /** The concurrency policy's permits (their store), when there is one. */
+  private readonly concurrent: ConcurrencyPart | undefined;
   private readonly compiled: readonly CompiledPolicy[];
   private readonly clock: Clock | undefined;
   private readonly syncStore: SyncStore | undefined;
@@ -260,7 +298,17 @@ export class Limiter {
   private readonly settledInStore: Limiter | undefined;
 
   constructor(options: LimiterOptions) {
-    const config = validateLimiterOptions(options, (value) => value instanceof Limiter);
+    const split =
+      typeof options === 'object' && options !== null && options.policies !== undefined
+        ? splitPolicies(options.policies)
+        : undefined;
+    const { policies: _, ...rest } =
+      typeof options === 'object' && options !== null ? options : { policies: undefined };
+    const rateOptions =
+      split?.concurrency === undefined
+        ? options
+        : ({ ...rest, ...(split.rate === undefined ? {} : { policies: split.rate }) } as LimiterOptions);
+    const config = validateLimiterOptions(rateOptions, (value) => value instanceof Limiter);
     this.store = config.store;
     this.failure = config.failure;
     this.timeoutMs = config.timeoutMs;
@@ -311,6 +359,25 @@ export class Limiter {
     });
     this.policies = config.policies;
     this.compiled = this.register(this.policies);
+    this.concurrent =
+      split?.concurrency === undefined
+        ? refuseLonePermits(options.permits)
+        : new ConcurrencyPart(
+            { ...split, concurrency: split.concurrency },
+            options.permits,
+            this.prefix,
+            config.clock,
+            {
+              names: this.policies.map((p) => p.name),
+              hasRate: (call) => call?.policies !== undefined || this.compiled.length > 0,
+              validate: (key, call) => {
+                this.request(key, call, true);
+              },
+              decide: (key, call, commit) => this.decide(key, call, commit),
+              failure: config.failure,
+            },
+          );
+    this.concurrency = this.concurrent?.policy;
     this.fast =
       this.clock !== undefined && this.compiled.length > 0
         ? this.syncStore?.fastPath?.(this.prefix, this.compiled, this.clock)
@@ -328,12 +395,76 @@ export class Limiter {
     void loadTelemetry();
   }
 
-  /** Decides a call and consumes its cost when admitted. */
+  /**
+   * Decides a call and consumes its cost when admitted. Under a concurrency policy an admitted call also
+   * holds a permit (`decision.permit`) until `limiter.release(decision)`.
+   */
   limit(key: string, options?: CallOptions): Promise<Decision> {
+    const concurrent = this.concurrent;
+    if (concurrent !== undefined) return this.holding(concurrent, key, options);
     const t = telemetry;
     if (t !== undefined) return this.observed(t, key, options, true);
     tick();
     return this.decide(key, options, true);
+  }
+
+  /** `limit` under a concurrency policy, reported to OpenTelemetry as `limit` reports a decision. */
+  private holding(concurrent: ConcurrencyPart, key: string, options: CallOptions | undefined): Promise<Decision> {
+    const t = telemetry;
+    if (t === undefined) {
+      tick();
+      return concurrent.limit(key, options);
+    }
+    const span = t.startSpan('limit');
+    const startedMs = t.now();
+    return concurrent.limit(key, options).then(
+      (decision) => {
+        t.decided(this.prefix, 'limit', key, decision, startedMs, span);
+        return decision;
+      },
+      (error: unknown) => {
+        t.failed(span, error);
+        throw error;
+      },
+    );
+  }
+
+  /**
+   * The live permit of a decision admitted under the limiter's concurrency policy (or of a copy of the
+   * decision, or of its `permit`): its `signal`, `refresh()`, `release()`, `await using`. Undefined once
+   * the permit was released or its lease lost, and for a decision without a permit.
+   */
+  permit(decision: Decision | PermitGrant): Permit | undefined {
+    return this.concurrent?.permitOf(decision);
+  }
+
+  /**
+   * Gives back the permit of a decision (or of a copy, or its `permit`), granted here or in another
+   * process. Resolves to whether this call ended a live lease: releasing twice, or a decision without a
+   * permit, changes nothing.
+   */
+  release(decision: Decision | PermitGrant): Promise<boolean> {
+    const concurrent = this.concurrent;
+    if (concurrent === undefined) return Promise.resolve(false);
+    try {
+      return concurrent.release(decision);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /**
+   * Extends the lease of a decision's permit to the policy's `leaseMs` from now, on the permit store's
+   * clock. Resolves to false when the lease already ran out (it is never taken back).
+   */
+  refresh(decision: Decision | PermitGrant): Promise<boolean> {
+    const concurrent = this.concurrent;
+    if (concurrent === undefined) return Promise.resolve(false);
+    try {
+      return concurrent.refresh(decision);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /** Decides a call as `limit` would, changing nothing. */
@@ -390,6 +521,7 @@ export class Limiter {
    * ```
    */
   acquire(key: string, options?: AcquireOptions): Promise<Decision> {
+    if (this.concurrent !== undefined) return Promise.reject(noConcurrency('acquire'));
     const t = telemetry;
     const waiting = acquire(this, this.clock ?? systemClock, key, options);
     if (t === undefined) return waiting;
@@ -637,6 +769,7 @@ export class Limiter {
 
   /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
   limitSync(key: string, options?: CallOptions): Decision {
+    if (this.concurrent !== undefined) throw noConcurrency('limitSync');
     const t = telemetry;
     if (t !== undefined) return this.observedSync(t, key, options, true);
     tick();

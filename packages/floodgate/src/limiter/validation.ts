@@ -42,6 +42,7 @@ const LIMITER_OPTIONS: readonly (keyof LimiterOptions)[] = [
   'settleWithinMs',
   'settleSecret',
   'settleOnce',
+  'permits',
 ];
 
 /** express-rate-limit's limit and window, which are a policy here. */
@@ -76,7 +77,9 @@ export function validateLimiterOptions(options: LimiterOptions, isLimiter: (valu
   if (typeof cache !== 'boolean' && (typeof cache !== 'object' || cache === null)) {
     throw invalid('ERR_INVALID_OPTION', 'blockedCache', cache, 'a boolean or blocked-cache options');
   }
-  const policies = options.policies === undefined ? [] : normalizePolicies(options.policies, 'policies');
+  // A concurrency policy was taken out by the limiter (limiter/concurrent.ts); one left here is refused as unknown.
+  const policies =
+    options.policies === undefined ? [] : normalizePolicies(options.policies as Policy | readonly Policy[], 'policies');
   const settleWithinMs = options.settleWithinMs ?? DEFAULT_SETTLE_WITHIN_MS;
   if (
     typeof settleWithinMs !== 'number' ||

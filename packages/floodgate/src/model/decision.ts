@@ -29,6 +29,25 @@ export interface PolicyDecision {
 }
 
 /**
+ * The permit a call admitted under a concurrency policy holds, as data: what `limiter.permit(decision)`,
+ * `limiter.release(decision)` and `limiter.refresh(decision)` need (from a copy of the decision too), and
+ * what another process needs to release it (`permits.release(key, leaseId)`).
+ */
+export interface PermitGrant {
+  /** The concurrency policy's name. */
+  policy: string;
+  key: string;
+  /** The lease's id in the permit store. */
+  leaseId: string;
+  /** The cost held. */
+  cost: number;
+  /** The grant's fencing token: larger than every earlier grant's on this key. */
+  fence: number;
+  /** How long the lease lasts without a refresh, ms. */
+  leaseMs: number;
+}
+
+/**
  * The answer to a call. A denial is data, not an exception. Every limiter returns plain data: spread,
  * `structuredClone` and `JSON.stringify` keep every field.
  *
@@ -43,6 +62,11 @@ export interface Decision extends PolicyDecision {
   reservation?: Reservation;
   /** Admitted with `settle: true`: what `limiter.settle` needs to charge the call's actual cost. */
   settlement?: Settlement;
+  /**
+   * Admitted under a concurrency policy: the permit it holds until `limiter.release(decision)` (or until
+   * its lease runs out). The live handle (its `signal`, `refresh`, `await using`) is `limiter.permit(decision)`.
+   */
+  permit?: PermitGrant;
 }
 
 /** Below this, whole µs are rounded up to ms in 32-bit integer arithmetic (`wholeUsToMs`). */

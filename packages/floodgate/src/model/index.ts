@@ -5,6 +5,7 @@ export { type DecideOptions, decide, evaluatePolicy, inspect, settleDenied } fro
 export {
   type Decision,
   type DecisionReason,
+  type PermitGrant,
   type PolicyDecision,
   toDecision,
   toPolicyDecision,

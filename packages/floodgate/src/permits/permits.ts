@@ -41,6 +41,12 @@ export interface PermitsOptions {
 export interface PermitCallOptions {
   /** The cost the permit holds: a whole number. @default 1 */
   cost?: number;
+  /**
+   * The lease's id, for a caller that must name it before the grant (a proxy that releases by request
+   * id): 22 characters of A-Z a-z 0-9 - _, unguessable by anyone who must not release it. A grant under
+   * the id of a live lease replaces that lease (one permit, not two). @default 128 random bits
+   */
+  leaseId?: string;
 }
 
 /**
@@ -86,7 +92,19 @@ export type WithPermitResult<T> =
  * }
  * ```
  */
+/** A permit call whose permit also tells `onEnd` how it ended (a limiter tracking the permits it granted). */
+export let limitTracked: (
+  permits: Permits,
+  key: string,
+  options: PermitCallOptions | undefined,
+  onEnd: (end: 'released' | 'lost') => void,
+) => Promise<PermitDecision>;
+
 export class Permits {
+  static {
+    limitTracked = (permits, key, options, onEnd) => permits.#limit(key, options, telemetry, onEnd);
+  }
+
   readonly policy: ConcurrencyPolicy;
   readonly prefix: string;
   readonly #host: PermitHost;
@@ -142,9 +160,15 @@ export class Permits {
     return decision;
   }
 
-  async #limit(key: string, options: PermitCallOptions | undefined, t: Telemetry | undefined): Promise<PermitDecision> {
+  async #limit(
+    key: string,
+    options: PermitCallOptions | undefined,
+    t: Telemetry | undefined,
+    tracked?: (end: 'released' | 'lost') => void,
+  ): Promise<PermitDecision> {
     validateKey(key);
     const cost = permitCost(options);
+    const leaseId = options?.leaseId === undefined ? newLeaseId() : validateLeaseId(options.leaseId);
     const { policy } = this;
     if (cost > policy.limit) {
       return {
@@ -159,7 +183,6 @@ export class Permits {
       };
     }
     const host = this.#host;
-    const leaseId = newLeaseId();
     const where = this.#storageKey(key);
     const sentMs = localMs(host.clock);
     const reply = await this.#call(() =>
@@ -200,11 +223,14 @@ export class Permits {
       decision.reason = 'limit';
       return decision;
     }
-    let onEnd: ((end: 'released' | 'lost') => void) | undefined;
+    let onEnd: ((end: 'released' | 'lost') => void) | undefined = tracked;
     if (t !== undefined) {
       const grantedMs = t.now();
       t.permitGranted(policy.name, cost);
-      onEnd = (end) => t.permitEnded(policy.name, cost, grantedMs, end);
+      onEnd = (end) => {
+        t.permitEnded(policy.name, cost, grantedMs, end);
+        tracked?.(end);
+      };
     }
     decision.permit = new Permit(
       host,

@@ -41,7 +41,7 @@ describe('unknown limiter options', () => {
 
   it('lists the options when no name is close', () => {
     expect(thrown(() => createLimiter({ policies, zzz: 1 } as LimiterOptions)).message).toBe(
-      'zzz is not an option of createLimiter (options: store, policies, prefix, clock, timeoutMs, failure, breaker, blockedCache, settleWithinMs, settleSecret, settleOnce)',
+      'zzz is not an option of createLimiter (options: store, policies, prefix, clock, timeoutMs, failure, breaker, blockedCache, settleWithinMs, settleSecret, settleOnce, permits)',
     );
     expect(closestOption('q', ['store', 'prefix'])).toBeUndefined();
   });

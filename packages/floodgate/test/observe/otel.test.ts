@@ -326,6 +326,40 @@ describe('OpenTelemetry, with a provider registered and nothing else set up', ()
     expect(JSON.stringify(after)).not.toContain(SECRET_KEY);
   });
 
+  it('counts a limiter call under a rate and a concurrency policy as one decision, its permit as a lease', async () => {
+    const limiter = createLimiter({
+      policies: [
+        fixedWindow({ name: 'calls', limit: 10, windowMs: 60_000 }),
+        concurrency({ name: 'slots', limit: 1, leaseMs: 30_000 }),
+      ],
+      store: memoryStore(),
+      permits: memoryPermitStore(),
+      prefix: 'both',
+    });
+    const a = await limiter.limit(SECRET_KEY);
+    expect((await limiter.limit(SECRET_KEY)).allowed).toBe(false);
+    const held = await collect();
+    expect(points(held, 'floodgate.permits.active')).toContainEqual({
+      attributes: { 'floodgate.policy': 'slots' },
+      value: 1,
+    });
+    await limiter.release(a);
+    const after = await collect();
+    expect(points(after, 'floodgate.permits.active')).toContainEqual({
+      attributes: { 'floodgate.policy': 'slots' },
+      value: 0,
+    });
+    expect(
+      points(after, 'floodgate.decisions')
+        .filter((p) => p.attributes['floodgate.prefix'] === 'both')
+        .map((p) => [p.attributes['floodgate.operation'], p.attributes['floodgate.result'], p.value]),
+    ).toEqual([
+      ['limit', 'allowed', 1],
+      ['limit', 'denied', 1],
+    ]);
+    expect(JSON.stringify(after)).not.toContain(SECRET_KEY);
+  });
+
   it('keeps at most 1000 decision series: policy names made per call fold into (other)', async () => {
     const limiter = createLimiter({ store: memoryStore(), prefix: 'names' });
     for (let i = 0; i < 2100; i++) {

@@ -96,7 +96,8 @@ export function encodeRateLimitResponse(
         w.string(3, o.envoy.name ?? '');
         resetMs = o.envoyResetMs ?? 0;
       } else {
-        const policies = o.policies as readonly Policy[];
+        // A permit's outcome has no rate policies: only its quota (the concurrency limit) is known.
+        const policies = o.policies ?? [];
         let policy: Policy | undefined;
         for (let j = 0; j < policies.length; j++) if ((policies[j] as Policy).name === d.policy) policy = policies[j];
         writeCurrentLimit(w, policy, d.limit);

@@ -1,4 +1,4 @@
-import type { Store } from 'floodgate';
+import type { PermitStore, Store } from 'floodgate';
 import type { OverrideBackend } from 'floodgate/overrides';
 
 /** A store opened from a URL, with what the service needs to release it. */
@@ -10,6 +10,8 @@ export interface OpenedStore {
   close(): Promise<void>;
   /** Where the store keeps stored overrides (its own keys or table), for the admin API. */
   readonly overrides?: OverrideBackend;
+  /** Where the store keeps concurrency permits, when it can (memory, Redis). */
+  readonly permits?: PermitStore;
   /** Readies the store (creates its tables); retried by readiness probes until it succeeds. */
   prepare?(): Promise<void>;
 }

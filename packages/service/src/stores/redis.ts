@@ -1,5 +1,5 @@
 import { redisOverrides } from 'floodgate/overrides';
-import { fromIoredis, redisStore } from 'floodgate/redis';
+import { fromIoredis, redisPermitStore, redisStore } from 'floodgate/redis';
 import { Cluster, Redis } from 'ioredis';
 import { type OpenedStore, redact, StoreUrlError } from './opened.js';
 
@@ -50,6 +50,7 @@ export async function openRedis(url: string, scheme: string): Promise<OpenedStor
   return {
     store,
     overrides: redisOverrides({ client: fromIoredis(client) }),
+    permits: redisPermitStore({ client: fromIoredis(client) }),
     description,
     close: async () => {
       await store.close();

@@ -1,0 +1,324 @@
+import type { Clock } from '../clock.js';
+import { describeValue, FloodgateError, invalid, isFloodgateError } from '../errors.js';
+import { validateKey } from '../keys.js';
+import type { Decision, PermitGrant, PolicyDecision } from '../model/decision.js';
+import type { Policy } from '../model/policy.js';
+import type { Permit } from '../permits/permit.js';
+import { createPermits, limitTracked, type PermitDecision, type Permits } from '../permits/permits.js';
+import type { ConcurrencyPolicy } from '../permits/policy.js';
+import type { PermitStore } from '../permits/store.js';
+import { hasMethods } from '../stores/kit/options.js';
+import type { CallOptions, FailurePolicy } from './limiter.js';
+
+/** How long a call refused because the permit store failed (failure `'closed'`) is told to wait, ms. */
+const DEGRADED_RETRY_MS = 1000;
+
+/** True for a concurrency policy given among a limiter's policies. */
+export function isConcurrencyPolicy(policy: unknown): policy is ConcurrencyPolicy {
+  return (
+    typeof policy === 'object' && policy !== null && (policy as { algorithm?: unknown }).algorithm === 'concurrency'
+  );
+}
+
+/** A limiter's `policies` split into its rate policies and at most one concurrency policy (and its place). */
+export interface SplitPolicies {
+  readonly rate: Policy | readonly Policy[] | undefined;
+  readonly concurrency: ConcurrencyPolicy | undefined;
+  /** The concurrency policy's index among the policies given, where its entry goes in `decision.policies`. */
+  readonly index: number;
+}
+
+/** Takes the concurrency policy out of a limiter's `policies` (the rate policies are validated by the limiter). */
+export function splitPolicies(policies: unknown): SplitPolicies {
+  if (!Array.isArray(policies)) {
+    if (isConcurrencyPolicy(policies)) return { rate: undefined, concurrency: policies, index: 0 };
+    return { rate: policies as Policy | undefined, concurrency: undefined, index: 0 };
+  }
+  let concurrency: ConcurrencyPolicy | undefined;
+  let index = 0;
+  const rate: Policy[] = [];
+  policies.forEach((policy: unknown, i) => {
+    if (!isConcurrencyPolicy(policy)) {
+      rate.push(policy as Policy);
+      return;
+    }
+    if (concurrency !== undefined) {
+      throw new FloodgateError('ERR_INVALID_POLICY', `policies[${i}] is a second concurrency policy: give one`, {
+        option: `policies[${i}]`,
+      });
+    }
+    concurrency = policy;
+    index = i;
+  });
+  return { rate: concurrency === undefined ? (policies as readonly Policy[]) : rate, concurrency, index };
+}
+
+/** What the concurrency part of a limiter needs of the limiter. */
+export interface RateSide {
+  /** The rate policies' names (a concurrency policy may not share one). */
+  readonly names: readonly string[];
+  /** Whether the call has rate policies to decide (its own, or the limiter's). */
+  hasRate(options: CallOptions | undefined): boolean;
+  /** Validates the call as the rate side will see it, before any store call. */
+  validate(key: string, options: CallOptions | undefined): void;
+  /** The rate side's decision, charging the call when `commit`. */
+  decide(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision>;
+  readonly failure: FailurePolicy;
+}
+
+/**
+ * The concurrency policy of a limiter, decided beside its rate policies, all or nothing. Two stores
+ * answer a call (the rate store and the permit store) so no single store call can decide both; the order
+ * makes it exact instead:
+ *
+ * 1. the permit first: when it is refused, the rate policies are only checked (cost 0 charged), so a
+ *    concurrency refusal charges no rate;
+ * 2. then the rate policies, charging the call; when they deny it, the permit just granted is released
+ *    before the decision is returned, so a rate denial holds no permit.
+ *
+ * Between 1 and 2 the permit counts as in flight: a concurrent call on the same key may be refused by the
+ * concurrency policy because of a call the rate policies then deny (a refusal too many, never a grant too
+ * many).
+ */
+export class ConcurrencyPart {
+  readonly policy: ConcurrencyPolicy;
+  readonly index: number;
+  readonly permits: Permits;
+  readonly #rate: RateSide;
+  /** The permits granted by this limiter and still held, by lease id (what `permitOf` answers from). */
+  readonly #held = new Map<string, Permit>();
+
+  constructor(
+    split: SplitPolicies & { concurrency: ConcurrencyPolicy },
+    store: PermitStore | undefined,
+    prefix: string,
+    clock: Clock | undefined,
+    rate: RateSide,
+  ) {
+    if (!hasMethods(store, 'acquire', 'refresh', 'release')) {
+      throw new FloodgateError(
+        'ERR_INVALID_OPTION',
+        `a concurrency policy needs a permit store: permits: memoryPermitStore() or redisPermitStore({ client }), got ${describeValue(store)}`,
+        { option: 'permits' },
+      );
+    }
+    if (rate.names.includes(split.concurrency.name)) {
+      throw new FloodgateError(
+        'ERR_INVALID_POLICY',
+        `policies has two policies named ${JSON.stringify(split.concurrency.name)}`,
+        { option: 'policies' },
+      );
+    }
+    this.policy = split.concurrency;
+    this.index = split.index;
+    this.permits = createPermits({
+      store: store as PermitStore,
+      policy: split.concurrency,
+      prefix,
+      ...(clock === undefined ? {} : { clock }),
+    });
+    this.#rate = rate;
+  }
+
+  /** How many permits this limiter granted that are still held (not released, lease not lost). */
+  get held(): number {
+    return this.#held.size;
+  }
+
+  /** Decides a call under the rate policies and the concurrency policy, all or nothing. */
+  async limit(key: string, options: CallOptions | undefined): Promise<Decision> {
+    validateKey(key);
+    const cost = permitCost(options);
+    if (options?.maxDelayMs !== undefined && options.maxDelayMs !== 0) {
+      throw new FloodgateError(
+        'ERR_INVALID_OPTION',
+        `maxDelayMs cannot be combined with a concurrency policy (a permit is held from the moment it is granted), got ${describeValue(options.maxDelayMs)}`,
+        { option: 'maxDelayMs' },
+      );
+    }
+    const rate = this.#rate;
+    const withRate = rate.hasRate(options);
+    if (withRate) rate.validate(key, options);
+    let granted: PermitDecision;
+    let leaseId = '';
+    try {
+      // The permit leaves the held ones when it ends: released, or its lease lost.
+      granted = await limitTracked(this.permits, key, { cost }, () => this.#held.delete(leaseId));
+    } catch (error) {
+      return this.#degraded(key, options, withRate, error);
+    }
+    const permit = granted.permit;
+    if (permit === undefined) {
+      // Refused: the rate policies are looked at, never charged.
+      const checked = withRate ? await rate.decide(key, options, false) : undefined;
+      return this.#combine(checked, this.#part(granted), false);
+    }
+    leaseId = permit.leaseId;
+    this.#held.set(leaseId, permit);
+    let decision: Decision | undefined;
+    try {
+      decision = withRate ? await rate.decide(key, options, true) : undefined;
+    } catch (error) {
+      await permit.release().catch(() => {});
+      throw error;
+    }
+    if (decision !== undefined && !decision.allowed) {
+      // Denied by a rate policy: the permit goes back before the decision is returned.
+      await permit.release().catch(() => {});
+      const part = this.#part(granted);
+      part.remaining = Math.min(this.policy.limit, part.remaining + cost);
+      return this.#combine(decision, part, false);
+    }
+    const combined = this.#combine(decision, this.#part(granted), true);
+    combined.permit = {
+      policy: this.policy.name,
+      key,
+      leaseId: permit.leaseId,
+      cost,
+      fence: permit.fence,
+      leaseMs: this.policy.leaseMs,
+    };
+    return combined;
+  }
+
+  /** The live permit of a decision this limiter granted (or a copy of it); undefined once it ended. */
+  permitOf(decision: Decision | PermitGrant): Permit | undefined {
+    const grant = grantOf(decision);
+    if (grant === undefined) return undefined;
+    const permit = this.#held.get(grant.leaseId);
+    return permit !== undefined && permit.key === grant.key && !permit.done ? permit : undefined;
+  }
+
+  /** Releases the permit of a decision: the live one held here, or by lease id (one granted elsewhere). */
+  release(decision: Decision | PermitGrant): Promise<boolean> {
+    const grant = grantOf(decision);
+    if (grant === undefined) return Promise.resolve(false);
+    const permit = this.#held.get(grant.leaseId);
+    if (permit !== undefined && permit.key === grant.key) return permit.release();
+    return this.permits.release(grant.key, grant.leaseId);
+  }
+
+  /** Extends the lease of a decision's permit (see `Permit.refresh`). */
+  refresh(decision: Decision | PermitGrant): Promise<boolean> {
+    const grant = grantOf(decision);
+    if (grant === undefined) return Promise.resolve(false);
+    const permit = this.#held.get(grant.leaseId);
+    if (permit !== undefined && permit.key === grant.key) return permit.refresh();
+    return this.permits.refresh(grant.key, grant.leaseId);
+  }
+
+  /** The permit store failed: the limiter's `failure` option decides, as for its rate store. */
+  async #degraded(key: string, options: CallOptions | undefined, withRate: boolean, error: unknown): Promise<Decision> {
+    const failure = this.#rate.failure;
+    if (failure === 'throw' || !isFloodgateError(error)) throw error;
+    const policy = this.policy;
+    if (failure === 'closed') {
+      const part: PolicyDecision = {
+        policy: policy.name,
+        allowed: false,
+        limit: policy.limit,
+        remaining: 0,
+        retryAfterMs: DEGRADED_RETRY_MS,
+        resetAfterMs: 0,
+        reason: 'degraded',
+      };
+      const denied = this.#combine(undefined, part, false);
+      return { ...denied, retryAfterMs: DEGRADED_RETRY_MS, reason: 'degraded' };
+    }
+    // Open (or a fallback limiter, which holds no permits): the rate policies alone decide.
+    const decision = withRate ? await this.#rate.decide(key, options, true) : undefined;
+    const part: PolicyDecision = {
+      policy: policy.name,
+      allowed: true,
+      limit: policy.limit,
+      remaining: policy.limit,
+      retryAfterMs: 0,
+      resetAfterMs: 0,
+      reason: 'degraded',
+    };
+    const combined = this.#combine(decision, part, decision?.allowed ?? true);
+    return combined.allowed ? { ...combined, reason: 'degraded' } : combined;
+  }
+
+  #part(d: PermitDecision): PolicyDecision {
+    const part: PolicyDecision = {
+      policy: d.policy,
+      allowed: d.allowed,
+      limit: d.limit,
+      remaining: d.remaining,
+      retryAfterMs: d.retryAfterMs,
+      resetAfterMs: d.resetAfterMs,
+    };
+    if (d.reason !== undefined) part.reason = d.reason;
+    return part;
+  }
+
+  /**
+   * One decision of the rate side's and the concurrency entry, by the rules of a decision under several
+   * policies: denied, the binding policy is the denying one with the longest wait; admitted, the one with
+   * the least left.
+   */
+  #combine(rate: Decision | undefined, part: PolicyDecision, allowed: boolean): Decision {
+    const parts = rate === undefined ? [] : [...rate.policies];
+    parts.splice(Math.min(this.index, parts.length), 0, part);
+    let bound = part;
+    let remaining = part.remaining;
+    let retryAfterMs = part.retryAfterMs;
+    for (const p of parts) {
+      if (p.remaining < remaining) remaining = p.remaining;
+      if (!allowed && p.retryAfterMs > retryAfterMs) retryAfterMs = p.retryAfterMs;
+      if (
+        allowed ? p.remaining < bound.remaining : !p.allowed && (bound.allowed || p.retryAfterMs > bound.retryAfterMs)
+      ) {
+        bound = p;
+      }
+    }
+    const decision: Decision = {
+      allowed,
+      limit: bound.limit,
+      remaining,
+      retryAfterMs: allowed ? 0 : retryAfterMs,
+      resetAfterMs:
+        allowed || !Number.isFinite(retryAfterMs) ? bound.resetAfterMs : Math.max(bound.resetAfterMs, retryAfterMs),
+      policy: bound.policy,
+      policies: parts,
+    };
+    if (!allowed && bound.reason !== undefined) decision.reason = bound.reason;
+    if (rate?.settlement !== undefined && allowed) decision.settlement = rate.settlement;
+    return decision;
+  }
+}
+
+/** The grant of a decision, or a grant itself; undefined for a decision without a permit. */
+function grantOf(value: Decision | PermitGrant): PermitGrant | undefined {
+  if (typeof value !== 'object' || value === null) {
+    throw invalid('ERR_INVALID_OPTION', 'decision', value, 'a decision or its permit');
+  }
+  const grant = 'leaseId' in value ? value : value.permit;
+  if (grant === undefined) return undefined;
+  if (
+    typeof grant !== 'object' ||
+    grant === null ||
+    typeof grant.key !== 'string' ||
+    typeof grant.leaseId !== 'string'
+  ) {
+    throw invalid('ERR_INVALID_OPTION', 'decision', value, 'a decision or its permit');
+  }
+  return grant;
+}
+
+/** The permit's cost: the call's cost, a whole number ≥ 1 (a cost-0 call would hold nothing). */
+function permitCost(options: CallOptions | undefined): number {
+  if (options !== undefined && (typeof options !== 'object' || options === null)) {
+    throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object');
+  }
+  const cost = options?.cost ?? 1;
+  if (typeof cost !== 'number' || !Number.isSafeInteger(cost) || cost < 1) {
+    throw new FloodgateError(
+      'ERR_INVALID_COST',
+      `cost must be a whole number from 1 to ${Number.MAX_SAFE_INTEGER} under a concurrency policy, got ${describeValue(cost)}`,
+      { option: 'cost' },
+    );
+  }
+  return cost;
+}
