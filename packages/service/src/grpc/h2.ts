@@ -25,6 +25,8 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError } from './hpack.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+/** The body of a request without DATA. */
+const EMPTY = Buffer.alloc(0);
 
 const DATA = 0x0;
 const HEADERS = 0x1;
@@ -94,6 +96,10 @@ export const STREAM_COST = 2048;
 const EVICT_QUIET_MS = 1000;
 /** A connection with fewer streams open than this may open one past the process's stream bounds. */
 export const FAIR_STREAMS = 4;
+/** Size of a connection's output buffer: the answers of a read's worth of calls (some 100 bytes each). */
+const OUT_SIZE = 4096;
+/** Largest output buffer a connection keeps between turns. */
+const OUT_KEPT = 16 * 1024;
 /** How many streams reset here are remembered, so that frames already on their way are ignored. */
 const RESETS_REMEMBERED = 4096;
 
@@ -397,9 +403,6 @@ class ConnectionError extends Error {
   }
 }
 
-/** Fields a request must not carry: they describe an HTTP/1.1 connection (RFC 9113 §8.2.2). */
-const CONNECTION_SPECIFIC = new Set(['connection', 'proxy-connection', 'keep-alive', 'transfer-encoding', 'upgrade']);
-
 /** A field name of lowercase token characters: none of 0x00-0x20, A-Z, 0x7f-0xff, nor a colon (§8.2.1). */
 function validName(name: string): boolean {
   if (name.length === 0) return false;
@@ -422,6 +425,37 @@ function validValue(value: string): boolean {
     if (c === 0 || c === 0x0a || c === 0x0d) return false;
   }
   return true;
+}
+
+/** The number 1 to 15 decimal digits spell, or -1 when `value` is not that. */
+function digits(value: string): number {
+  const n = value.length;
+  if (n === 0 || n > 15) return -1;
+  let out = 0;
+  for (let i = 0; i < n; i++) {
+    const d = value.charCodeAt(i) - 0x30;
+    if (d < 0 || d > 9) return -1;
+    out = out * 10 + d;
+  }
+  return out;
+}
+
+/** A regular field name a request may carry: valid (§8.2.1), not connection-specific (§8.2.2). */
+function allowedName(name: string): boolean {
+  if (!validName(name)) return false;
+  // By length first: a set lookup would hash every name, and most names are new strings on each call.
+  switch (name.length) {
+    case 7:
+      return name !== 'upgrade';
+    case 10:
+      return name !== 'connection' && name !== 'keep-alive';
+    case 16:
+      return name !== 'proxy-connection';
+    case 17:
+      return name !== 'transfer-encoding';
+    default:
+      return true;
+  }
 }
 
 /**
@@ -461,12 +495,12 @@ export function checkRequestFields(fields: readonly string[]): number | undefine
       continue;
     }
     regular = true;
-    if (!validName(name) || CONNECTION_SPECIFIC.has(name)) return undefined;
+    if (!allowedName(name)) return undefined;
     if (name === 'te') {
       if (value !== 'trailers') return undefined;
     } else if (name === 'content-length') {
-      if (!/^\d{1,15}$/.test(value)) return undefined;
-      const length = Number(value);
+      const length = digits(value);
+      if (length < 0) return undefined;
       if (contentLength !== -1 && contentLength !== length) return undefined;
       contentLength = length;
     }
@@ -478,7 +512,7 @@ export function checkRequestFields(fields: readonly string[]): number | undefine
 function validTrailers(fields: readonly string[]): boolean {
   for (let i = 0; i < fields.length; i += 2) {
     const name = fields[i] as string;
-    if (!validName(name) || CONNECTION_SPECIFIC.has(name) || !validValue(fields[i + 1] as string)) return false;
+    if (!allowedName(name) || !validValue(fields[i + 1] as string)) return false;
   }
   return true;
 }
@@ -629,8 +663,13 @@ export class H2Session {
   private goAwayId: number | undefined = undefined;
   private peerGoneAway = false;
   private ended = false;
-  /** Frames to write at the end of this turn. */
-  private out: Buffer[] = [];
+  /**
+   * Frames to write at the end of this turn: the first `outLength` bytes of `out`. A connection with
+   * streams open writes its next turn's frames into the same buffer when the last write went to the
+   * kernel whole; an idle one lets it go (see {@link flush}).
+   */
+  private out: Buffer | undefined = undefined;
+  private outLength = 0;
   private flushQueued = false;
   private processing = false;
   /** A header block whose CONTINUATIONs are still arriving (copies, counted in the shared bytes). */
@@ -688,6 +727,8 @@ export class H2Session {
   private timeoutAt: number;
   /** The client's address, for the per-address connection cap. */
   readonly address: string;
+  /** Whether the socket is plain TCP (not TLS): see {@link flush}. */
+  private readonly cleartext: boolean;
 
   constructor(
     readonly socket: Socket,
@@ -706,6 +747,7 @@ export class H2Session {
     this.timeoutTokens = this.limits.timeoutBurst;
     this.timeoutAt = this.openedAt;
     this.address = socket.remoteAddress ?? '';
+    this.cleartext = (socket as { encrypted?: boolean }).encrypted !== true;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     socket.on('error', () => {});
@@ -749,7 +791,9 @@ export class H2Session {
     this.goAwayId = this.lastStreamId;
     this.queueGoAway(H2Error.NO_ERROR, 'too many connections');
     this.ended = true;
-    this.socket.pause();
+    // Reading goes on (what comes is dropped unparsed): the peer's FIN closes the socket at once. Paused,
+    // the socket would only close when the linger timer cut it, and a client that reopens each connection
+    // it loses would keep that many seconds of its connections (socket, session, buffers) in memory.
     this.flush();
     this.endSocket();
     this.onEnd(this);
@@ -821,6 +865,8 @@ export class H2Session {
       return;
     }
     if (this.streams.size !== 0 || this.held !== 0 || this.goAwayId !== undefined || this.block !== undefined) return;
+    // Idle: the output buffer kept for the next answers goes (it is empty outside a turn).
+    this.out = undefined;
     if (this.lastStreamId === 0) {
       if (now - this.openedAt > limits.noStreamTimeoutMs) {
         this.shared.limit('no_stream_timeout');
@@ -1233,7 +1279,8 @@ export class H2Session {
   /** The peer ended its side: hand the body over, and close the stream if it is answered. */
   private remoteEnd(stream: H2Stream): void {
     stream.remoteEnded = true;
-    const body = stream.body === undefined ? Buffer.alloc(0) : stream.body.subarray(0, stream.size);
+    const held = stream.body;
+    const body = held === undefined ? EMPTY : held.length === stream.size ? held : held.subarray(0, stream.size);
     const discarded = stream.discarding;
     this.release(stream);
     if (stream.answered) {
@@ -1315,20 +1362,21 @@ export class H2Session {
     const length = payload.length + 5;
     if (length <= this.sendWindow && length <= stream.sendWindow && length <= this.peerMaxFrame) {
       // The usual case: all three frames in one buffer.
-      const headersEnd = 9 + RESPONSE_BLOCK.length;
+      const at = this.outLength;
+      const headersEnd = at + 9 + RESPONSE_BLOCK.length;
       const dataEnd = headersEnd + 9 + length;
-      const out = Buffer.allocUnsafe(dataEnd + 9 + OK_TRAILERS_BLOCK.length);
-      frameHeader(out, 0, RESPONSE_BLOCK.length, HEADERS, FLAG_END_HEADERS, stream.id);
-      RESPONSE_BLOCK.copy(out, 9);
+      const out = this.reserve(dataEnd + 9 + OK_TRAILERS_BLOCK.length - at);
+      frameHeader(out, at, RESPONSE_BLOCK.length, HEADERS, FLAG_END_HEADERS, stream.id);
+      RESPONSE_BLOCK.copy(out, at + 9);
       frameHeader(out, headersEnd, length, DATA, 0, stream.id);
       out[headersEnd + 9] = 0;
       out.writeUInt32BE(payload.length, headersEnd + 10);
       payload.copy(out, headersEnd + 14);
       frameHeader(out, dataEnd, OK_TRAILERS_BLOCK.length, HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, stream.id);
       OK_TRAILERS_BLOCK.copy(out, dataEnd + 9);
+      this.outLength = dataEnd + 9 + OK_TRAILERS_BLOCK.length;
       this.sendWindow -= length;
       stream.sendWindow -= length;
-      this.queue(out);
       this.localEnd(stream);
       this.schedule();
       return;
@@ -1476,7 +1524,20 @@ export class H2Session {
   }
 
   private queue(buf: Buffer): void {
-    this.out.push(buf);
+    buf.copy(this.reserve(buf.length), this.outLength);
+    this.outLength += buf.length;
+  }
+
+  /** The output buffer, with room for `bytes` more after {@link outLength}. */
+  private reserve(bytes: number): Buffer {
+    const out = this.out;
+    const need = this.outLength + bytes;
+    if (out !== undefined && need <= out.length) return out;
+    // Not from Buffer's shared pool (this size never is): a buffer kept between turns holds only itself.
+    const grown = Buffer.allocUnsafe(Math.max(OUT_SIZE, need, 2 * (out?.length ?? 0)));
+    out?.copy(grown, 0, 0, this.outLength);
+    this.out = grown;
+    return grown;
   }
 
   /** Flushes at the end of this turn (answers made outside a read, e.g. after an asynchronous store). */
@@ -1491,13 +1552,18 @@ export class H2Session {
 
   private flush(): void {
     const out = this.out;
-    if (out.length === 0 || this.socket.destroyed) {
-      out.length = 0;
+    const length = this.outLength;
+    this.outLength = 0;
+    if (out === undefined || length === 0 || this.socket.destroyed) {
+      this.out = undefined;
       return;
     }
-    this.out = [];
-    this.socket.write(out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out), this.written);
+    this.socket.write(out.subarray(0, length), this.written);
     this.countUnsent();
+    // Written whole to the kernel (nothing left in the socket's queue), the buffer is free again: the
+    // connection writes its next frames into it. Kept only on a cleartext socket (TLS may hold on to what
+    // it was given) and up to OUT_KEPT bytes; a connection idle at the next sweep lets it go (see check).
+    if (this.unsent !== 0 || out.length > OUT_KEPT || !this.cleartext) this.out = undefined;
     if (
       this.pausedSince === 0 &&
       this.unsent > 0 &&
@@ -1537,6 +1603,7 @@ export class H2Session {
     this.unsent = 0;
     this.restCharged = 0;
     this.rest = undefined;
+    this.out = undefined;
     this.onEnd(this);
   }
 }
