@@ -1476,7 +1476,9 @@ export class H2Session {
     this.shared.buffered -= STREAM_COST;
     if (stream.holding) this.held++;
     this.streams.delete(stream.id);
-    this.blocked.delete(stream);
+    // Only a stream with an answer waiting is in `blocked`: a set lookup would give every stream an
+    // identity hash, which V8 makes on first use.
+    if (stream.pending !== undefined) this.blocked.delete(stream);
     this.release(stream);
     stream.pending = undefined;
     if (!stream.answered) stream.handler?.aborted();
