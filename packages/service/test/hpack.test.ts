@@ -633,3 +633,42 @@ describe('HpackDecoder: against a reference encoder', () => {
     expect(dynamicTable(decoder)).toEqual(table);
   });
 });
+
+describe('HpackDecoder: wellFormed', () => {
+  /** A literal field with incremental indexing and a new name (RFC 7541 §6.2.1), raw strings. */
+  const indexed = (name: string, value: string) =>
+    Buffer.from([0x40, name.length, ...Buffer.from(name, 'latin1'), value.length, ...Buffer.from(value, 'latin1')]);
+  /** The same, without indexing (§6.2.2). */
+  const plain = (name: string, value: string) =>
+    Buffer.from([0x00, name.length, ...Buffer.from(name, 'latin1'), value.length, ...Buffer.from(value, 'latin1')]);
+
+  it('is true for well-formed fields, from the static table, literals and entries reused by index', () => {
+    const decoder = new HpackDecoder();
+    decoder.decode(Buffer.concat([encodeIndexed(3), indexed('x-a', 'b c')]), 1 << 20);
+    expect(decoder.wellFormed).toBe(true);
+    // The entry just added is index 62.
+    decoder.decode(Buffer.concat([Buffer.from([0x80 | 62]), plain('x-d', 'e')]), 1 << 20);
+    expect(decoder.wellFormed).toBe(true);
+  });
+
+  it.each([
+    ['a CR in a value', 'x-a', 'b\rc'],
+    ['an LF in a value', 'x-a', 'b\nc'],
+    ['a NUL in a value', 'x-a', 'b\0c'],
+    ['a space ending a value', 'x-a', 'b '],
+    ['a tab opening a value', 'x-a', '\tb'],
+    ['an uppercase name', 'X-a', 'b'],
+    ['a colon inside a name', 'x:a', 'b'],
+    ['an empty name', '', 'b'],
+  ])('is false for %s, and stays false each time its entry is reused by index', (_what, name, value) => {
+    const decoder = new HpackDecoder();
+    decoder.decode(indexed(name, value), 1 << 20);
+    expect(decoder.wellFormed).toBe(false);
+    decoder.decode(encodeIndexed(3), 1 << 20);
+    expect(decoder.wellFormed).toBe(true);
+    decoder.decode(Buffer.concat([encodeIndexed(3), Buffer.from([0x80 | 62])]), 1 << 20);
+    expect(decoder.wellFormed).toBe(false);
+    decoder.decode(plain(name, value), 1 << 20);
+    expect(decoder.wellFormed).toBe(false);
+  });
+});

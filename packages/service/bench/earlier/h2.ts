@@ -18,7 +18,7 @@
 // push (announced off), the HTTP/1.1 Upgrade to h2c, priorities (parsed and ignored, as §5.3.2 allows).
 
 import { createServer, type Server, type Socket } from 'node:net';
-import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError } from '../../src/grpc/hpack.js';
+import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError } from './hpack.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 

@@ -22,9 +22,11 @@
 // process, the bytes all connections buffer and the number of connections (see H2_LIMITS).
 
 import { createServer, type Server, type Socket } from 'node:net';
-import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError } from './hpack.js';
+import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError, validName, validValue } from './hpack.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+/** The body of a request without DATA. */
+const EMPTY = Buffer.alloc(0);
 
 const DATA = 0x0;
 const HEADERS = 0x1;
@@ -94,6 +96,10 @@ export const STREAM_COST = 2048;
 const EVICT_QUIET_MS = 1000;
 /** A connection with fewer streams open than this may open one past the process's stream bounds. */
 export const FAIR_STREAMS = 4;
+/** Size of a connection's output buffer: the answers of a read's worth of calls (some 100 bytes each). */
+const OUT_SIZE = 4096;
+/** Largest output buffer a connection keeps between turns. */
+const OUT_KEPT = 16 * 1024;
 /** How many streams reset here are remembered, so that frames already on their way are ignored. */
 const RESETS_REMEMBERED = 4096;
 
@@ -263,45 +269,59 @@ const OK_TRAILERS_BLOCK = encodeLiteral('grpc-status', '0');
 const TRAILERS_ONLY_PREFIX = Buffer.concat([encodeIndexed(8), encodeLiteral('content-type', 'application/grpc')]);
 
 /** One request stream. Answered once, by {@link sendMessage}, {@link sendStatus} or {@link sendHttpStatus}. */
+// The fields of a stream, made for every call, are `declare`d and set in the constructor: assigned, not
+// defined as class fields are (ES2022 [[Define]] semantics), which costs V8 several times as much per
+// field; on the 2-core machine, some 10 % of the transport's CPU per call.
 export class H2Stream {
   /** Hears of the body and of an abort; set by {@link H2ServerOptions.onStream}. */
-  handler: StreamHandler | undefined = undefined;
+  declare handler: StreamHandler | undefined;
   /** The peer ended its side (END_STREAM). */
-  remoteEnded = false;
+  declare remoteEnded: boolean;
   /** This side has answered. */
-  answered = false;
+  declare answered: boolean;
   /** No more frames either way. */
-  closed = false;
-  sendWindow: number;
+  declare closed: boolean;
+  declare sendWindow: number;
   /** What the peer may still send on this stream: the window this side announced, never given back. */
-  recvWindow: number;
+  declare recvWindow: number;
   /** The request's content-length, or -1 when it has none. */
-  contentLength = -1;
+  declare contentLength: number;
   /** Bytes of DATA payload received (padding excluded), checked against {@link contentLength}. */
-  received = 0;
+  declare received: number;
   /**
    * Request body: its first `size` bytes. A copy of the DATA, grown as it comes, so that neither the reads
    * it came in nor one object per frame are held; only a body that arrives whole in its last frame is a
    * view of the read, handed over at once.
    */
-  body: Buffer | undefined = undefined;
-  size = 0;
+  declare body: Buffer | undefined;
+  declare size: number;
   /** The body went past its limit: DATA is counted, not kept. */
-  discarding = false;
+  declare discarding: boolean;
   /** Work is under way for this stream (see {@link hold}). */
-  holding = false;
+  declare holding: boolean;
   /** DATA (and trailers) of the answer waiting for the peer's flow-control window. */
-  pending: Buffer | undefined = undefined;
-  pendingTrailers: Buffer | undefined = undefined;
+  declare pending: Buffer | undefined;
+  declare pendingTrailers: Buffer | undefined;
+  declare readonly session: H2Session;
+  declare readonly id: number;
 
-  constructor(
-    readonly session: H2Session,
-    readonly id: number,
-    sendWindow: number,
-    recvWindow: number,
-  ) {
+  constructor(session: H2Session, id: number, sendWindow: number, recvWindow: number, contentLength: number) {
+    this.session = session;
+    this.id = id;
+    this.handler = undefined;
+    this.remoteEnded = false;
+    this.answered = false;
+    this.closed = false;
     this.sendWindow = sendWindow;
     this.recvWindow = recvWindow;
+    this.contentLength = contentLength;
+    this.received = 0;
+    this.body = undefined;
+    this.size = 0;
+    this.discarding = false;
+    this.holding = false;
+    this.pending = undefined;
+    this.pendingTrailers = undefined;
   }
 
   /** Answers one gRPC message (`payload` unframed) and status OK. */
@@ -397,40 +417,49 @@ class ConnectionError extends Error {
   }
 }
 
-/** Fields a request must not carry: they describe an HTTP/1.1 connection (RFC 9113 §8.2.2). */
-const CONNECTION_SPECIFIC = new Set(['connection', 'proxy-connection', 'keep-alive', 'transfer-encoding', 'upgrade']);
-
-/** A field name of lowercase token characters: none of 0x00-0x20, A-Z, 0x7f-0xff, nor a colon (§8.2.1). */
-function validName(name: string): boolean {
-  if (name.length === 0) return false;
-  for (let i = 0; i < name.length; i++) {
-    const c = name.charCodeAt(i);
-    if (c <= 0x20 || (c >= 0x41 && c <= 0x5a) || c >= 0x7f || c === 0x3a) return false;
+/** The number 1 to 15 decimal digits spell, or -1 when `value` is not that. */
+function digits(value: string): number {
+  const n = value.length;
+  if (n === 0 || n > 15) return -1;
+  let out = 0;
+  for (let i = 0; i < n; i++) {
+    const d = value.charCodeAt(i) - 0x30;
+    if (d < 0 || d > 9) return -1;
+    out = out * 10 + d;
   }
-  return true;
+  return out;
 }
 
-/** A field value without NUL, CR or LF, and without whitespace at either end (§8.2.1). */
-function validValue(value: string): boolean {
-  const n = value.length;
-  if (n === 0) return true;
-  const first = value.charCodeAt(0);
-  const last = value.charCodeAt(n - 1);
-  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) return false;
-  for (let i = 0; i < n; i++) {
-    const c = value.charCodeAt(i);
-    if (c === 0 || c === 0x0a || c === 0x0d) return false;
+/** A regular field name a request may carry: valid (§8.2.1), not connection-specific (§8.2.2). */
+function allowedName(name: string): boolean {
+  return validName(name) && !connectionSpecific(name);
+}
+
+/** A field that describes an HTTP/1.1 connection, which a request must not carry (§8.2.2). */
+function connectionSpecific(name: string): boolean {
+  // By length first: a set lookup would hash every name, and most names are new strings on each call.
+  switch (name.length) {
+    case 7:
+      return name === 'upgrade';
+    case 10:
+      return name === 'connection' || name === 'keep-alive';
+    case 16:
+      return name === 'proxy-connection';
+    case 17:
+      return name === 'transfer-encoding';
+    default:
+      return false;
   }
-  return true;
 }
 
 /**
  * Checks a request's header list (RFC 9113 §8.2 and §8.3.1): `:method`, `:scheme` and a non-empty `:path`
  * once each, `:authority` at most once, no other pseudo-header, pseudo-headers first, valid names and
  * values, no connection-specific field, `te` only `trailers`, one content-length of digits. Returns the
- * content-length (-1 when absent), or undefined when the request is malformed.
+ * content-length (-1 when absent), or undefined when the request is malformed. `wellFormed`: the HPACK
+ * decoder found every name and value valid already (HpackDecoder.wellFormed), so they are not scanned again.
  */
-export function checkRequestFields(fields: readonly string[]): number | undefined {
+export function checkRequestFields(fields: readonly string[], wellFormed = false): number | undefined {
   let method = false;
   let scheme = false;
   let path = false;
@@ -440,7 +469,7 @@ export function checkRequestFields(fields: readonly string[]): number | undefine
   for (let i = 0; i < fields.length; i += 2) {
     const name = fields[i] as string;
     const value = fields[i + 1] as string;
-    if (!validValue(value)) return undefined;
+    if (!wellFormed && !validValue(value)) return undefined;
     if (name.charCodeAt(0) === 0x3a) {
       if (regular) return undefined;
       if (name === ':method') {
@@ -461,12 +490,12 @@ export function checkRequestFields(fields: readonly string[]): number | undefine
       continue;
     }
     regular = true;
-    if (!validName(name) || CONNECTION_SPECIFIC.has(name)) return undefined;
+    if (wellFormed ? connectionSpecific(name) : !allowedName(name)) return undefined;
     if (name === 'te') {
       if (value !== 'trailers') return undefined;
     } else if (name === 'content-length') {
-      if (!/^\d{1,15}$/.test(value)) return undefined;
-      const length = Number(value);
+      const length = digits(value);
+      if (length < 0) return undefined;
       if (contentLength !== -1 && contentLength !== length) return undefined;
       contentLength = length;
     }
@@ -478,7 +507,7 @@ export function checkRequestFields(fields: readonly string[]): number | undefine
 function validTrailers(fields: readonly string[]): boolean {
   for (let i = 0; i < fields.length; i += 2) {
     const name = fields[i] as string;
-    if (!validName(name) || CONNECTION_SPECIFIC.has(name) || !validValue(fields[i + 1] as string)) return false;
+    if (!allowedName(name) || !validValue(fields[i + 1] as string)) return false;
   }
   return true;
 }
@@ -629,8 +658,13 @@ export class H2Session {
   private goAwayId: number | undefined = undefined;
   private peerGoneAway = false;
   private ended = false;
-  /** Frames to write at the end of this turn. */
-  private out: Buffer[] = [];
+  /**
+   * Frames to write at the end of this turn: the first `outLength` bytes of `out`. A connection with
+   * streams open writes its next turn's frames into the same buffer when the last write went to the
+   * kernel whole; an idle one lets it go (see {@link flush}).
+   */
+  private out: Buffer | undefined = undefined;
+  private outLength = 0;
   private flushQueued = false;
   private processing = false;
   /** A header block whose CONTINUATIONs are still arriving (copies, counted in the shared bytes). */
@@ -644,7 +678,7 @@ export class H2Session {
    * The window every stream gets (SETTINGS_INITIAL_WINDOW_SIZE): room for the largest body, so that no
    * stream window is ever given back, and a peer that sends past it is caught whatever its timing.
    */
-  private readonly streamWindow: number;
+  private readonly streamWindow: number = 0;
   /** Streams whose answer waits for window. */
   private readonly blocked = new Set<H2Stream>();
   /** Bytes of request bodies held. */
@@ -662,10 +696,12 @@ export class H2Session {
    */
   private readonly resetHere = new Set<number>();
   private lingerTimer: NodeJS.Timeout | undefined;
+  // Numbers that may hold fractions or Date.now()'s values start as numbers (0), not undefined: a field
+  // defined undefined is stored as a reference, and every such number assigned to it is a new heap object.
   // Timeouts, checked by Shared's timer (times from Date.now()).
-  private readonly openedAt: number;
+  private readonly openedAt: number = 0;
   /** When the last read came. */
-  private lastReadAt: number;
+  private lastReadAt: number = 0;
   /** When the frame left unfinished at the end of the last read began (0: none). */
   private partialSince = 0;
   /** When the header block under way began (0: none). */
@@ -678,16 +714,18 @@ export class H2Session {
   /** Control-frame answers written since the output last drained. */
   private controlQueued = 0;
   /** PINGs and SETTINGS the peer may still send (a token bucket). */
-  private controlTokens: number;
-  private controlAt: number;
+  private controlTokens: number = 0;
+  private controlAt: number = 0;
   /** Stream resets the peer may still cause (a token bucket). */
-  private resetTokens: number;
-  private resetAt: number;
+  private resetTokens: number = 0;
+  private resetAt: number = 0;
   /** Streams that may still end by timeout (a token bucket). */
-  private timeoutTokens: number;
-  private timeoutAt: number;
+  private timeoutTokens: number = 0;
+  private timeoutAt: number = 0;
   /** The client's address, for the per-address connection cap. */
   readonly address: string;
+  /** Whether the socket is plain TCP (not TLS): see {@link flush}. */
+  private readonly cleartext: boolean;
 
   constructor(
     readonly socket: Socket,
@@ -706,6 +744,7 @@ export class H2Session {
     this.timeoutTokens = this.limits.timeoutBurst;
     this.timeoutAt = this.openedAt;
     this.address = socket.remoteAddress ?? '';
+    this.cleartext = (socket as { encrypted?: boolean }).encrypted !== true;
     socket.setNoDelay(true);
     socket.on('data', (chunk: Buffer) => this.read(chunk));
     socket.on('error', () => {});
@@ -749,7 +788,9 @@ export class H2Session {
     this.goAwayId = this.lastStreamId;
     this.queueGoAway(H2Error.NO_ERROR, 'too many connections');
     this.ended = true;
-    this.socket.pause();
+    // Reading goes on (what comes is dropped unparsed): the peer's FIN closes the socket at once. Paused,
+    // the socket would only close when the linger timer cut it, and a client that reopens each connection
+    // it loses would keep that many seconds of its connections (socket, session, buffers) in memory.
     this.flush();
     this.endSocket();
     this.onEnd(this);
@@ -821,6 +862,8 @@ export class H2Session {
       return;
     }
     if (this.streams.size !== 0 || this.held !== 0 || this.goAwayId !== undefined || this.block !== undefined) return;
+    // Idle: the output buffer kept for the next answers goes (it is empty outside a turn).
+    this.out = undefined;
     if (this.lastStreamId === 0) {
       if (now - this.openedAt > limits.noStreamTimeoutMs) {
         this.shared.limit('no_stream_timeout');
@@ -1207,7 +1250,7 @@ export class H2Session {
     if (this.controlTokens < this.limits.controlFrameBurst) this.controlTokens++;
     let contentLength = -1;
     if (fields !== undefined) {
-      const checked = selfDependent ? undefined : checkRequestFields(fields);
+      const checked = selfDependent ? undefined : checkRequestFields(fields, this.decoder.wellFormed);
       if (checked === undefined) {
         // A malformed request: a stream error (§8.1.1), the connection goes on.
         this.resetStream(id, H2Error.PROTOCOL_ERROR);
@@ -1219,8 +1262,7 @@ export class H2Session {
       }
       contentLength = checked;
     }
-    const stream = new H2Stream(this, id, this.peerInitialWindow, this.streamWindow);
-    stream.contentLength = contentLength;
+    const stream = new H2Stream(this, id, this.peerInitialWindow, this.streamWindow, contentLength);
     this.streams.set(id, stream);
     shared.streams++;
     shared.buffered += STREAM_COST;
@@ -1233,7 +1275,8 @@ export class H2Session {
   /** The peer ended its side: hand the body over, and close the stream if it is answered. */
   private remoteEnd(stream: H2Stream): void {
     stream.remoteEnded = true;
-    const body = stream.body === undefined ? Buffer.alloc(0) : stream.body.subarray(0, stream.size);
+    const held = stream.body;
+    const body = held === undefined ? EMPTY : held.length === stream.size ? held : held.subarray(0, stream.size);
     const discarded = stream.discarding;
     this.release(stream);
     if (stream.answered) {
@@ -1315,20 +1358,21 @@ export class H2Session {
     const length = payload.length + 5;
     if (length <= this.sendWindow && length <= stream.sendWindow && length <= this.peerMaxFrame) {
       // The usual case: all three frames in one buffer.
-      const headersEnd = 9 + RESPONSE_BLOCK.length;
+      const at = this.outLength;
+      const headersEnd = at + 9 + RESPONSE_BLOCK.length;
       const dataEnd = headersEnd + 9 + length;
-      const out = Buffer.allocUnsafe(dataEnd + 9 + OK_TRAILERS_BLOCK.length);
-      frameHeader(out, 0, RESPONSE_BLOCK.length, HEADERS, FLAG_END_HEADERS, stream.id);
-      RESPONSE_BLOCK.copy(out, 9);
+      const out = this.reserve(dataEnd + 9 + OK_TRAILERS_BLOCK.length - at);
+      frameHeader(out, at, RESPONSE_BLOCK.length, HEADERS, FLAG_END_HEADERS, stream.id);
+      RESPONSE_BLOCK.copy(out, at + 9);
       frameHeader(out, headersEnd, length, DATA, 0, stream.id);
       out[headersEnd + 9] = 0;
       out.writeUInt32BE(payload.length, headersEnd + 10);
       payload.copy(out, headersEnd + 14);
       frameHeader(out, dataEnd, OK_TRAILERS_BLOCK.length, HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, stream.id);
       OK_TRAILERS_BLOCK.copy(out, dataEnd + 9);
+      this.outLength = dataEnd + 9 + OK_TRAILERS_BLOCK.length;
       this.sendWindow -= length;
       stream.sendWindow -= length;
-      this.queue(out);
       this.localEnd(stream);
       this.schedule();
       return;
@@ -1432,7 +1476,9 @@ export class H2Session {
     this.shared.buffered -= STREAM_COST;
     if (stream.holding) this.held++;
     this.streams.delete(stream.id);
-    this.blocked.delete(stream);
+    // Only a stream with an answer waiting is in `blocked`: a set lookup would give every stream an
+    // identity hash, which V8 makes on first use.
+    if (stream.pending !== undefined) this.blocked.delete(stream);
     this.release(stream);
     stream.pending = undefined;
     if (!stream.answered) stream.handler?.aborted();
@@ -1476,7 +1522,20 @@ export class H2Session {
   }
 
   private queue(buf: Buffer): void {
-    this.out.push(buf);
+    buf.copy(this.reserve(buf.length), this.outLength);
+    this.outLength += buf.length;
+  }
+
+  /** The output buffer, with room for `bytes` more after {@link outLength}. */
+  private reserve(bytes: number): Buffer {
+    const out = this.out;
+    const need = this.outLength + bytes;
+    if (out !== undefined && need <= out.length) return out;
+    // Not from Buffer's shared pool (this size never is): a buffer kept between turns holds only itself.
+    const grown = Buffer.allocUnsafe(Math.max(OUT_SIZE, need, 2 * (out?.length ?? 0)));
+    out?.copy(grown, 0, 0, this.outLength);
+    this.out = grown;
+    return grown;
   }
 
   /** Flushes at the end of this turn (answers made outside a read, e.g. after an asynchronous store). */
@@ -1491,13 +1550,18 @@ export class H2Session {
 
   private flush(): void {
     const out = this.out;
-    if (out.length === 0 || this.socket.destroyed) {
-      out.length = 0;
+    const length = this.outLength;
+    this.outLength = 0;
+    if (out === undefined || length === 0 || this.socket.destroyed) {
+      this.out = undefined;
       return;
     }
-    this.out = [];
-    this.socket.write(out.length === 1 ? (out[0] as Buffer) : Buffer.concat(out), this.written);
+    this.socket.write(out.subarray(0, length), this.written);
     this.countUnsent();
+    // Written whole to the kernel (nothing left in the socket's queue), the buffer is free again: the
+    // connection writes its next frames into it. Kept only on a cleartext socket (TLS may hold on to what
+    // it was given) and up to OUT_KEPT bytes; a connection idle at the next sweep lets it go (see check).
+    if (this.unsent !== 0 || out.length > OUT_KEPT || !this.cleartext) this.out = undefined;
     if (
       this.pausedSince === 0 &&
       this.unsent > 0 &&
@@ -1537,6 +1601,7 @@ export class H2Session {
     this.unsent = 0;
     this.restCharged = 0;
     this.rest = undefined;
+    this.out = undefined;
     this.onEnd(this);
   }
 }

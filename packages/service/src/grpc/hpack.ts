@@ -217,6 +217,38 @@ const MAX_CONTINUATION_BYTES = 5;
 const ENTRY_OVERHEAD = 32;
 const MAX_SETTING = 0xffffffff;
 
+/** A field name of lowercase token characters: none of 0x00-0x20, A-Z, 0x7f-0xff, nor a colon (RFC 9113 §8.2.1). */
+export function validName(name: string): boolean {
+  if (name.length === 0) return false;
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (c <= 0x20 || (c >= 0x41 && c <= 0x5a) || c >= 0x7f || c === 0x3a) return false;
+  }
+  return true;
+}
+
+/** A field value without NUL, CR or LF, and without whitespace at either end (RFC 9113 §8.2.1). */
+export function validValue(value: string): boolean {
+  const n = value.length;
+  if (n === 0) return true;
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(n - 1);
+  if (first === 0x20 || first === 0x09 || last === 0x20 || last === 0x09) return false;
+  for (let i = 0; i < n; i++) {
+    const c = value.charCodeAt(i);
+    if (c === 0 || c === 0x0a || c === 0x0d) return false;
+  }
+  return true;
+}
+
+/**
+ * A field RFC 9113 §8.2.1 allows: a valid value, and a valid name or one that starts with a colon (a
+ * pseudo-header, which the request's own checks compare with the four there are).
+ */
+function wellFormed(name: string, value: string): boolean {
+  return (name.charCodeAt(0) === 0x3a || validName(name)) && validValue(value);
+}
+
 /** Decodes the header blocks of one HTTP/2 connection's direction, keeping its dynamic table (§2.3.2). */
 export class HpackDecoder {
   /** SETTINGS_HEADER_TABLE_SIZE this side announced: the bound of every size update. */
@@ -229,10 +261,17 @@ export class HpackDecoder {
   // Ring of entries: slot `newest` holds dynamic index 62, the slot before it 63, and so on.
   private names: string[];
   private values: string[];
+  /** Per entry: its name and value are well formed (see {@link wellFormed}), worked out once, at insertion. */
+  private oks: boolean[];
   private mask: number;
   private newest: number;
   /** Read position in the block being decoded. */
   private pos = 0;
+  /**
+   * After {@link decode}: every field of the block is well formed (see {@link wellFormed}). False tells
+   * nothing: the caller checks the fields itself. Entries of the tables are checked once, not at each use.
+   */
+  wellFormed = false;
 
   /** maxTableSize: SETTINGS_HEADER_TABLE_SIZE this side announced (default 4096). */
   constructor(maxTableSize = 4096) {
@@ -243,6 +282,7 @@ export class HpackDecoder {
     this.capacity = maxTableSize;
     this.names = new Array<string>(32).fill('');
     this.values = new Array<string>(32).fill('');
+    this.oks = new Array<boolean>(32).fill(false);
     this.mask = 31;
     this.newest = 31;
   }
@@ -263,6 +303,7 @@ export class HpackDecoder {
     let fields: string[] | undefined = [];
     let listSize = 0;
     let first = true;
+    let ok = true;
     this.pos = 0;
     while (this.pos < end) {
       const byte = buf[this.pos] as number;
@@ -279,13 +320,16 @@ export class HpackDecoder {
           const slot = this.slot(index);
           name = this.names[slot] as string;
           value = this.values[slot] as string;
+          ok &&= this.oks[slot] as boolean;
         }
       } else if (byte >= 0x40) {
         // §6.2.1 Literal Header Field with Incremental Indexing: the strings are made even when the list
         // is over its limit, since the table needs them.
         name = this.name(buf, 0x3f, true);
         value = this.string(buf, true);
-        this.insert(name, value);
+        const good = wellFormed(name, value);
+        ok &&= good;
+        this.insert(name, value, good);
       } else if (byte >= 0x20) {
         // §6.3 Dynamic Table Size Update, allowed only before the first field (§4.2)
         if (!first) throw new HpackError('dynamic table size update after the first header field');
@@ -301,6 +345,7 @@ export class HpackDecoder {
         const materialize = fields !== undefined;
         name = this.name(buf, 0x0f, materialize);
         value = this.string(buf, materialize);
+        if (materialize && ok) ok = wellFormed(name, value);
       }
       first = false;
       if (fields !== undefined) {
@@ -309,6 +354,7 @@ export class HpackDecoder {
         else fields.push(name, value);
       }
     }
+    this.wellFormed = ok;
     return fields;
   }
 
@@ -364,7 +410,7 @@ export class HpackDecoder {
   }
 
   /** Adds an entry, evicting the oldest ones to make room (§4.4). */
-  private insert(name: string, value: string): void {
+  private insert(name: string, value: string, ok: boolean): void {
     const entrySize = name.length + value.length + ENTRY_OVERHEAD;
     if (entrySize > this.capacity) {
       this.evictTo(0);
@@ -375,6 +421,7 @@ export class HpackDecoder {
     const slot = (this.newest + 1) & this.mask;
     this.names[slot] = name;
     this.values[slot] = value;
+    this.oks[slot] = ok;
     this.newest = slot;
     this.count++;
     this.size += entrySize;
@@ -399,13 +446,16 @@ export class HpackDecoder {
     const length = this.names.length * 2;
     const names = new Array<string>(length).fill('');
     const values = new Array<string>(length).fill('');
+    const oks = new Array<boolean>(length).fill(false);
     for (let age = this.count - 1, i = 0; age >= 0; age--, i++) {
       const slot = (this.newest - age) & this.mask;
       names[i] = this.names[slot] as string;
       values[i] = this.values[slot] as string;
+      oks[i] = this.oks[slot] as boolean;
     }
     this.names = names;
     this.values = values;
+    this.oks = oks;
     this.mask = length - 1;
     this.newest = this.count - 1;
   }

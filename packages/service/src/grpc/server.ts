@@ -226,25 +226,40 @@ function armReadTimers(): void {
  * time, the caller's deadline passed), or on shutdown. A stream the peer resets counts as answered.
  */
 class Call implements StreamHandler {
-  private answered = false;
+  // Fields `declare`d and assigned in the constructor, as H2Stream's (see there): one Call per call.
+  declare private answered: boolean;
   /** A decision of the store's is under way (see {@link hold}). */
-  private working = false;
-  private readTimer: NodeJS.Timeout | undefined;
-  private deadlineTimer: NodeJS.Timeout | undefined;
-  private readonly readTimeoutMs: number;
+  declare private working: boolean;
+  declare private readTimer: NodeJS.Timeout | undefined;
+  declare private deadlineTimer: NodeJS.Timeout | undefined;
+  declare private readonly readTimeoutMs: number;
+  declare private readonly ctx: ServiceContext;
+  declare readonly stream: H2Stream;
+  declare readonly method: 'ShouldRateLimit' | 'Check';
+  declare private readonly reading: Set<Call>;
+  declare private readonly writer: Writer;
 
   constructor(
-    private readonly ctx: ServiceContext,
-    readonly stream: H2Stream,
-    readonly method: 'ShouldRateLimit' | 'Check',
-    private readonly reading: Set<Call>,
-    private readonly writer: Writer,
+    ctx: ServiceContext,
+    stream: H2Stream,
+    method: 'ShouldRateLimit' | 'Check',
+    reading: Set<Call>,
+    writer: Writer,
     readTimeoutMs: number,
     deadlineMs: number | undefined,
   ) {
+    this.ctx = ctx;
+    this.stream = stream;
+    this.method = method;
+    this.reading = reading;
+    this.writer = writer;
+    this.answered = false;
+    this.working = false;
+    this.readTimer = undefined;
+    this.deadlineTimer = undefined;
+    this.readTimeoutMs = readTimeoutMs;
     reading.add(this);
     if (method === 'ShouldRateLimit') ctx.metrics.inFlight.grpc++;
-    this.readTimeoutMs = readTimeoutMs;
     // A request that ended with its headers is read at once, and needs no timer.
     if (!stream.remoteEnded) armLater(this);
     if (deadlineMs !== undefined && deadlineMs < MAX_TIMER_MS) {

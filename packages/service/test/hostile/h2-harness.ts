@@ -4,7 +4,7 @@
 // node:http2 during an attack, whose latency is measured.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { type ClientHttp2Session, connect } from 'node:http2';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -52,6 +52,8 @@ export interface Running {
   rssMb(): number;
   /** CPU time it has used, in seconds. */
   cpuSeconds(): number;
+  /** Sockets it holds open now (listening ones included), from /proc. */
+  sockets(): number;
   /** The value of a Prometheus counter line (0 when absent). */
   metric(line: RegExp): Promise<number>;
   stop(): Promise<void>;
@@ -131,6 +133,17 @@ async function start(name: string, tls: boolean, argv: (config: string) => strin
       const fields = readFileSync(`/proc/${child.pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
       // utime and stime, in clock ticks (100 a second on Linux).
       return (Number(fields[11]) + Number(fields[12])) / 100;
+    },
+    sockets: () => {
+      let count = 0;
+      for (const fd of readdirSync(`/proc/${child.pid}/fd`)) {
+        try {
+          if (readlinkSync(`/proc/${child.pid}/fd/${fd}`).startsWith('socket:')) count++;
+        } catch {
+          // Closed while listed.
+        }
+      }
+      return count;
     },
     metric: async (line) => {
       const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
