@@ -14,7 +14,8 @@
 // valgrind and PostgreSQL's server binaries (`pg_config --bindir`); as root, the cluster runs as the
 // `postgres` user.
 //
-// Contenders: floodgate (`limiter.limit`, GCRA, its meter statement on the server's clock), floodgate with
+// Contenders (ONLY=<regular expression> runs those it matches, and the peer): floodgate (`limiter.limit`,
+// GCRA, its meter statement on the server's clock), floodgate's fixed window (the peer's algorithm), floodgate with
 // `fastPath: false` (the decide function), rate-limiter-flexible's RateLimiterPostgres (`consume`, a fixed
 // window counted on the caller's clock), the minimal upsert of bench:sql, and the GCRA floor: the least a
 // statement deciding GCRA on the server's clock does on floodgate's table (read the clock, test and move
@@ -25,7 +26,7 @@ import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { createLimiter, gcra } from 'floodgate';
+import { createLimiter, fixedWindow, gcra } from 'floodgate';
 import { fromPg, postgresStore } from 'floodgate/postgres';
 import pg from 'pg';
 import { RateLimiterPostgres } from 'rate-limiter-flexible';
@@ -35,6 +36,8 @@ const DECISIONS = Number(process.argv[2] ?? 2000);
 const KEYS = Number(process.env.KEYS ?? 1000);
 const PORT = Number(process.env.PROFILE_PORT ?? 5491);
 const TOP = Number(process.env.TOP ?? 0);
+/** Only the contenders whose name matches this (a regular expression); the peer always runs. */
+const ONLY = process.env.ONLY === undefined ? undefined : new RegExp(process.env.ONLY);
 const LIMIT = 1_000_000;
 
 const bindir = (await run('pg_config', ['--bindir'])).stdout.trim();
@@ -118,6 +121,17 @@ const contenders: { name: string; open: Open }[] = [
     },
   },
   {
+    // The peer's algorithm: the same work, on the server's clock.
+    name: 'floodgate fixed window',
+    open: async (pool) => {
+      const limiter = createLimiter({
+        store: postgresStore({ client: fromPg(pool), table: 'fg_fw' }),
+        policies: [fixedWindow({ limit: LIMIT, windowMs: 1000 })],
+      });
+      return (key) => limiter.limit(key);
+    },
+  },
+  {
     name: 'floodgate, fastPath: false',
     open: async (pool) => {
       const store = postgresStore({ client: fromPg(pool), table: 'fg_fn', fastPath: false });
@@ -189,6 +203,7 @@ const WARM = 200;
 const results: { name: string; perCall: number }[] = [];
 try {
   for (const c of contenders) {
+    if (ONLY !== undefined && c.name !== 'rate-limiter-flexible' && !ONLY.test(c.name)) continue;
     // Every key holds a row first, so that every counted call updates one.
     const warm = new pg.Pool({ ...PG, max: 1 });
     const first = await c.open(warm);
