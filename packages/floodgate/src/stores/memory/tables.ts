@@ -74,7 +74,11 @@ export class SlabTable {
     const base = slot * 2;
     this.slab[base] = a;
     this.slab[base + 1] = b;
-    this.expiries[slot] = upTo32(expiresAt - this.epoch);
+    const d = expiresAt - this.epoch;
+    const expiries = this.expiries;
+    expiries[slot] = d;
+    // Stored to the nearest float: raised when that was below (rarely: never for whole µs within 16 s).
+    if ((expiries[slot] as number) < d) expiries[slot] = nextUp32(expiries[slot] as number);
   }
 
   /** Stores a state; returns the new slot when the key is new, else -1. */
@@ -88,7 +92,10 @@ export class SlabTable {
     const n = this.stateLength;
     const base = slot * n;
     for (let i = 0; i < n; i++) this.slab[base + i] = state[i] as number;
-    this.expiries[slot] = upTo32(expiresAt - this.epoch);
+    const d = expiresAt - this.epoch;
+    const expiries = this.expiries;
+    expiries[slot] = d;
+    if ((expiries[slot] as number) < d) expiries[slot] = nextUp32(expiries[slot] as number);
     return added;
   }
 
@@ -162,16 +169,10 @@ const float = new Float32Array(1);
 const bits = new Int32Array(float.buffer);
 
 /**
- * The least 32-bit float at or above `d`: `d` itself when it is one (a whole number below 2^24 is).
- * Added to the epoch it was taken from, it gives back no less than the expiry it stands for, since
- * rounding to the nearest double keeps the order with the expiry, a double.
+ * The next 32-bit float above `f` (a finite float): an expiry stored to the nearest float below it is
+ * raised to this, the least float above it. Added to the epoch it was taken from, it gives back no less
+ * than the expiry it stands for, since rounding to the nearest double keeps the order with the expiry.
  */
-function upTo32(d: number): number {
-  const f = Math.fround(d);
-  return f < d ? nextUp32(f) : f;
-}
-
-/** The next 32-bit float above `f` (a finite float). */
 function nextUp32(f: number): number {
   if (f === 0) return 2 ** -149;
   float[0] = f;
