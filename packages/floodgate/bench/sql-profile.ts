@@ -14,7 +14,8 @@
 // valgrind and PostgreSQL's server binaries (`pg_config --bindir`); as root, the cluster runs as the
 // `postgres` user.
 //
-// Contenders: floodgate (`limiter.limit`, GCRA, its meter statement on the server's clock), floodgate with
+// Contenders (ONLY=<regular expression> runs those it matches, and the peer): floodgate (`limiter.limit`,
+// GCRA, its meter statement on the server's clock), floodgate's fixed window (the peer's algorithm), floodgate with
 // `fastPath: false` (the decide function), rate-limiter-flexible's RateLimiterPostgres (`consume`, a fixed
 // window counted on the caller's clock), the minimal upsert of bench:sql, and the GCRA floor: the least a
 // statement deciding GCRA on the server's clock does on floodgate's table (read the clock, test and move
@@ -25,16 +26,23 @@ import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { createLimiter, gcra } from 'floodgate';
+import { createLimiter, fixedWindow, gcra } from 'floodgate';
 import { fromPg, postgresStore } from 'floodgate/postgres';
 import pg from 'pg';
 import { RateLimiterPostgres } from 'rate-limiter-flexible';
 
 const run = promisify(execFile);
+/** A pool whose idle connections may be ended by the server stopping (at the end): not an error here. */
+function quiet(pool: pg.Pool): pg.Pool {
+  pool.on('error', () => undefined);
+  return pool;
+}
 const DECISIONS = Number(process.argv[2] ?? 2000);
 const KEYS = Number(process.env.KEYS ?? 1000);
 const PORT = Number(process.env.PROFILE_PORT ?? 5491);
 const TOP = Number(process.env.TOP ?? 0);
+/** Only the contenders whose name matches this (a regular expression); the peer always runs. */
+const ONLY = process.env.ONLY === undefined ? undefined : new RegExp(process.env.ONLY);
 const LIMIT = 1_000_000;
 
 const bindir = (await run('pg_config', ['--bindir'])).stdout.trim();
@@ -76,9 +84,10 @@ for (;;) {
 }
 
 const keys = Array.from({ length: KEYS }, (_, i) => `client-${i}`);
-const admin = new pg.Pool({ ...PG, max: 1 });
+const admin = quiet(new pg.Pool({ ...PG, max: 1 }));
 await postgresStore({ client: fromPg(admin), table: 'fg' }).migrate();
 await postgresStore({ client: fromPg(admin), table: 'fg_fn' }).migrate();
+await postgresStore({ client: fromPg(admin), table: 'fg_fw' }).migrate();
 await postgresStore({ client: fromPg(admin), table: 'floor' }).migrate();
 await admin.query('CREATE TABLE floor_columns (key text PRIMARY KEY, tat float8, expires_at bigint NOT NULL)');
 await admin.query('CREATE INDEX ON floor_columns (expires_at)');
@@ -87,6 +96,8 @@ await admin.query('CREATE TABLE upsert (key text PRIMARY KEY, n bigint NOT NULL,
 /** A contender on a connection of its own: `call` makes one decision. */
 type Open = (pool: pg.Pool) => Promise<(key: string) => Promise<unknown>>;
 
+/** A server under callgrind answers its first calls slowly (its functions are compiled): no timeout. */
+const SLOW = 600_000;
 const gcraPolicy = [gcra({ limit: LIMIT, periodMs: 1000 })];
 const CLOCK = `round(date_part('epoch', clock_timestamp()) * 1000000)`;
 // On floodgate's table layout: `state` = [blockedUntil, TAT], `expires_at` in µs, a minute's grain.
@@ -113,6 +124,19 @@ const contenders: { name: string; open: Open }[] = [
       const limiter = createLimiter({
         store: postgresStore({ client: fromPg(pool), table: 'fg' }),
         policies: gcraPolicy,
+        timeoutMs: SLOW,
+      });
+      return (key) => limiter.limit(key);
+    },
+  },
+  {
+    // The peer's algorithm: the same work, on the server's clock.
+    name: 'floodgate fixed window',
+    open: async (pool) => {
+      const limiter = createLimiter({
+        store: postgresStore({ client: fromPg(pool), table: 'fg_fw' }),
+        policies: [fixedWindow({ limit: LIMIT, windowMs: 1000 })],
+        timeoutMs: SLOW,
       });
       return (key) => limiter.limit(key);
     },
@@ -121,7 +145,7 @@ const contenders: { name: string; open: Open }[] = [
     name: 'floodgate, fastPath: false',
     open: async (pool) => {
       const store = postgresStore({ client: fromPg(pool), table: 'fg_fn', fastPath: false });
-      const limiter = createLimiter({ store, policies: gcraPolicy });
+      const limiter = createLimiter({ store, policies: gcraPolicy, timeoutMs: SLOW });
       return (key) => limiter.limit(key);
     },
   },
@@ -166,7 +190,7 @@ const contenders: { name: string; open: Open }[] = [
  * callgrind writes when the backend exits.
  */
 async function backendInstructions(open: Open, count: number, top: number): Promise<number> {
-  const pool = new pg.Pool({ ...PG, max: 1 });
+  const pool = quiet(new pg.Pool({ ...PG, max: 1 }));
   const pid = Number(((await pool.query('SELECT pg_backend_pid() AS pid')).rows[0] as { pid: number }).pid);
   const call = await open(pool);
   let seed = 1;
@@ -189,8 +213,9 @@ const WARM = 200;
 const results: { name: string; perCall: number }[] = [];
 try {
   for (const c of contenders) {
+    if (ONLY !== undefined && c.name !== 'rate-limiter-flexible' && !ONLY.test(c.name)) continue;
     // Every key holds a row first, so that every counted call updates one.
-    const warm = new pg.Pool({ ...PG, max: 1 });
+    const warm = quiet(new pg.Pool({ ...PG, max: 1 }));
     const first = await c.open(warm);
     for (const key of keys) await first(key);
     await warm.end();

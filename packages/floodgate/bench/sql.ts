@@ -28,7 +28,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
-import { createLimiter, gcra } from 'floodgate';
+import { createLimiter, fixedWindow, gcra } from 'floodgate';
 import { fromPg, postgresStore } from 'floodgate/postgres';
 import { sqliteStore } from 'floodgate/sqlite';
 import pg from 'pg';
@@ -271,12 +271,19 @@ async function postgresFigures(): Promise<void> {
     const asyncStore = postgresStore({ client: fromPg(asyncPool), schema: SCHEMA, table: 'async_commit' });
     await asyncStore.migrate();
     const asyncCommit = createLimiter({ store: asyncStore, policies: [gcra({ limit: LIMIT, periodMs: 1000 })] });
-    const [fgSeq, rlfSeq, minSeq, asyncSeq] = (await interleavedLatency([
+    // And the peer's own algorithm, a fixed window, decided by floodgate (on the server's clock): the same
+    // work as the peer's statement, where the GCRA rows compare unequal work.
+    const fixedStore = postgresStore({ client: fromPg(pool), schema: SCHEMA, table: 'fixed' });
+    await fixedStore.migrate();
+    const fixed = createLimiter({ store: fixedStore, policies: [fixedWindow({ limit: LIMIT, windowMs: 1000 })] });
+    const [fgSeq, rlfSeq, minSeq, asyncSeq, fixedSeq] = (await interleavedLatency([
       (key) => floodgate.limit(key),
       (key) => rlfLimiter.consume(key).catch(() => undefined),
       minimal,
       (key) => asyncCommit.limit(key),
-    ])) as [Figures, Figures, Figures, Figures];
+      (key) => fixed.limit(key),
+    ])) as [Figures, Figures, Figures, Figures, Figures];
+    await fixedStore.close();
     await asyncStore.close();
     await asyncPool.end();
     const seq = (name: string, f: { p50Ms: number; p99Ms: number }) => line(name, { perSecond: Number.NaN, ...f });
@@ -285,11 +292,18 @@ async function postgresFigures(): Promise<void> {
     seq('rate-limiter-flexible RateLimiterPostgres', rlfSeq);
     seq('minimal upsert (node-postgres, prepared)', minSeq);
     seq('floodgate postgres, synchronous_commit=off', asyncSeq);
+    seq('floodgate postgres, fixed window', fixedSeq);
     console.log(
       `interleaved p50, floodgate / rate-limiter-flexible: ${ratio(fgSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1×)`,
     );
     console.log(
       `interleaved p50, floodgate / minimal upsert:        ${ratio(fgSeq.p50Ms, minSeq.p50Ms)} (target ≤ 1.2×)`,
+    );
+    console.log(
+      `same work, sequential p50, floodgate fixed window / rate-limiter-flexible: ${ratio(fixedSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1×)`,
+    );
+    console.log(
+      `sequential p50, floodgate GCRA / rate-limiter-flexible's fixed window: ${ratio(fgSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1.1×)`,
     );
     await durable.close();
     await functionStore.close();

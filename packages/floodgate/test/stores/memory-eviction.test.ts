@@ -187,4 +187,25 @@ describe("memory store: whenFull 'refuse'", () => {
     );
     expect(memoryStore().whenFull).toBe('evict');
   });
+
+  it('never drops a key before its expiry, however far from the first expiry it lies (32-bit expiries round up)', () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 2, whenFull: 'refuse' });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 3, periodMs: 1000 })] });
+    const periodUs = 1000 * 1000;
+    // The first key's expiry is the table's epoch; the second's lies 2^35 + 1000 µs after it, where a
+    // 32-bit float steps by 4096 µs: the nearest one is 1000 µs early, the next one up 3096 µs late.
+    limiter.limitSync('first');
+    clock.advanceUs(2 ** 35 + 1000);
+    limiter.limitSync('second');
+    clock.advanceUs(Math.floor(periodUs / 3) - 1);
+    // Before the second key's expiry: a new key needs room, the sweep drops the first key only.
+    limiter.limitSync('third');
+    expect(store.expiredRemoved).toBe(1);
+    expect(store.size).toBe(2);
+    // Past the second key's expiry by more than one step of the float, it goes.
+    clock.advanceUs(4097);
+    limiter.limitSync('fourth');
+    expect(store.expiredRemoved).toBe(2);
+  });
 });

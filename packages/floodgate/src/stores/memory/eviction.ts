@@ -17,10 +17,9 @@ const SAMPLES = 5;
  */
 const POOL_SIZE = 16;
 
-/** A remembered eviction candidate: slot `slot` of table `table`, while it still holds `key`. */
+/** A remembered eviction candidate: `key` of table `table`, while the table holds it. */
 interface Candidate {
   table: number;
-  slot: number;
   key: string;
   consumed: number;
   expiresAt: number;
@@ -28,7 +27,7 @@ interface Candidate {
 
 /**
  * The memory store's held keys and the rule that makes room among them. The store's side of it:
- * - `add(table, slot)` when a table gives a new key a slot, `remove(i)` to forget entry `i` (a reset);
+ * - `add()` when a table gives a new key a slot, `remove(table, slot)` to forget a held key (a reset);
  * - on every write, `earliestExpiry` lowered to the write's expiry when it is earlier (inline: the hot path);
  * - `makeRoom(needed, nowUs, key)` before writing `needed` new keys of `key` when `count + needed > maxKeys`:
  *   it drops expired keys, then evicts or refuses (`ERR_STORE_FULL`) as `whenFull` says;
@@ -44,13 +43,13 @@ export class Eviction {
   expiredRemoved = 0;
   sweeps = 0;
   /**
-   * Every held key in one list, so that a uniform sample over all tables is one random index: entry `i`
-   * is slot `entries[2i + 1]` of table `entries[2i]` (side by side: one cache line per sample), and the
-   * table's `pos[slot]` is `i`. A key leaves by swapping the last entry into its place.
+   * Keys held: the sum of the tables' sizes. Each table's slots are dense, so entry `i` of all held keys
+   * (a uniform sample is one random `i`) is a slot of the table its rank falls in (`pick`).
    */
-  private entries = new Int32Array(2048);
-  /** Keys held. */
   count = 0;
+  /** The table and slot `pick` found. */
+  private pickedTable: Table | undefined;
+  private pickedSlot = 0;
   /** No held key expires before this (a lower bound: the least expiry at the last sweep and since). */
   earliestExpiry = Number.POSITIVE_INFINITY;
   /** New keys (stored or refused) since the last sweep; the first time the store fills, a sweep is due. */
@@ -58,7 +57,6 @@ export class Eviction {
   private readonly sweepEvery: number;
   private readonly pool: Candidate[] = Array.from({ length: POOL_SIZE }, () => ({
     table: 0,
-    slot: 0,
     key: '',
     consumed: 0,
     expiresAt: 0,
@@ -100,34 +98,33 @@ export class Eviction {
     this.earliestExpiry = Number.POSITIVE_INFINITY;
   }
 
-  /** Lists a new entry: slot `slot` of `table`, which the table has just given a key. */
-  add(table: Table, slot: number): void {
-    if (this.count * 2 === this.entries.length) this.growEntries();
-    this.entries[this.count * 2] = table.id;
-    this.entries[this.count * 2 + 1] = slot;
-    table.pos[slot] = this.count;
+  /** Counts a new key, which a table has just given a slot. */
+  add(): void {
     this.count++;
     this.newSinceSweep++;
   }
 
-  private growEntries(): void {
-    const entries = new Int32Array(this.entries.length * 2);
-    entries.set(this.entries);
-    this.entries = entries;
+  /** Drops the key in slot `slot` of `table` (the table's last slot moves into it). */
+  remove(table: Table, slot: number): void {
+    table.removeSlot(slot);
+    this.count--;
   }
 
-  /** Drops entry `i`: its table forgets the key, and the last entry takes its place in the list. */
-  remove(i: number): void {
-    const entries = this.entries;
-    (this.tables[entries[i * 2] as number] as Table).removeSlot(entries[i * 2 + 1] as number);
-    const last = --this.count;
-    if (i !== last) {
-      const table = entries[last * 2] as number;
-      const slot = entries[last * 2 + 1] as number;
-      entries[i * 2] = table;
-      entries[i * 2 + 1] = slot;
-      (this.tables[table] as Table).pos[slot] = i;
+  /** Finds held key number `i` of all (0 ≤ i < count): sets `pickedTable` and `pickedSlot`. */
+  private pick(i: number): void {
+    const tables = this.tables;
+    let rest = i;
+    for (let t = 0; t < tables.length; t++) {
+      const table = tables[t] as Table;
+      const size = table.size;
+      if (rest < size) {
+        this.pickedTable = table;
+        this.pickedSlot = rest;
+        return;
+      }
+      rest -= size;
     }
+    throw new Error(`no held key number ${i} of ${this.count}`);
   }
 
   /**
@@ -170,21 +167,21 @@ export class Eviction {
 
   /**
    * Drops every expired key but `key`'s own entries (its call counted them as held and is about to
-   * rewrite them): one pass over the list, from the end, so a swapped-in entry was already seen.
+   * rewrite them): one pass over each table, from its end, so a slot moved into another was already seen.
    */
   private sweep(nowUs: number, key: string | undefined): void {
     this.sweeps++;
     this.newSinceSweep = 0;
     let removed = 0;
     let earliest = Number.POSITIVE_INFINITY;
-    for (let i = this.count - 1; i >= 0; i--) {
-      const table = this.tables[this.entries[i * 2] as number] as Table;
-      const slot = this.entries[i * 2 + 1] as number;
-      const expiresAt = table.expiresAt(slot);
-      if (expiresAt <= nowUs && (key === undefined || table.keys[slot] !== key)) {
-        this.remove(i);
-        removed++;
-      } else if (expiresAt < earliest) earliest = expiresAt;
+    for (const table of this.tables) {
+      for (let slot = table.size - 1; slot >= 0; slot--) {
+        const expiresAt = table.expiresAt(slot);
+        if (expiresAt <= nowUs && (key === undefined || table.keys[slot] !== key)) {
+          this.remove(table, slot);
+          removed++;
+        } else if (expiresAt < earliest) earliest = expiresAt;
+      }
     }
     this.earliestExpiry = earliest;
     this.expiredRemoved += removed;
@@ -243,15 +240,14 @@ export class Eviction {
    * `key`'s own entries is held.
    */
   private evictOne(nowUs: number, key: string | undefined): boolean {
-    const entries = this.entries;
     for (let s = 0; s < SAMPLES; s++) {
-      const i = Math.floor(Math.random() * this.count);
-      const table = this.tables[entries[i * 2] as number] as Table;
-      const slot = entries[i * 2 + 1] as number;
+      this.pick(Math.floor(Math.random() * this.count));
+      const table = this.pickedTable as Table;
+      const slot = this.pickedSlot;
       if (key !== undefined && table.keys[slot] === key) continue;
       const consumed = this.evictionScore(table, slot, nowUs);
       if (consumed < 0) {
-        this.remove(i);
+        this.remove(table, slot);
         this.expiredRemoved++;
         return true;
       }
@@ -263,14 +259,14 @@ export class Eviction {
       for (let j = 1; j < this.poolSize; j++) if (less(pool[j] as Candidate, pool[best] as Candidate)) best = j;
       const candidate = pool[best] as Candidate;
       const table = this.tables[candidate.table] as Table;
-      if (table.keys[candidate.slot] !== candidate.key || candidate.key === key) {
+      const slot = table.slotOf(candidate.key);
+      if (slot === undefined || candidate.key === key) {
         this.dropCandidate(best);
         continue;
       }
       // The score may be stale: time and calls since may have changed it.
-      const consumed = this.evictionScore(table, candidate.slot, nowUs);
-      const expiresAt = table.expiresAt(candidate.slot);
-      const i = table.pos[candidate.slot] as number;
+      const consumed = this.evictionScore(table, slot, nowUs);
+      const expiresAt = table.expiresAt(slot);
       if (
         consumed >= 0 &&
         (consumed > candidate.consumed || (consumed === candidate.consumed && expiresAt > candidate.expiresAt))
@@ -280,23 +276,23 @@ export class Eviction {
         continue;
       }
       this.dropCandidate(best);
-      if (consumed >= 0) this.fold(table, candidate.slot, nowUs);
-      this.remove(i);
+      if (consumed >= 0) this.fold(table, slot, nowUs);
+      this.remove(table, slot);
       if (consumed < 0) this.expiredRemoved++;
       else this.forcedEvictions++;
       return true;
     }
     // Every sampled entry was this key's own (a tiny store): look for any other.
-    for (let i = 0; i < this.count; i++) {
-      const table = this.tables[entries[i * 2] as number] as Table;
-      const slot = entries[i * 2 + 1] as number;
-      if (table.keys[slot] === key) continue;
-      const consumed = this.consumed(table, slot, nowUs);
-      if (consumed >= 0) this.fold(table, slot, nowUs);
-      this.remove(i);
-      if (consumed < 0) this.expiredRemoved++;
-      else this.forcedEvictions++;
-      return true;
+    for (const table of this.tables) {
+      for (let slot = 0; slot < table.size; slot++) {
+        if (table.keys[slot] === key) continue;
+        const consumed = this.consumed(table, slot, nowUs);
+        if (consumed >= 0) this.fold(table, slot, nowUs);
+        this.remove(table, slot);
+        if (consumed < 0) this.expiredRemoved++;
+        else this.forcedEvictions++;
+        return true;
+      }
     }
     return false;
   }
@@ -305,12 +301,12 @@ export class Eviction {
   private offer(from: Table, slot: number, consumed: number): void {
     const pool = this.pool;
     const table = from.id;
+    const key = from.keys[slot] as string;
     const expiresAt = from.expiresAt(slot);
     let worst = 0;
     for (let j = 0; j < this.poolSize; j++) {
       const c = pool[j] as Candidate;
-      if (c.table === table && c.slot === slot) {
-        c.key = from.keys[slot] as string;
+      if (c.table === table && c.key === key) {
         c.consumed = consumed;
         c.expiresAt = expiresAt;
         return;
@@ -324,8 +320,7 @@ export class Eviction {
       if (consumed > target.consumed || (consumed === target.consumed && expiresAt >= target.expiresAt)) return;
     }
     target.table = table;
-    target.slot = slot;
-    target.key = from.keys[slot] as string;
+    target.key = key;
     target.consumed = consumed;
     target.expiresAt = expiresAt;
   }
@@ -343,11 +338,11 @@ export class Eviction {
   private dropExpiredSample(nowUs: number, key: string | undefined): boolean {
     let dropped = false;
     for (let s = 0; s < SAMPLES && this.count > 0; s++) {
-      const i = Math.floor(Math.random() * this.count);
-      const table = this.tables[this.entries[i * 2] as number] as Table;
-      const slot = this.entries[i * 2 + 1] as number;
+      this.pick(Math.floor(Math.random() * this.count));
+      const table = this.pickedTable as Table;
+      const slot = this.pickedSlot;
       if ((key === undefined || table.keys[slot] !== key) && this.consumed(table, slot, nowUs) < 0) {
-        this.remove(i);
+        this.remove(table, slot);
         this.expiredRemoved++;
         dropped = true;
       }

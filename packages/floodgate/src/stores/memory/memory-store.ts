@@ -248,7 +248,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
     for (const c of policies) {
       const table = this.table(prefix, c);
       const slot = table.slotOf(key);
-      if (slot !== undefined) this.eviction.remove(table.pos[slot] as number);
+      if (slot !== undefined) this.eviction.remove(table, slot);
     }
   }
 
@@ -405,8 +405,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   private write(table: Table, key: string, state: State, expiresAt: number): void {
     const eviction = this.eviction;
     if (expiresAt < eviction.earliestExpiry) eviction.earliestExpiry = expiresAt;
-    const slot = table.write(key, state, expiresAt);
-    if (slot >= 0) eviction.add(table, slot);
+    if (table.write(key, state, expiresAt) >= 0) eviction.add();
   }
 }
 

@@ -1,19 +1,31 @@
 import type { CompiledPolicy } from '../../model/compile.js';
 import type { State } from '../../model/types.js';
 
+/** Slots a table starts with; it doubles when full. */
+const INITIAL_SLOTS = 1024;
+
 /**
- * Fixed-size states packed in one Float64Array: slot `i` holds `[expiresAt, ...state]`. A key costs a
- * Map entry with a small-integer value plus a few doubles, and no object of its own. `keys` and `pos`
- * (the slot's place in the store's list of entries) let the store sample slots and drop them.
+ * Fixed-size states packed in one Float64Array, slot `i` holding the state of key `keys[i]`, and each
+ * slot's expiry in a Float32Array. A key costs a Map entry with a small-integer value, a place in `keys`
+ * and a few numbers, and no object of its own. The slots are dense: slot `i` for `i < size` holds a key,
+ * and a key that leaves takes the last one in its place (`removeSlot`), so a uniform sample of the
+ * table's keys is one random slot, with no list beside them.
+ *
+ * An expiry is kept as a 32-bit float relative to the table's first one, rounded up: exact within 2^24 µs
+ * (16 s) of it, and beyond that late by less than 2^-23 of the distance (an hour away: 0.5 ms), never early.
+ * Expiries only let the store drop keys that hold nothing; a state read after its expiry decides like
+ * an absent one.
  */
 export class SlabTable {
   readonly index = new Map<string, number>();
-  readonly keys: (string | undefined)[] = [];
-  pos = new Int32Array(1024);
+  /** The key of each slot, as long as the slab (grown with it, rather than by a half, as a push would). */
+  keys: (string | undefined)[] = new Array<string | undefined>(INITIAL_SLOTS);
+  /** Keys held: slots 0 to size − 1. */
+  size = 0;
   private slab: Float64Array;
-  private readonly free: number[] = [];
-  private top = 0;
-  readonly stride: number;
+  private expiries = new Float32Array(INITIAL_SLOTS);
+  /** Expiries are stored relative to this (NaN until the first key). */
+  private epoch = Number.NaN;
   private readonly scratch: number[];
   private readonly sampled: number[];
 
@@ -22,14 +34,9 @@ export class SlabTable {
     public policy: CompiledPolicy,
     readonly stateLength: number,
   ) {
-    this.stride = stateLength + 1;
-    this.slab = new Float64Array(1024 * this.stride);
+    this.slab = new Float64Array(INITIAL_SLOTS * stateLength);
     this.scratch = new Array<number>(stateLength).fill(0);
     this.sampled = new Array<number>(stateLength).fill(0);
-  }
-
-  get size(): number {
-    return this.index.size;
   }
 
   /** The slot of the last key read, so the write that usually follows needs no second lookup. */
@@ -50,23 +57,28 @@ export class SlabTable {
     this.lastKey = key;
     this.lastSlot = slot;
     if (slot === undefined) return undefined;
-    const base = slot * this.stride + 1;
+    const n = this.stateLength;
+    const base = slot * n;
     const scratch = this.scratch;
-    for (let i = 0; i < this.stateLength; i++) scratch[i] = this.slab[base + i] as number;
+    for (let i = 0; i < n; i++) scratch[i] = this.slab[base + i] as number;
     return scratch;
   }
 
   /** Field `i` of the state in a held slot. */
   field(slot: number, i: number): number {
-    return this.slab[slot * this.stride + 1 + i] as number;
+    return this.slab[slot * this.stateLength + i] as number;
   }
 
   /** Stores a state of two numbers in a held slot. */
   rewrite2(slot: number, a: number, b: number, expiresAt: number): void {
-    const base = slot * this.stride;
-    this.slab[base] = expiresAt;
-    this.slab[base + 1] = a;
-    this.slab[base + 2] = b;
+    const base = slot * 2;
+    this.slab[base] = a;
+    this.slab[base + 1] = b;
+    const d = expiresAt - this.epoch;
+    const expiries = this.expiries;
+    expiries[slot] = d;
+    // Stored to the nearest float: raised when that was below (rarely: never for whole µs within 16 s).
+    if ((expiries[slot] as number) < d) expiries[slot] = nextUp32(expiries[slot] as number);
   }
 
   /** Stores a state; returns the new slot when the key is new, else -1. */
@@ -74,72 +86,109 @@ export class SlabTable {
     let slot = key === this.lastKey && this.lastSlot !== undefined ? this.lastSlot : this.index.get(key);
     let added = -1;
     if (slot === undefined) {
-      slot = this.insert(key);
+      slot = this.insert(key, expiresAt);
       added = slot;
     }
-    const base = slot * this.stride;
-    this.slab[base] = expiresAt;
-    for (let i = 0; i < this.stateLength; i++) this.slab[base + 1 + i] = state[i] as number;
+    const n = this.stateLength;
+    const base = slot * n;
+    for (let i = 0; i < n; i++) this.slab[base + i] = state[i] as number;
+    const d = expiresAt - this.epoch;
+    const expiries = this.expiries;
+    expiries[slot] = d;
+    if ((expiries[slot] as number) < d) expiries[slot] = nextUp32(expiries[slot] as number);
     return added;
   }
 
   /** A slot for a new key (out of `write`, which mostly rewrites a held key: small code compiles better). */
-  private insert(key: string): number {
-    const slot = this.free.length > 0 ? (this.free.pop() as number) : this.top++;
-    if ((slot + 1) * this.stride > this.slab.length) this.grow();
+  private insert(key: string, expiresAt: number): number {
+    const slot = this.size++;
+    if (slot === this.expiries.length) this.grow();
+    // The first expiry: those that follow are near it, and so kept to within a few µs.
+    if (Number.isNaN(this.epoch)) this.epoch = Number.isFinite(expiresAt) ? expiresAt : 0;
     this.index.set(key, slot);
     this.keys[slot] = key;
     return slot;
   }
 
+  /** When the key in `slot` is untouched again, µs: never earlier than the expiry written. */
   expiresAt(slot: number): number {
-    return this.slab[slot * this.stride] as number;
+    return this.epoch + (this.expiries[slot] as number);
   }
 
   /** A slot's state, copied into an array of its own (a sample must not clobber what `read` returned). */
   stateAt(slot: number): State {
-    const base = slot * this.stride + 1;
+    const n = this.stateLength;
+    const base = slot * n;
     const sampled = this.sampled;
-    for (let i = 0; i < this.stateLength; i++) sampled[i] = this.slab[base + i] as number;
+    for (let i = 0; i < n; i++) sampled[i] = this.slab[base + i] as number;
     return sampled;
   }
 
+  /** Forgets the key in `slot`: the last slot's key moves into it. */
   removeSlot(slot: number): void {
-    this.index.delete(this.keys[slot] as string);
-    this.keys[slot] = undefined;
-    this.free.push(slot);
+    const keys = this.keys;
+    this.index.delete(keys[slot] as string);
+    const last = --this.size;
+    if (slot !== last) {
+      const moved = keys[last] as string;
+      keys[slot] = moved;
+      this.index.set(moved, slot);
+      const n = this.stateLength;
+      this.slab.copyWithin(slot * n, last * n, last * n + n);
+      this.expiries[slot] = this.expiries[last] as number;
+    }
+    keys[last] = undefined;
     this.lastKey = undefined;
   }
 
   clear(): void {
     this.index.clear();
-    this.keys.length = 0;
+    this.keys = new Array<string | undefined>(INITIAL_SLOTS);
+    this.size = 0;
     this.lastKey = undefined;
-    this.free.length = 0;
-    this.top = 0;
-    this.slab = new Float64Array(1024 * this.stride);
-    this.pos = new Int32Array(1024);
+    this.epoch = Number.NaN;
+    this.slab = new Float64Array(INITIAL_SLOTS * this.stateLength);
+    this.expiries = new Float32Array(INITIAL_SLOTS);
   }
 
   private grow(): void {
-    const next = new Float64Array(this.slab.length * 2);
-    next.set(this.slab);
-    this.slab = next;
-    const pos = new Int32Array(this.pos.length * 2);
-    pos.set(this.pos);
-    this.pos = pos;
+    const slots = this.expiries.length * 2;
+    const slab = new Float64Array(slots * this.stateLength);
+    slab.set(this.slab);
+    this.slab = slab;
+    const expiries = new Float32Array(slots);
+    expiries.set(this.expiries);
+    this.expiries = expiries;
+    const keys = new Array<string | undefined>(slots);
+    for (let i = 0; i < this.size; i++) keys[i] = this.keys[i];
+    this.keys = keys;
   }
 }
 
-/** Variable-size states (lists of pairs, such as the sliding log): one array per key, by slot. */
+const float = new Float32Array(1);
+const bits = new Int32Array(float.buffer);
+
+/**
+ * The next 32-bit float above `f` (a finite float): an expiry stored to the nearest float below it is
+ * raised to this, the least float above it. Added to the epoch it was taken from, it gives back no less
+ * than the expiry it stands for, since rounding to the nearest double keeps the order with the expiry.
+ */
+function nextUp32(f: number): number {
+  if (f === 0) return 2 ** -149;
+  float[0] = f;
+  bits[0] = (bits[0] as number) + (f > 0 ? 1 : -1);
+  return float[0] as number;
+}
+
+/**
+ * Variable-size states (lists of pairs, such as the sliding log): one array per key, by slot, dense as
+ * in {@link SlabTable}.
+ */
 export class LogTable {
   readonly index = new Map<string, number>();
-  readonly keys: (string | undefined)[] = [];
-  pos = new Int32Array(1024);
-  private readonly states: (State | undefined)[] = [];
+  readonly keys: string[] = [];
+  private readonly states: State[] = [];
   private readonly expiries: number[] = [];
-  private readonly free: number[] = [];
-  private top = 0;
 
   constructor(
     readonly id: number,
@@ -147,7 +196,7 @@ export class LogTable {
   ) {}
 
   get size(): number {
-    return this.index.size;
+    return this.keys.length;
   }
 
   has(key: string): boolean {
@@ -170,16 +219,11 @@ export class LogTable {
       this.expiries[slot] = expiresAt;
       return -1;
     }
-    const added = this.free.length > 0 ? (this.free.pop() as number) : this.top++;
-    if (added >= this.pos.length) {
-      const pos = new Int32Array(this.pos.length * 2);
-      pos.set(this.pos);
-      this.pos = pos;
-    }
+    const added = this.keys.length;
     this.index.set(key, added);
-    this.keys[added] = key;
-    this.states[added] = state;
-    this.expiries[added] = expiresAt;
+    this.keys.push(key);
+    this.states.push(state);
+    this.expiries.push(expiresAt);
     return added;
   }
 
@@ -191,11 +235,21 @@ export class LogTable {
     return this.states[slot] as State;
   }
 
+  /** Forgets the key in `slot`: the last slot's key moves into it. */
   removeSlot(slot: number): void {
-    this.index.delete(this.keys[slot] as string);
-    this.keys[slot] = undefined;
-    this.states[slot] = undefined;
-    this.free.push(slot);
+    const keys = this.keys;
+    this.index.delete(keys[slot] as string);
+    const last = keys.length - 1;
+    if (slot !== last) {
+      const moved = keys[last] as string;
+      keys[slot] = moved;
+      this.index.set(moved, slot);
+      this.states[slot] = this.states[last] as State;
+      this.expiries[slot] = this.expiries[last] as number;
+    }
+    keys.pop();
+    this.states.pop();
+    this.expiries.pop();
   }
 
   clear(): void {
@@ -203,9 +257,6 @@ export class LogTable {
     this.keys.length = 0;
     this.states.length = 0;
     this.expiries.length = 0;
-    this.free.length = 0;
-    this.top = 0;
-    this.pos = new Int32Array(1024);
   }
 }
 
