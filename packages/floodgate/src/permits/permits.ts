@@ -194,7 +194,7 @@ export class Permits {
         nowUs: host.clock?.nowUs(),
       }),
     );
-    return this.#decision(key, where, leaseId, cost, reply, sentMs, t);
+    return this.#decision(key, where, leaseId, cost, reply, sentMs, t, tracked);
   }
 
   /** The decision of a store's answer; when granted, with its permit (its timer counted from `sentMs`). */
@@ -206,6 +206,7 @@ export class Permits {
     reply: AcquireReply,
     sentMs: number,
     t: Telemetry | undefined,
+    tracked?: (end: 'released' | 'lost') => void,
   ): PermitDecision {
     const { policy } = this;
     const host = this.#host;
