@@ -276,7 +276,8 @@ export class Limiter {
             store: config.store,
             prefix: config.prefix,
             ...(config.clock === undefined ? {} : { clock: config.clock }),
-            ...(config.timeoutMs === undefined ? {} : { timeoutMs: config.timeoutMs }),
+            // The same wait as this limiter's calls: none when it has none.
+            timeoutMs: config.timeoutMs ?? false,
             breaker: false,
             // A first-request window of the settlements' lifetime: the first settle of an id is
             // admitted, every later one denied, and the id leaves the store when its settlement expires.
