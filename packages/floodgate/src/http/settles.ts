@@ -6,23 +6,21 @@ import type { Decision, Policy } from '../model/index.js';
 import { isThenable, optionalFunction, type RateLimitOptions, type RateLimitOutcome } from './options.js';
 import { type Shared, warnOnce } from './warnings.js';
 
-/**
- * The `settle` option: a request's `cost` is an estimate, charged when it is admitted, and once its
- * response is over the request is charged what `settle` says it really cost (`limiter.settle`: above the
- * estimate a debt, below it the difference back). A response cut short stays at its estimate, never at zero:
- * hanging up must not make a request cheaper.
- */
+// The `settle` option: a request's `cost` is an estimate, charged when it is admitted, and once its
+// response is over the request is charged what `settle` says it really cost (`limiter.settle`: above the
+// estimate a debt, below it the difference back). A response cut short stays at its estimate, never at zero:
+// hanging up must not make a request cheaper.
 export interface Settles<Req> {
-  /** Throws `ERR_INVALID_OPTION` when a policy's calls cannot be settled (meters only). */
+  // Throws `ERR_INVALID_OPTION` when a policy's calls cannot be settled (meters only).
   check(policies: readonly Policy[]): void;
-  /** Decides a request with its cost as an estimate: the decision, and the outcome's `settle` when admitted. */
+  // Decides a request with its cost as an estimate: the decision, and the outcome's `settle` when admitted.
   limit(
     request: Req,
     key: string,
     cost: number,
     policies: readonly Policy[] | undefined,
   ): Promise<[Decision, RateLimitOutcome['settle']]>;
-  /** The outcome's `settle` of an admitted request: settles it once, after the response. */
+  // The outcome's `settle` of an admitted request: settles it once, after the response.
   settler(
     request: Req,
     key: string,
@@ -31,7 +29,7 @@ export interface Settles<Req> {
   ): RateLimitOutcome['settle'];
 }
 
-/** The settles of a middleware, or undefined without the `settle` option. */
+// The settles of a middleware, or undefined without the `settle` option.
 export function settles<Req>(
   options: RateLimitOptions<Req>,
   limiter: Limiter,

@@ -88,28 +88,11 @@ export interface LimiterOptions {
    * defaults. @default false
    */
   blockedCache?: BlockedCacheOptions | boolean;
-  /**
-   * How long after a call admitted with `settle: true` its settle may still give back part of its
-   * estimate, in ms: the limiter remembers the calls settled within it, to refuse a second settle. Past
-   * it, a settle still charges what the call cost above its estimate, and gives nothing back. Set it
-   * to the longest a call runs. @default 600000
-   */
+  /** How long a settle may give part of an estimate back, ms (settled calls are remembered that long); then it only charges debts. @default 600000 */
   settleWithinMs?: number;
-  /**
-   * The secret settlements are signed with: 32 to 1024 characters. Give every limiter that settles
-   * another's calls the same one (the processes of a fleet behind one load balancer, or a limiter made
-   * again after a reload); keep it out of the clients' reach. By default each limiter draws a random one
-   * when it first issues a settlement, and only it can settle its calls.
-   */
+  /** The secret settlements are signed with (32 to 1024 characters), shared by limiters that settle each other's calls. @default a random one */
   settleSecret?: string;
-  /**
-   * Where a settled decision is remembered so that it settles once: `'limiter'` in this limiter's memory
-   * (a decision settled here may still be settled once by another limiter sharing `settleSecret`);
-   * `'store'` in the store as well, one more round trip per settle that may give anything back, so that
-   * the limiters sharing a store and a secret settle each decision once between them. The store keeps
-   * each id under the key `\0settled:<id>` and policy name `settled-once` of this prefix, until the
-   * settlement expires. @default 'limiter'
-   */
+  /** Where settled decisions are remembered: this limiter, or also the store (once among all limiters sharing it). @default 'limiter' */
   settleOnce?: 'limiter' | 'store';
 }
 
@@ -138,11 +121,7 @@ export interface CallOptions {
   policies?: Policy | readonly Policy[];
   /** Reservations: admit the call if it can proceed within this many ms, and say when (`delayMs`). @default 0 */
   maxDelayMs?: number;
-  /**
-   * The cost is an estimate: an admitted decision carries a `settlement`, and `limiter.settle` charges
-   * the call's actual cost once it is known. Meter policies only (gcra, a continuous tokenBucket, a
-   * leakyBucket as a meter). @default false
-   */
+  /** The cost is an estimate: an admitted decision carries a `settlement` for `limiter.settle` (meter policies only). @default false */
   settle?: boolean;
 }
 
@@ -155,12 +134,7 @@ export interface SettleOptions {
 }
 
 /** Options of {@link Limiter.charge}. */
-export interface ChargeOptions {
-  /** What to charge (≥ 0). */
-  cost: number;
-  /** Policies for this call instead of the limiter's. */
-  policies?: Policy | readonly Policy[];
-}
+export type ChargeOptions = SettleOptions;
 
 /** Options of `status` and `reset`. */
 export interface KeyOptions {
@@ -202,6 +176,17 @@ function refuseLonePermits(permits: unknown): undefined {
     );
   }
   return undefined;
+}
+
+function requirePolicies(policies: readonly CompiledPolicy[]): readonly CompiledPolicy[] {
+  if (policies.length === 0) {
+    throw new FloodgateError(
+      'ERR_INVALID_POLICY',
+      'no policies: give the limiter `policies`, or pass `policies` with the call',
+      { option: 'policies' },
+    );
+  }
+  return policies;
 }
 
 /** Whether a cost-0 status may hide that a cost-1 call would be denied: some policy has less than 1 left. */
@@ -292,9 +277,8 @@ export class Limiter {
   /** The one store-call path: store → breaker → events → the failure policy. */
   private readonly calls: StoreCall;
   private listeners: { [E in keyof LimiterEvents]?: Set<(event: LimiterEvents[E]) => void> } = {};
-  /** Issues and checks settlements (`settle: true`, `limiter.settle`). */
+  // Issues and checks settlements; with `settleOnce: 'store'`, a limiter admits each settled id once.
   private readonly settler: Settler;
-  /** With `settleOnce: 'store'`: the limiter that admits each settlement id once, on the store. */
   private readonly settledInStore: Limiter | undefined;
 
   constructor(options: LimiterOptions) {
@@ -324,7 +308,8 @@ export class Limiter {
             store: config.store,
             prefix: config.prefix,
             ...(config.clock === undefined ? {} : { clock: config.clock }),
-            ...(config.timeoutMs === undefined ? {} : { timeoutMs: config.timeoutMs }),
+            // The same wait as this limiter's calls: none when it has none.
+            timeoutMs: config.timeoutMs ?? false,
             breaker: false,
             // A first-request window of the settlements' lifetime: the first settle of an id is
             // admitted, every later one denied, and the id leaves the store when its settlement expires.
@@ -560,14 +545,9 @@ export class Limiter {
   }
 
   /**
-   * Charges a call admitted with `settle: true` its actual cost, once it is known: above the estimate the
-   * difference is charged whatever the key's state, past the limit if need be (a debt the next calls pay
-   * by waiting); below it the difference comes back as far as the policy can give it (as a lease's unused
-   * units do). One store round trip. Resolves to true when the store settled the call, false when the
-   * decision has nothing to settle (a denial, a decision made without the store, the estimate exactly).
-   * Refuses, before any store call, with `ERR_INVALID_OPTION`: a decision this limiter did not issue for
-   * this key or one altered since (option `decision`), one settled already, other policies than the
-   * call's; with `ERR_INVALID_COST` a cost that is not a finite number ≥ 0.
+   * Charges a call admitted with `settle: true` its actual cost: above the estimate the difference is a
+   * debt past the limit, below it comes back as far as the policy can give it. Resolves to false when
+   * there is nothing to settle. Refuses forged, altered or settled decisions before any store call.
    *
    * @example
    * ```ts
@@ -597,13 +577,7 @@ export class Limiter {
     }
     if (actual < 1) checkResolution(policies, actual);
     requireSettleable(policies, 'policies');
-    const store = this.store;
-    const settle = store.settle;
-    if (settle === undefined) {
-      throw new FloodgateError('ERR_INVALID_OPTION', `the ${store.name} store cannot settle calls`, {
-        option: 'store',
-      });
-    }
+    const store = this.settlingStore();
     // Past its expiry a settlement gives nothing back (and is no longer remembered): only a debt is charged.
     const estimate = settlement.cost;
     if (actual === estimate || (!live && actual < estimate)) return false;
@@ -622,13 +596,9 @@ export class Limiter {
         });
       }
     }
-    let nowUs = this.clock?.nowUs();
-    if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
-    const request = { prefix: this.prefix, key, policies, estimate, actual, atUs: settlement.atUs, nowUs };
+    const nowUs = this.wholeNowUs();
     try {
-      const sync = (store as Partial<SyncStore>).settleSync;
-      if (sync === undefined) await this.calls.bounded(settle.call(store, request));
-      else sync.call(store, request);
+      await this.settleOnStore({ prefix: this.prefix, key, policies, estimate, actual, atUs: settlement.atUs, nowUs });
     } catch (error) {
       // A failed call (a timeout) may have been applied all the same. A debt may be settled again: at
       // worst it is charged twice. A refund may not: it could give the same units back twice.
@@ -640,76 +610,69 @@ export class Limiter {
     return true;
   }
 
-  /**
-   * Charges `cost` to the key whatever its state, past the limit if need be, and admits nothing: a debt
-   * the next calls pay by waiting, as a settle above the estimate charges it (a settle of a call admitted
-   * at estimate 0). For a cost known only once a call is over and nothing was held for it (Envoy's
-   * stream-done call): a check before the call denies while the key is in debt. Meter policies only,
-   * as for settle. One store round trip; refused before any store call as `limit` refuses a cost, policies
-   * that cannot settle (`ERR_INVALID_OPTION`) or a store without `settle`.
-   *
-   * @example
-   * ```ts
-   * if (!(await limiter.check(user)).allowed) return reply(429);
-   * const response = await callModel(request);
-   * await limiter.charge(user, { cost: response.usage.total_tokens });
-   * ```
-   */
+  /** Charges `cost` past the limit if need be (a debt), admitting nothing: charging at the end. Meter policies only. */
   async charge(key: string, options: ChargeOptions): Promise<void> {
     const request = this.chargeRequest(key, options);
-    if (request === undefined) return;
-    const store = this.store;
-    try {
-      const sync = (store as Partial<SyncStore>).settleSync;
-      if (sync === undefined)
-        await this.calls.bounded((store.settle as NonNullable<Store['settle']>).call(store, request));
-      else sync.call(store, request);
-    } catch (error) {
-      throw toStoreError(store.name, error);
-    }
+    if (request !== undefined) await this.settleOnStore(request);
   }
 
-  /** `charge` without a promise, on a store that decides synchronously (memory, SQLite). */
+  /** `charge` on a store that decides synchronously (memory, SQLite). */
   chargeSync(key: string, options: ChargeOptions): void {
     this.requireSync('chargeSync');
     const request = this.chargeRequest(key, options);
-    if (request === undefined) return;
-    const store = this.store as SyncStore;
-    try {
-      (store.settleSync as NonNullable<SyncStore['settleSync']>).call(store, request);
-    } catch (error) {
-      throw toStoreError(store.name, error);
-    }
+    if (request !== undefined) void this.settleOnStore(request);
   }
 
-  /** The store request of a charge, everything checked; undefined for a cost of 0 (nothing to charge). */
+  // The store request of a charge, checked; undefined for a cost of 0. Estimate 0: the whole cost is a
+  // debt, and `atUs` is read only by a refund, which this never is.
   private chargeRequest(key: string, options: ChargeOptions): SettleRequest | undefined {
     validateKey(key);
     if (typeof options !== 'object' || options === null) {
       throw invalid('ERR_INVALID_OPTION', 'options', options, 'an object with the cost');
     }
-    const cost = validateCost(options.cost);
-    const policies = this.policiesFor(options.policies ?? UNSET);
-    if (policies.length === 0) {
-      throw new FloodgateError(
-        'ERR_INVALID_POLICY',
-        'no policies: give the limiter `policies`, or pass `policies` with the call',
-        { option: 'policies' },
-      );
-    }
-    if (cost > 0 && cost < 1) checkResolution(policies, cost);
+    const actual = validateCost(options.cost);
+    const policies = requirePolicies(this.policiesFor(options.policies ?? UNSET));
+    if (actual > 0 && actual < 1) checkResolution(policies, actual);
     requireSettleable(policies, 'policies');
+    this.settlingStore();
+    if (actual === 0) return undefined;
+    const nowUs = this.wholeNowUs();
+    return { prefix: this.prefix, key, policies, estimate: 0, actual, atUs: nowUs ?? 0, nowUs };
+  }
+
+  private settlingStore(): Store {
     const store = this.store;
     if (store.settle === undefined && (store as Partial<SyncStore>).settleSync === undefined) {
       throw new FloodgateError('ERR_INVALID_OPTION', `the ${store.name} store cannot settle calls`, {
         option: 'store',
       });
     }
-    if (cost === 0) return undefined;
-    let nowUs = this.clock?.nowUs();
-    if (nowUs !== undefined && !Number.isInteger(nowUs)) nowUs = wholeClockUs(nowUs);
-    // Estimate 0: the whole cost is the debt; `atUs` is read only by a refund, which this never is.
-    return { prefix: this.prefix, key, policies, estimate: 0, actual: cost, atUs: nowUs ?? 0, nowUs };
+    return store;
+  }
+
+  private wholeNowUs(): number | undefined {
+    const nowUs = this.clock?.nowUs();
+    return nowUs === undefined || Number.isInteger(nowUs) ? nowUs : wholeClockUs(nowUs);
+  }
+
+  // One settle on the store: synchronously on a store that can (a settled promise is returned, and a
+  // failure thrown at once), else through the bounded store-call path.
+  private settleOnStore(request: SettleRequest): Promise<void> {
+    const store = this.store;
+    const sync = (store as Partial<SyncStore>).settleSync;
+    try {
+      if (sync !== undefined) {
+        sync.call(store, request);
+        return Promise.resolve();
+      }
+      return this.calls
+        .bounded((store.settle as NonNullable<Store['settle']>).call(store, request))
+        .catch((error: unknown) => {
+          throw toStoreError(store.name, error);
+        });
+    } catch (error) {
+      throw toStoreError(store.name, error);
+    }
   }
 
   /**
@@ -969,13 +932,7 @@ export class Limiter {
       if (options.policies !== undefined) policies = this.policiesFor(options.policies);
       if (validateSettle(options.settle)) requireSettleable(policies);
     }
-    if (policies.length === 0) {
-      throw new FloodgateError(
-        'ERR_INVALID_POLICY',
-        'no policies: give the limiter `policies`, or pass `policies` with the call',
-        { option: 'policies' },
-      );
-    }
+    requirePolicies(policies);
     if (cost < 1) checkResolution(policies, cost);
     if (maxDelayUs > 0) requireReservable(policies);
     let nowUs = readUs ?? this.clock?.nowUs();

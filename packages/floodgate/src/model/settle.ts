@@ -5,24 +5,22 @@ import { meterCharge } from './meter.js';
 import { refundPolicy } from './refund.js';
 import type { State } from './types.js';
 
-/**
- * Settling: a call admitted with an estimated cost is charged its actual cost afterwards.
- *
- * - **Less than the estimate**: the difference comes back exactly as a lease's unused units do
- *   (`refundPolicy`): as far as the policy can still give it back without handing a unit out twice.
- * - **More than the estimate**: the difference is charged whatever the state, past the limit if need be.
- *   It is a debt: calls after it wait until it has drained.
- *
- * Settling has a meaning for the meter (GCRA, the continuous token bucket, the leaky bucket as a meter):
- * its one number, the TAT, is what the key owes, and a debt is simply owed time, kept for as long as it
- * takes to drain however large it is, so no debt is ever forgotten. The other kinds count a span of time
- * (fixed, sliding and bucketed windows, the sliding log, the interval token bucket whose refill puts the
- * bucket back to full): a debt charged to them past the limit is dropped when its window closes or its
- * bucket refills, so a debt larger than one window's limit would be partly forgotten. Carrying it over
- * needs another state layout (a new kind id), which these kinds do not have: settling refuses them, as
- * does a leaky bucket in queue mode (every call booked behind a settled one already has its own delay,
- * which a refund would not move) and a penalty box (`blockMs`, the same reason leases refuse it).
- */
+// Settling: a call admitted with an estimated cost is charged its actual cost afterwards.
+//
+// - **Less than the estimate**: the difference comes back exactly as a lease's unused units do
+//   (`refundPolicy`): as far as the policy can still give it back without handing a unit out twice.
+// - **More than the estimate**: the difference is charged whatever the state, past the limit if need be.
+//   It is a debt: calls after it wait until it has drained.
+//
+// Settling has a meaning for the meter (GCRA, the continuous token bucket, the leaky bucket as a meter):
+// its one number, the TAT, is what the key owes, and a debt is simply owed time, kept for as long as it
+// takes to drain however large it is, so no debt is ever forgotten. The other kinds count a span of time
+// (fixed, sliding and bucketed windows, the sliding log, the interval token bucket whose refill puts the
+// bucket back to full): a debt charged to them past the limit is dropped when its window closes or its
+// bucket refills, so a debt larger than one window's limit would be partly forgotten. Carrying it over
+// needs another state layout (a new kind id), which these kinds do not have: settling refuses them, as
+// does a leaky bucket in queue mode (every call booked behind a settled one already has its own delay,
+// which a refund would not move) and a penalty box (`blockMs`, the same reason leases refuse it).
 
 /**
  * What a call admitted with an estimated cost (`limit(key, { cost, settle: true })`) carries for

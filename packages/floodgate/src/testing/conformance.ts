@@ -480,11 +480,11 @@ function countDeniedSets(): Policy[][] {
 const COSTS = [0, 1, 1, 1, 2, 0.5, 1.25, 3, 100, 0.1, 1e-7, 0.3];
 const BARE_COSTS = [...COSTS, 1, 1, 1, 1, 1, 1];
 
-/** A decision without its settlement's signature (which is its limiter's own). */
+/** A decision without its settlement's id and signature (which are its limiter's own). */
 function unsigned(decision: Decision): Decision {
   if (decision.settlement === undefined) return decision;
-  const { signature: _, ...settlement } = decision.settlement;
-  return { ...decision, settlement: { ...settlement, signature: '' } };
+  // Each limiter signs with a secret of its own and tags its ids with random characters of its own.
+  return { ...decision, settlement: { ...decision.settlement, id: '', signature: '' } };
 }
 
 /**

@@ -2,9 +2,15 @@
 // `settleOnce: 'store'` a decision settles once between all of them, whichever one is sent it (a replay
 // to another process, or to a limiter made again after a reload). `charge` charges a debt past the
 // limit and is refused, like every input, before any store call.
+
+import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { createLimiter, type Decision, gcra, isFloodgateError, memoryStore } from '../../src/index.js';
-import { manualClock } from '../../src/testing/index.js';
+import { encodeKey, storageKey } from '../../src/keys.js';
+import { redisStore } from '../../src/stores/redis/index.js';
+import { manualClock, uniquePrefix } from '../../src/testing/index.js';
+import { connectSingle } from '../stores/redis/clients.js';
+import { redisAvailable, requireServer } from '../stores/redis/servers.js';
 
 const policy = gcra({ limit: 10, periodMs: 1000 });
 const SECRET = 'k'.repeat(32);
@@ -89,6 +95,51 @@ describe('settling across limiters that share a secret', () => {
       expect((error as Error).message).not.toContain('short');
     }
     expect(() => createLimiter({ policies: policy, settleOnce: 'fleet' as 'store' })).toThrow(/settleOnce/);
+  });
+});
+
+const redisUp = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
+
+describe.skipIf(!redisUp)("settleOnce: 'store' on Redis: two processes' limiters on their own connections", () => {
+  it('a decision settles once between them; the id leaves Redis when its settlement expires', async () => {
+    const [one, two] = [await connectSingle('ioredis'), await connectSingle('ioredis')];
+    try {
+      const prefix = uniquePrefix('settle-once');
+      const make = (client: typeof one.client) =>
+        createLimiter({
+          store: redisStore({ client }),
+          prefix,
+          policies: policy,
+          settleSecret: SECRET,
+          settleOnce: 'store',
+          settleWithinMs: 60_000,
+        });
+      const [a, b] = [make(one.client), make(two.client)];
+      const decision = await a.limit('k', { cost: 10, settle: true });
+      const outcomes = await Promise.allSettled([
+        b.settle('k', structuredClone(decision), { cost: 0 }),
+        a.settle('k', structuredClone(decision), { cost: 0 }),
+        b.settle('k', structuredClone(decision), { cost: 0 }),
+      ]);
+      expect(outcomes.filter((o) => o.status === 'fulfilled' && o.value === true)).toHaveLength(1);
+      expect(outcomes.filter((o) => o.status === 'rejected')).toHaveLength(2);
+      expect((await a.check('k', { cost: 10 })).allowed).toBe(true);
+      await a.limit('k', { cost: 10 });
+      expect((await a.check('k', { cost: 1 })).allowed).toBe(false);
+      // The id is held under one key that expires with the settlement (60 s here).
+      const raw = new Redis({ host: '127.0.0.1', port: 6379 });
+      try {
+        const id = (decision.settlement as { id: string }).id;
+        const ttl = await raw.pttl(storageKey(prefix, encodeKey(`\0settled:${id}`), 'settled-once'));
+        expect(ttl).toBeGreaterThan(50_000);
+        expect(ttl).toBeLessThanOrEqual(60_000);
+      } finally {
+        raw.disconnect();
+      }
+    } finally {
+      await one.close();
+      await two.close();
+    }
   });
 });
 
