@@ -103,6 +103,15 @@ const EXPRESS_RATE_LIMIT_HINTS: Readonly<Record<string, string>> = {
 };
 
 /**
+ * True when another answer went out while the decision was pending (a timeout, a guard, a stream): the
+ * request does not go on, nothing is added to that answer, and a permit the decision holds goes back at once.
+ */
+export function answeredElsewhere(outcome: RateLimitOutcome, answered: boolean): boolean {
+  if (answered) void outcome.settle?.(undefined);
+  return answered;
+}
+
+/**
  * Refuses options that are not an object, and express-rate-limit's (`windowMs`, `limit`, `max`…) with
  * what to write instead, before an adapter reads them.
  */

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response } from 'express';
 import type { Limiter } from '../limiter/limiter.js';
 import {
+  answeredElsewhere,
   createHttpRateLimiter,
   isThenable,
   type MaybePromise,
@@ -92,11 +93,7 @@ export function rateLimit<Req extends IncomingMessage = Request, Res extends Ser
     // Another middleware (a timeout, a guard, a stream) answered while the decision was pending, ended or
     // not: there is nothing to add to its response, which stays its own to end, and the request does not
     // go on (as with the node:http and Koa adapters), allowed or denied.
-    if (response.headersSent) {
-      // A permit held by the decision goes back at once: the request does not go on.
-      void outcome.settle?.(undefined);
-      return;
-    }
+    if (answeredElsewhere(outcome, response.headersSent)) return;
     request.rateLimit = outcome;
     try {
       if (!outcome.allowed) {

@@ -2,6 +2,7 @@ import type { FastifyPluginCallback, FastifyReply, FastifyRequest, RouteOptions 
 import { invalid } from '../errors.js';
 import type { Limiter } from '../limiter/limiter.js';
 import {
+  answeredElsewhere,
   createHttpRateLimiter,
   type HttpRateLimiter,
   isThenable,
@@ -103,11 +104,7 @@ function apply(
   }
   // Answered elsewhere while the decision was pending (a timeout, another plugin): add nothing, and leave
   // the request where that answer ended it.
-  if (reply.sent) {
-    // A permit held by the decision goes back at once: the request does not go on.
-    void outcome.settle?.(undefined);
-    return;
-  }
+  if (answeredElsewhere(outcome, reply.sent)) return;
   request.rateLimit = outcome;
   try {
     // Answering from a callback hook ends the request there; `done` is not called.

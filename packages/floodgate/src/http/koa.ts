@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Context } from 'koa';
 import type { Limiter } from '../limiter/limiter.js';
 import {
+  answeredElsewhere,
   createHttpRateLimiter,
   optionalFunction,
   type RateLimitInfo,
@@ -103,11 +104,7 @@ export function rateLimit<Ctx extends KoaContextLike = Context>(options: KoaRate
       return;
     }
     // Answered elsewhere while the decision was pending: add nothing to that response and do not go on.
-    if (ctx.headerSent === true) {
-      // A permit held by the decision goes back at once: the request does not go on.
-      void outcome.settle?.(undefined);
-      return;
-    }
+    if (answeredElsewhere(outcome, ctx.headerSent === true)) return;
     if (typeof ctx.state === 'object' && ctx.state !== null) (ctx.state as RateLimitState).rateLimit = outcome;
     if (!outcome.allowed) {
       if (handler === undefined) {

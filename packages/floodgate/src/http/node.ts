@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Limiter } from '../limiter/limiter.js';
 import {
+  answeredElsewhere,
   createHttpRateLimiter,
   isThenable,
   optionalFunction,
@@ -94,11 +95,7 @@ export function rateLimit(options: NodeRateLimitOptions): NodeRateLimit {
   ): boolean | Promise<boolean> => {
     if (outcome === undefined) return true;
     // Something else answered while the decision was pending: add nothing, and the handler must not run.
-    if (response.headersSent) {
-      // A permit held by the decision goes back at once: the handler will not run.
-      void outcome.settle?.(undefined);
-      return false;
-    }
+    if (answeredElsewhere(outcome, response.headersSent)) return false;
     request.rateLimit = outcome;
     if (!outcome.allowed) {
       if (handler === undefined) {

@@ -16,15 +16,7 @@ import {
   type WaitReply,
   waitPermit,
 } from './model.js';
-import type {
-  PermitAcquireArgs,
-  PermitLeaveArgs,
-  PermitRefreshArgs,
-  PermitReleaseArgs,
-  PermitStore,
-  PermitUnwatch,
-  PermitWaitArgs,
-} from './store.js';
+import type * as Port from './store.js';
 
 /** Options of {@link memoryPermitStore}. */
 export interface MemoryPermitStoreOptions {
@@ -38,14 +30,14 @@ export interface MemoryPermitStoreOptions {
 }
 
 /** The in-process permit store: synchronous, exact, one process only. */
-export interface MemoryPermitStore extends PermitStore {
+export interface MemoryPermitStore extends Port.PermitStore {
   readonly name: 'memory';
-  acquire(key: string, args: PermitAcquireArgs): AcquireReply;
-  refresh(key: string, args: PermitRefreshArgs): RefreshReply;
-  release(key: string, args: PermitReleaseArgs): ReleaseReply;
-  wait(key: string, args: PermitWaitArgs): WaitReply;
-  leave(key: string, args: PermitLeaveArgs): LeaveReply;
-  watch(key: string, listener: (ticket: number) => void): PermitUnwatch;
+  acquire(key: string, args: Port.PermitAcquireArgs): AcquireReply;
+  refresh(key: string, args: Port.PermitRefreshArgs): RefreshReply;
+  release(key: string, args: Port.PermitReleaseArgs): ReleaseReply;
+  wait(key: string, args: Port.PermitWaitArgs): WaitReply;
+  leave(key: string, args: Port.PermitLeaveArgs): LeaveReply;
+  watch(key: string, listener: (ticket: number) => void): Port.PermitUnwatch;
   /** How many keys the store holds now. */
   readonly size: number;
 }

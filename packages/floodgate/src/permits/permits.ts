@@ -331,11 +331,7 @@ export class Permits {
    * a live lease; an unknown or expired id changes nothing.
    */
   async release(key: string, leaseId: string): Promise<boolean> {
-    validateKey(key);
-    validateLeaseId(leaseId);
-    const host = this.#host;
-    const where = this.#storageKey(key);
-    const reply = await this.#call(() =>
+    const reply = await this.#byId(key, leaseId, (host, where) =>
       host.store.release(where, { limit: host.limit, leaseId, nowUs: host.clock?.nowUs() }),
     );
     return reply.released;
@@ -346,11 +342,7 @@ export class Permits {
    * is not live: an expired lease is never taken back.
    */
   async refresh(key: string, leaseId: string): Promise<boolean> {
-    validateKey(key);
-    validateLeaseId(leaseId);
-    const host = this.#host;
-    const where = this.#storageKey(key);
-    const reply = await this.#call(() =>
+    const reply = await this.#byId(key, leaseId, (host, where) =>
       host.store.refresh(where, { limit: host.limit, leaseUs: host.leaseUs, leaseId, nowUs: host.clock?.nowUs() }),
     );
     return reply.refreshed;
@@ -358,6 +350,14 @@ export class Permits {
 
   #storageKey(key: string): string {
     return storageKey(this.prefix, encodeKey(key), this.policy.name);
+  }
+
+  /** A store call on one lease named by its id, the key and the id checked first. */
+  #byId<R>(key: string, leaseId: string, run: (host: PermitHost, where: string) => R | Promise<R>): Promise<R> {
+    validateKey(key);
+    validateLeaseId(leaseId);
+    const where = this.#storageKey(key);
+    return this.#call(() => run(this.#host, where));
   }
 
   async #call<R>(run: () => R | Promise<R>): Promise<R> {

@@ -1,14 +1,6 @@
 import { describeValue, FloodgateError } from '../../errors.js';
 import type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply } from '../../permits/model.js';
-import type {
-  PermitAcquireArgs,
-  PermitLeaveArgs,
-  PermitRefreshArgs,
-  PermitReleaseArgs,
-  PermitStore,
-  PermitUnwatch,
-  PermitWaitArgs,
-} from '../../permits/store.js';
+import type * as Port from '../../permits/store.js';
 import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { PERMIT_SCRIPTS } from './permits-lua.js';
@@ -33,14 +25,14 @@ export interface RedisPermitStoreOptions {
 }
 
 /** The Redis and Redis Cluster permit store. */
-export interface RedisPermitStore extends PermitStore {
+export interface RedisPermitStore extends Port.PermitStore {
   readonly name: 'redis';
-  acquire(key: string, args: PermitAcquireArgs): Promise<AcquireReply>;
-  refresh(key: string, args: PermitRefreshArgs): Promise<RefreshReply>;
-  release(key: string, args: PermitReleaseArgs): Promise<ReleaseReply>;
-  wait(key: string, args: PermitWaitArgs): Promise<WaitReply>;
-  leave(key: string, args: PermitLeaveArgs): Promise<LeaveReply>;
-  watch?(key: string, listener: (ticket: number) => void): Promise<PermitUnwatch>;
+  acquire(key: string, args: Port.PermitAcquireArgs): Promise<AcquireReply>;
+  refresh(key: string, args: Port.PermitRefreshArgs): Promise<RefreshReply>;
+  release(key: string, args: Port.PermitReleaseArgs): Promise<ReleaseReply>;
+  wait(key: string, args: Port.PermitWaitArgs): Promise<WaitReply>;
+  leave(key: string, args: Port.PermitLeaveArgs): Promise<LeaveReply>;
+  watch?(key: string, listener: (ticket: number) => void): Promise<Port.PermitUnwatch>;
 }
 
 type Script = (typeof PERMIT_SCRIPTS)[keyof typeof PERMIT_SCRIPTS];
@@ -102,19 +94,20 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
     return numbers(reply);
   };
   const now = (nowUs: number | undefined) => (nowUs === undefined ? '' : String(nowUs));
+  // The arguments `acquire` and `wait` start with: a claim of `cost` under `limit` for a lease.
+  const claim = (a: Port.PermitAcquireArgs) => [
+    now(a.nowUs),
+    String(a.leaseUs),
+    String(a.limit),
+    String(a.cost),
+    a.leaseId,
+    grace,
+  ];
 
   return {
     name: 'redis',
     async acquire(key, a) {
-      const r = await run(PERMIT_SCRIPTS.acquire, key, [
-        now(a.nowUs),
-        String(a.leaseUs),
-        String(a.limit),
-        String(a.cost),
-        a.leaseId,
-        grace,
-        publish,
-      ]);
+      const r = await run(PERMIT_SCRIPTS.acquire, key, [...claim(a), publish]);
       return acquireReply(r);
     },
     async refresh(key, a) {
@@ -133,17 +126,7 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
       return { released: r[0] === 1, nowUs: at(r, 1), wake: at(r, 2) };
     },
     async wait(key, a) {
-      const r = await run(PERMIT_SCRIPTS.wait, key, [
-        now(a.nowUs),
-        String(a.leaseUs),
-        String(a.limit),
-        String(a.cost),
-        a.leaseId,
-        grace,
-        String(a.maxQueue),
-        String(a.waiterUs),
-        publish,
-      ]);
+      const r = await run(PERMIT_SCRIPTS.wait, key, [...claim(a), String(a.maxQueue), String(a.waiterUs), publish]);
       return { ...acquireReply(r), queued: at(r, 8) === 1, full: at(r, 9) === 1, ticket: at(r, 10), ahead: at(r, 11) };
     },
     async leave(key, a) {
@@ -177,7 +160,7 @@ const SUBSCRIPTION_LINGER_MS = 2000;
  */
 function channelWatch(
   subscriber: RedisSubscriber,
-): (key: string, listener: (ticket: number) => void) => Promise<PermitUnwatch> {
+): (key: string, listener: (ticket: number) => void) => Promise<Port.PermitUnwatch> {
   interface Channel {
     readonly listeners: Set<(ticket: number) => void>;
     ready: Promise<void>;

@@ -11,9 +11,8 @@ import {
 } from '../../permits/model.js';
 import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
 import { checkPermitCall } from '../../permits/store-args.js';
-import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
-import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier, validateIdentifier } from '../sql/common.js';
-import type { SqliteDatabase, SqliteStatement } from './sqlite-store.js';
+import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
+import { type SqliteDatabase, type SqliteStatement, sqliteOptions } from './sqlite-store.js';
 
 /** Options of {@link sqlitePermitStore}. */
 export interface SqlitePermitStoreOptions {
@@ -95,20 +94,8 @@ const PRUNE_ROWS = 16;
  * ```
  */
 export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePermitStore {
-  checkOptionsObject(options, 'sqlitePermitStore options');
-  const database = options.database;
-  if (!hasMethods(database, 'prepare', 'exec')) {
-    throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
-  }
-  const table = validateIdentifier('table', options.table ?? 'floodgate_permits');
+  const { database, table, busyTimeoutMs } = sqliteOptions(options, 'sqlitePermitStore', 'floodgate_permits');
   if (table.includes('__fg_')) throw invalid('ERR_INVALID_OPTION', 'table', table, 'an identifier without "__fg_"');
-  const busyTimeoutMs = wholeOption(
-    'busyTimeoutMs',
-    options.busyTimeoutMs ?? 5000,
-    0,
-    undefined,
-    'an integer number of ms ≥ 0',
-  );
   const rows = new SqlitePermitRows(database, table, busyTimeoutMs);
   return {
     name: 'sqlite',

@@ -59,6 +59,31 @@ interface Statements {
   rollbackTo: SqliteStatement;
 }
 
+/**
+ * The options every SQLite store takes, checked: a better-sqlite3 `database`, a `table` name (`fallback`
+ * when absent) and `busyTimeoutMs`.
+ */
+export function sqliteOptions(
+  options: { database: unknown; table?: string | undefined; busyTimeoutMs?: number | undefined },
+  factory: string,
+  fallback: string,
+): { database: SqliteDatabase; table: string; busyTimeoutMs: number } {
+  checkOptionsObject(options, `${factory} options`);
+  const database = options.database;
+  if (!hasMethods(database, 'prepare', 'exec')) {
+    throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
+  }
+  const table = validateIdentifier('table', options.table ?? fallback);
+  const busyTimeoutMs = wholeOption(
+    'busyTimeoutMs',
+    options.busyTimeoutMs ?? 5000,
+    0,
+    undefined,
+    'an integer number of ms ≥ 0',
+  );
+  return { database: database as SqliteDatabase, table, busyTimeoutMs };
+}
+
 /** Rows a decision that creates a row looks at for expired ones: small, so no decision pays for a sweep. */
 const SWEEP_ROWS = 32;
 
@@ -93,19 +118,7 @@ const SWEEP_ROWS = 32;
  * ```
  */
 export function sqliteStore(options: SqliteStoreOptions): SqliteStore {
-  checkOptionsObject(options, 'sqliteStore options');
-  const database = options.database;
-  if (!hasMethods(database, 'prepare', 'exec')) {
-    throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
-  }
-  const table = validateIdentifier('table', options.table ?? 'floodgate_state');
-  const busyTimeoutMs = wholeOption(
-    'busyTimeoutMs',
-    options.busyTimeoutMs ?? 5000,
-    0,
-    undefined,
-    'an integer number of ms ≥ 0',
-  );
+  const { database, table, busyTimeoutMs } = sqliteOptions(options, 'sqliteStore', 'floodgate_state');
   const rows = new SqliteRows(database, table, busyTimeoutMs);
   return {
     ...syncRowStore({ name: 'sqlite', database: rows, expiryGrainUs: EXPIRY_GRAIN_US }),
