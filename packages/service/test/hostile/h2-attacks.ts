@@ -62,6 +62,8 @@ export type Scale = 'test' | 'full';
 export interface Attack {
   name: string;
   aims: readonly Aim[];
+  /** Margins of this attack that differ from `MARGINS`, each with the reason in a comment where it is set. */
+  margins?: Partial<Record<Aim, (typeof MARGINS)[Aim]>>;
   /** Runs against TLS servers (the gRPC port with a certificate). */
   tls?: boolean;
   /** The attack proper; resolves to what the attacker saw, with how many new clients failed. */
@@ -155,6 +157,10 @@ export const ATTACKS: readonly Attack[] = [
     // connection must be let go once the client closes it, not held until its linger timer cuts it
     // (5 s: held so, some 10 KB each, they took ours 60-100 MB above node:http2), hence `lingering`.
     aims: ['refused', 'memory', 'lingering'],
+    // The churn allocates as it goes (thousands of connections opened, ended and collected: +9 to +27 MB
+    // over 20 s in CI runs, against node:http2's +0 to +19 MB holding all of them); what must not happen
+    // is ended connections staying held, which `lingering` catches. 40 MB over node:http2, not 25.
+    margins: { memory: { ratio: 1.5, slack: 40, unit: 'MB' } },
     run: holding('idlehold', 20, (s) => [sized(s, 400, 5000), sized(s, 3, 30), '127.0.0.2']),
   },
   {
@@ -225,7 +231,7 @@ export function figure(outcome: Outcome, aim: Aim): number {
 export function worse(attack: Attack, ours: Outcome, reference: Outcome): string[] {
   const out: string[] = [];
   for (const aim of attack.aims) {
-    const margin = MARGINS[aim];
+    const margin = attack.margins?.[aim] ?? MARGINS[aim];
     const a = figure(ours, aim);
     const b = figure(reference, aim);
     const bound = b * margin.ratio + margin.slack;
