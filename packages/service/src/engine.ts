@@ -293,7 +293,7 @@ function permitOutcome(matched: boolean, rule: string | null, decision: Decision
   };
 }
 
-/** A config with concurrency limits on a store that holds no permits (PostgreSQL, SQLite for now). */
+/** A config with concurrency limits on a store that holds no permits (one given to the service without them). */
 export class ConcurrencyUnsupported extends Error {
   override readonly name = 'ConcurrencyUnsupported';
 }
@@ -363,7 +363,7 @@ export class Engine {
     if (options.permits === undefined) {
       const rule = limited.rules.find((r) => r.concurrency !== undefined) as Rule;
       throw new ConcurrencyUnsupported(
-        `rule ${JSON.stringify(rule.label)} of domain ${JSON.stringify(limited.domain)} has a concurrency limit, and the ${this.limiter.store.name} store holds no permits (memory and Redis do)`,
+        `rule ${JSON.stringify(rule.label)} of domain ${JSON.stringify(limited.domain)} has a concurrency limit, and the ${this.limiter.store.name} store holds no permits (the stores the service opens from a URL all do)`,
       );
     }
     return new PermitDesk(this.domains, options.permits, this.config.prefix, this.clock, options.permitEvents);

@@ -11,6 +11,7 @@ import { redisAvailable, requireServer, startCluster } from '../../floodgate/tes
 import { PG_CONFIG, requirePostgres, uniqueSchema } from '../../floodgate/test/stores/sql/postgres-env.js';
 import type { Service } from '../src/service.js';
 import { descriptor, get, grpcClient, post, startTestService, waitFor } from './helpers.js';
+import { PERMIT_CONFIG } from './permit-config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'floodgate-stores-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -49,12 +50,64 @@ async function scenario(url: string): Promise<void> {
   }
 }
 
+/**
+ * Concurrency permits through a service on `url`: two held, the third refused, a release lets one in; the
+ * same through Envoy's protocol (a lease descriptor taken, released by the stream-done call).
+ */
+async function permitScenario(url: string): Promise<void> {
+  const service = await startTestService(PERMIT_CONFIG, { store: url });
+  const client = grpcClient(service.grpcPort);
+  try {
+    await waitFor(async () => (await get(service, '/readyz')).status === 200, 10_000);
+    const tenant = `t-${randomBytes(6).toString('hex')}`;
+    const body = { domain: 'llm', entries: [{ key: 'tenant', value: tenant }] };
+    const a = await post(service, '/v1/permits/acquire', body);
+    const b = await post(service, '/v1/permits/acquire', body);
+    expect([a.body.allowed, b.body.allowed]).toEqual([true, true]);
+    expect(b.body.fence as number).toBeGreaterThan(a.body.fence as number);
+    const refused = await post(service, '/v1/permits/acquire', body);
+    expect(refused.body).toMatchObject({ allowed: false, reason: 'limit', inFlight: 2 });
+    expect((await post(service, '/v1/permits/release', { ...body, leaseId: a.body.leaseId })).body.released).toBe(true);
+    expect((await post(service, '/v1/permits/acquire', body)).body.allowed).toBe(true);
+    // Envoy: the big model takes one permit per request id, given back by the stream-done call.
+    const lease = (id: string, done = false) => ({
+      entries: [
+        { key: 'model', value: 'big' },
+        { key: 'floodgate_lease', value: `${tenant}-${id}` },
+        ...(done ? [{ key: 'floodgate_release', value: '1' }] : []),
+      ],
+    });
+    const call = async (id: string, done = false) =>
+      (await client.shouldRateLimit({ domain: 'llm', descriptors: [lease(id, done)] })).overall_code;
+    expect([await call('r1'), await call('r2')]).toEqual(['OK', 'OVER_LIMIT']);
+    expect(await call('r1', true)).toBe('OK');
+    expect(await call('r3')).toBe('OK');
+    await call('r3', true);
+  } finally {
+    client.close();
+    await service.close();
+  }
+}
+
 describe('stores by URL', () => {
   it('memory', () => scenario('memory:?maxKeys=1000'));
 
   it('sqlite', () => scenario(`sqlite:${join(dir, 'floodgate.db')}?table=service_state`));
 
   it.skipIf(!runRedis)('redis', () => scenario('redis://127.0.0.1:6379'));
+
+  it('sqlite: concurrency permits', () => permitScenario(`sqlite:${join(dir, 'permits.db')}?table=service_state`));
+
+  it.skipIf(!runPostgres)('postgres: concurrency permits (their tables migrated on start)', async () => {
+    const schema = uniqueSchema('service_permits');
+    try {
+      await permitScenario(`postgres://postgres@127.0.0.1:5432/test?schema=${schema}`);
+    } finally {
+      const pool = new pg.Pool({ ...PG_CONFIG, max: 1 });
+      await pool.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await pool.end();
+    }
+  });
 
   it.skipIf(!runPostgres)('postgres (migrated on start)', async () => {
     const schema = uniqueSchema('service');

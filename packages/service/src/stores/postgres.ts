@@ -1,5 +1,5 @@
 import { postgresOverrides } from 'floodgate/overrides';
-import { fromPg, postgresStore } from 'floodgate/postgres';
+import { fromPg, postgresPermitStore, postgresStore } from 'floodgate/postgres';
 import pg from 'pg';
 import { type OpenedStore, redact, StoreUrlError } from './opened.js';
 
@@ -34,8 +34,15 @@ export function openPostgres(url: string): OpenedStore {
   const pool = new pg.Pool({ connectionString: parsed.toString(), max: 8, connectionTimeoutMillis: 2000 });
   pool.on('error', () => {});
   let store: ReturnType<typeof postgresStore>;
+  let permits: ReturnType<typeof postgresPermitStore>;
   try {
     store = postgresStore({ client: fromPg(pool), ...options });
+    // The permits of concurrency rules: tables of their own in the same schema.
+    permits = postgresPermitStore({
+      client: fromPg(pool),
+      ...(options.schema === undefined ? {} : { schema: options.schema }),
+      ...(options.table === undefined ? {} : { table: `${options.table}_permits` }),
+    });
   } catch (error) {
     void pool.end();
     throw new StoreUrlError(`postgres store: ${error instanceof Error ? error.message : String(error)}`);
@@ -48,9 +55,10 @@ export function openPostgres(url: string): OpenedStore {
   return {
     store,
     overrides,
+    permits,
     description: redact(url),
     prepare: () => {
-      migrated ??= Promise.all([store.migrate(), overrides.migrate()]).then(
+      migrated ??= Promise.all([store.migrate(), overrides.migrate(), permits.migrate()]).then(
         () => undefined,
         (error: unknown) => {
           migrated = undefined;

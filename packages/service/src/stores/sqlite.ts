@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import { sqliteOverrides } from 'floodgate/overrides';
-import { sqliteStore } from 'floodgate/sqlite';
+import { sqlitePermitStore, sqliteStore } from 'floodgate/sqlite';
 import { type OpenedStore, StoreUrlError } from './opened.js';
 
 /**
@@ -35,9 +35,16 @@ export function openSqlite(url: string): OpenedStore {
     // The overrides' tables: created synchronously (better-sqlite3), before the service serves.
     const overrides = sqliteOverrides({ database });
     void overrides.migrate();
+    // The permits of concurrency rules, in a table of their own beside the state's.
+    const permits = sqlitePermitStore({
+      database,
+      ...(table === undefined ? {} : { table: `${table}_permits` }),
+    });
+    permits.migrate();
     return {
       store,
       overrides,
+      permits,
       description: `sqlite:${rest}${table === undefined ? '' : ` (table ${table})`}`,
       close: async () => {
         database.close();
