@@ -279,6 +279,33 @@ function handleSettle(ctx: ServiceContext, req: IncomingMessage, res: ServerResp
 }
 
 /**
+ * A body's `descriptors`: a list of objects of `shape`, counted against `max` before any is read (the work
+ * of a refusal does not grow with the list); each error names the field.
+ */
+function descriptorObjects(
+  value: unknown,
+  list: { shape: string; max: number; per: string; nonEmpty: boolean },
+): Record<string, unknown>[] {
+  if (!Array.isArray(value) || (list.nonEmpty && value.length === 0)) {
+    throw new BadRequest(
+      400,
+      `descriptors is required: a non-empty list of ${list.shape}, got ${showValue(value)}`,
+      'descriptors',
+    );
+  }
+  if (value.length > list.max) {
+    throw new BadRequest(400, `at most ${list.max} descriptors per ${list.per}, got ${value.length}`, 'descriptors');
+  }
+  return value.map((d: unknown, i) => {
+    if (typeof d !== 'object' || d === null || Array.isArray(d)) {
+      const field = `descriptors[${i}]`;
+      throw new BadRequest(400, `${field} must be an object ${list.shape}, got ${showValue(d)}`, field);
+    }
+    return d as Record<string, unknown>;
+  });
+}
+
+/**
  * Validates the shape of a settle call `{ domain, descriptors: [{ entries, settlement, cost }] }`; the
  * engine checks the rest (entries, costs, the rule) before the store is asked, and the limiter the
  * settlement's signature.
@@ -289,26 +316,13 @@ export function parseSettleCall(text: string): SettleCall {
   if (typeof o.domain !== 'string' || o.domain.length === 0) {
     throw new BadRequest(400, `domain is required: a non-empty string, got ${showValue(o.domain)}`, 'domain');
   }
-  if (!Array.isArray(o.descriptors) || o.descriptors.length === 0) {
-    throw new BadRequest(
-      400,
-      `descriptors is required: a non-empty list of { entries, settlement, cost }, got ${showValue(o.descriptors)}`,
-      'descriptors',
-    );
-  }
-  if (o.descriptors.length > MAX_SETTLE_DESCRIPTORS) {
-    throw new BadRequest(
-      400,
-      `at most ${MAX_SETTLE_DESCRIPTORS} descriptors per settle, got ${o.descriptors.length}`,
-      'descriptors',
-    );
-  }
-  const descriptors: SettleDescriptor[] = o.descriptors.map((d: unknown, i) => {
+  const descriptors: SettleDescriptor[] = descriptorObjects(o.descriptors, {
+    shape: '{ entries, settlement, cost }',
+    max: MAX_SETTLE_DESCRIPTORS,
+    per: 'settle',
+    nonEmpty: true,
+  }).map((dd, i) => {
     const field = `descriptors[${i}]`;
-    if (typeof d !== 'object' || d === null || Array.isArray(d)) {
-      throw new BadRequest(400, `${field} must be an object { entries, settlement, cost }, got ${showValue(d)}`, field);
-    }
-    const dd = d as Record<string, unknown>;
     onlyFields(dd, ['entries', 'settlement', 'cost'], field);
     if (typeof dd.cost !== 'number') {
       throw new BadRequest(
@@ -521,27 +535,13 @@ export function parseDecisionRequest(text: string): DecisionRequest {
   if (o.cost !== undefined && typeof o.cost !== 'number') {
     throw new BadRequest(400, `cost must be a number, got ${showValue(o.cost)}`, 'cost');
   }
-  if (!Array.isArray(o.descriptors)) {
-    throw new BadRequest(
-      400,
-      `descriptors is required: a non-empty list of { entries: [{ key, value }] }, got ${showValue(o.descriptors)}`,
-      'descriptors',
-    );
-  }
-  // Counted before any descriptor is read: the work of a refusal does not grow with the list.
-  if (o.descriptors.length > MAX_DESCRIPTORS) {
-    throw new BadRequest(
-      400,
-      `at most ${MAX_DESCRIPTORS} descriptors per request, got ${o.descriptors.length}`,
-      'descriptors',
-    );
-  }
-  const descriptors: DescriptorRequest[] = o.descriptors.map((d: unknown, i) => {
+  const descriptors: DescriptorRequest[] = descriptorObjects(o.descriptors, {
+    shape: '{ entries: [{ key, value }] }',
+    max: MAX_DESCRIPTORS,
+    per: 'request',
+    nonEmpty: false,
+  }).map((dd, i) => {
     const field = `descriptors[${i}]`;
-    if (typeof d !== 'object' || d === null || Array.isArray(d)) {
-      throw new BadRequest(400, `${field} must be an object { entries: [{ key, value }] }, got ${showValue(d)}`, field);
-    }
-    const dd = d as Record<string, unknown>;
     onlyFields(dd, ['entries', 'cost', 'limit'], field);
     if (dd.cost !== undefined && typeof dd.cost !== 'number') {
       throw new BadRequest(400, `${field}.cost must be a number, got ${showValue(dd.cost)}`, `${field}.cost`);
