@@ -85,6 +85,44 @@ class BadRequest extends Error {
 }
 
 /**
+ * Counts a request of `op` in flight and times it until its response closes (an error status counted too),
+ * then reads its body; while the service drains, answers 503 instead. The rest of a body too large is not
+ * read: it is answered 413 and the connection closes after the answer.
+ */
+function trackedBody(
+  ctx: ServiceContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  op: string,
+  onBody: (body: string) => void,
+): void {
+  const start = performance.now();
+  const metrics = ctx.metrics;
+  if (ctx.draining) {
+    metrics.error('http', op, '503');
+    problem(res, 503, 'Service Unavailable', 'the service is shutting down');
+    return;
+  }
+  metrics.inFlight.http++;
+  let finished = false;
+  res.on('close', () => {
+    if (finished) return;
+    finished = true;
+    metrics.inFlight.http--;
+    metrics.timer('http', op).observe((performance.now() - start) / 1000);
+    if (res.statusCode >= 400) metrics.error('http', op, String(res.statusCode));
+  });
+  readBody(req, (error, body) => {
+    if (error !== undefined) {
+      res.setHeader('Connection', 'close');
+      problem(res, 413, 'Payload Too Large', error.message);
+      return;
+    }
+    onBody(body as string);
+  });
+}
+
+/**
  * The HTTP JSON API: decisions (`/v1/decide`, `/v1/check`, `/v1/status`, `/v1/reset`), health
  * (`/healthz`, `/readyz`), `/metrics`, `/openapi.json`, `/v1/config`, `/v1/stats`, and optionally a
  * static web page at `/`.
@@ -173,33 +211,10 @@ export function createHttpApi(context: () => ServiceContext, options: HttpApiOpt
 
 function handleDecision(ctx: ServiceContext, req: IncomingMessage, res: ServerResponse, mode: Mode): void {
   const method = METHOD_NAMES[mode];
-  const start = performance.now();
-  const metrics = ctx.metrics;
-  if (ctx.draining) {
-    metrics.error('http', method, '503');
-    problem(res, 503, 'Service Unavailable', 'the service is shutting down');
-    return;
-  }
-  metrics.inFlight.http++;
-  let finished = false;
-  const finish = (status: number) => {
-    if (finished) return;
-    finished = true;
-    metrics.inFlight.http--;
-    metrics.timer('http', method).observe((performance.now() - start) / 1000);
-    if (status >= 400) metrics.error('http', method, String(status));
-  };
-  res.on('close', () => finish(res.statusCode));
-  readBody(req, (error, body) => {
-    if (error !== undefined) {
-      // The rest of a too-large body is not read: the connection closes after the answer.
-      res.setHeader('Connection', 'close');
-      problem(res, 413, 'Payload Too Large', error.message);
-      return;
-    }
+  trackedBody(ctx, req, res, method, (body) => {
     let request: DecisionRequest;
     try {
-      request = parseDecisionRequest(body as string);
+      request = parseDecisionRequest(body);
       if (request.settle === true && mode !== 'limit') {
         throw new BadRequest(400, `settle is for /v1/decide only, not /v1/${METHOD_NAMES[mode]}`, 'settle');
       }
@@ -234,31 +249,10 @@ function handleDecision(ctx: ServiceContext, req: IncomingMessage, res: ServerRe
 
 /** `POST /v1/settle`: descriptors decided with `settle: true`, each charged its actual cost. */
 function handleSettle(ctx: ServiceContext, req: IncomingMessage, res: ServerResponse): void {
-  const start = performance.now();
-  const metrics = ctx.metrics;
-  if (ctx.draining) {
-    metrics.error('http', 'settle', '503');
-    problem(res, 503, 'Service Unavailable', 'the service is shutting down');
-    return;
-  }
-  metrics.inFlight.http++;
-  let finished = false;
-  res.on('close', () => {
-    if (finished) return;
-    finished = true;
-    metrics.inFlight.http--;
-    metrics.timer('http', 'settle').observe((performance.now() - start) / 1000);
-    if (res.statusCode >= 400) metrics.error('http', 'settle', String(res.statusCode));
-  });
-  readBody(req, (error, body) => {
-    if (error !== undefined) {
-      res.setHeader('Connection', 'close');
-      problem(res, 413, 'Payload Too Large', error.message);
-      return;
-    }
+  trackedBody(ctx, req, res, 'settle', (body) => {
     let call: SettleCall;
     try {
-      call = parseSettleCall(body as string);
+      call = parseSettleCall(body);
     } catch (e) {
       if (e instanceof BadRequest) return problem(res, e.status, 'Bad Request', e.message, e.field);
       fail(ctx, res, e);
@@ -360,31 +354,10 @@ function jsonObject(text: string, shape: string): Record<string, unknown> {
 
 /** A permit call: validated whole before the store is asked; answered as JSON, refusals as problem+json. */
 function handlePermit(ctx: ServiceContext, req: IncomingMessage, res: ServerResponse, op: PermitOp): void {
-  const start = performance.now();
-  const metrics = ctx.metrics;
-  if (ctx.draining) {
-    metrics.error('http', op, '503');
-    problem(res, 503, 'Service Unavailable', 'the service is shutting down');
-    return;
-  }
-  metrics.inFlight.http++;
-  let finished = false;
-  res.on('close', () => {
-    if (finished) return;
-    finished = true;
-    metrics.inFlight.http--;
-    metrics.timer('http', op).observe((performance.now() - start) / 1000);
-    if (res.statusCode >= 400) metrics.error('http', op, String(res.statusCode));
-  });
-  readBody(req, (error, body) => {
-    if (error !== undefined) {
-      res.setHeader('Connection', 'close');
-      problem(res, 413, 'Payload Too Large', error.message);
-      return;
-    }
+  trackedBody(ctx, req, res, op, (body) => {
     let call: PermitCall;
     try {
-      call = parsePermitCall(body as string, op);
+      call = parsePermitCall(body, op);
     } catch (e) {
       if (e instanceof BadRequest) return problem(res, e.status, 'Bad Request', e.message, e.field);
       fail(ctx, res, e);
