@@ -28,6 +28,7 @@ import { requireSettleable, Settler } from './settle.js';
 import { isDegraded, isPending, type Outcome, StoreCall } from './store-call.js';
 import {
   normalizePolicies,
+  requireSamePolicies,
   statusOptions,
   validateCallOptions,
   validateDelay,
@@ -567,14 +568,7 @@ export class Limiter {
     const checked = this.settler.check(key, decision, this.localMs());
     if (checked === undefined) return false;
     const { settlement, live } = checked;
-    const names = settlement.policies;
-    if (names.length !== policies.length || policies.some((c, i) => c.name !== names[i])) {
-      throw new FloodgateError(
-        'ERR_INVALID_OPTION',
-        `the call was made under policies ${names.join(', ')}, not ${policies.map((c) => c.name).join(', ')}: pass the same policies`,
-        { option: 'policies' },
-      );
-    }
+    requireSamePolicies('the call', settlement.policies, policies);
     if (actual < 1) checkResolution(policies, actual);
     requireSettleable(policies, 'policies');
     const store = this.settlingStore();

@@ -5,6 +5,7 @@ import type { CompiledPolicy } from '../model/compile.js';
 import { type Decision, toDecision } from '../model/decision.js';
 import { isReservable, type Reservation } from '../model/reservation.js';
 import type { Store, StoreRequest, StoreResult, SyncStore } from '../stores/store.js';
+import { requireSamePolicies } from './validation.js';
 
 /** Refuses `maxDelayMs` on a call with a policy that cannot book ahead (see `isReservable`). */
 export function requireReservable(policies: readonly CompiledPolicy[]): void {
@@ -50,14 +51,7 @@ export async function cancelOnStore(
   validateKey(key);
   const reservation = reservationFrom(booked);
   if (reservation === undefined) return false; // admitted at once (or denied): nothing was booked ahead
-  const names = reservation.policies;
-  if (names.length !== policies.length || policies.some((c, i) => c.name !== names[i])) {
-    throw new FloodgateError(
-      'ERR_INVALID_OPTION',
-      `the reservation was made under policies ${names.join(', ')}, not ${policies.map((c) => c.name).join(', ')}: pass the same policies`,
-      { option: 'policies' },
-    );
-  }
+  requireSamePolicies('the reservation', reservation.policies, policies);
   const cancel = store.cancel;
   if (cancel === undefined) {
     throw new FloodgateError('ERR_INVALID_OPTION', `the ${store.name} store cannot cancel reservations`, {

@@ -1,6 +1,7 @@
 import type { Clock } from '../clock.js';
 import { describeValue, FloodgateError, invalid } from '../errors.js';
 import { validatePrefix } from '../keys.js';
+import type { CompiledPolicy } from '../model/compile.js';
 import { definePolicy, type Policy } from '../model/policy.js';
 import { refuseUnknownOptions } from '../options-check.js';
 import { memoryStore } from '../stores/memory/memory-store.js';
@@ -191,6 +192,20 @@ export function normalizePolicies(input: Policy | readonly Policy[], path: strin
     names.add(p.name);
   }
   return Object.freeze(policies);
+}
+
+/**
+ * Refuses to settle or cancel under other policies than the ones `what` (the call, the reservation) was
+ * made under: `names` are those policies' names, in order.
+ */
+export function requireSamePolicies(what: string, names: readonly string[], policies: readonly CompiledPolicy[]): void {
+  if (names.length !== policies.length || policies.some((c, i) => c.name !== names[i])) {
+    throw new FloodgateError(
+      'ERR_INVALID_OPTION',
+      `${what} was made under policies ${names.join(', ')}, not ${policies.map((c) => c.name).join(', ')}: pass the same policies`,
+      { option: 'policies' },
+    );
+  }
 }
 
 /** `maxDelayMs` in whole µs: a finite number of ms from 0 to 2^40. */
