@@ -267,9 +267,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   }
 
   cancelSync(request: CancelRequest): boolean {
-    const { policies, prefix } = request;
-    const key = localKey(request.key);
-    const nowUs = callerClock(request.nowUs);
+    const { policies, prefix, key, nowUs } = onTables(request);
     // read() reuses one array per table: copy each state before reading the next.
     const states = policies.map((c) => {
       const state = this.startState(this.table(prefix, c), key, c, nowUs);
@@ -286,9 +284,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   }
 
   refundSync(request: RefundRequest): void {
-    const { policies, prefix } = request;
-    const key = localKey(request.key);
-    const nowUs = callerClock(request.nowUs);
+    const { policies, prefix, key, nowUs } = onTables(request);
     for (const c of policies) {
       const table = this.table(prefix, c);
       const next = refundPolicy(c, table.read(key), nowUs, request.leasedAtUs, request.leased, request.unused);
@@ -302,9 +298,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   }
 
   settleSync(request: SettleRequest): void {
-    const { policies, prefix } = request;
-    const key = localKey(request.key);
-    const nowUs = callerClock(request.nowUs);
+    const { policies, prefix, key, nowUs } = onTables(request);
     // A debt may land on a key the store no longer holds (it drained): it starts where a decision would.
     const outs = policies.map((c) => {
       const out = emptyEvaluation();
@@ -407,6 +401,24 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
     if (expiresAt < eviction.earliestExpiry) eviction.earliestExpiry = expiresAt;
     if (table.write(key, state, expiresAt) >= 0) eviction.add();
   }
+}
+
+/**
+ * A cancel, refund or settle as the tables take it: its policies and prefix, its key as the tables hold
+ * it, and the caller's time.
+ */
+function onTables(request: CancelRequest | RefundRequest | SettleRequest): {
+  policies: readonly CompiledPolicy[];
+  prefix: string;
+  key: string;
+  nowUs: number;
+} {
+  return {
+    policies: request.policies,
+    prefix: request.prefix,
+    key: localKey(request.key),
+    nowUs: callerClock(request.nowUs),
+  };
 }
 
 /** The caller's time: the memory store has no clock of its own, so a request without one is refused. */
