@@ -156,6 +156,39 @@ export function recover(lane: InOrderRetries, resume: () => void): void {
   })();
 }
 
+/**
+ * The calls a store took and has not answered yet, and its `close()`: a closed store takes no more calls,
+ * and `close()` resolves once the last call taken is answered. Every `close()` gets the same promise: a
+ * second one neither hangs the first nor resolves early.
+ */
+export class PendingCalls {
+  /** Calls taken and not yet answered. */
+  count = 0;
+  closed = false;
+  private closing: Promise<void> | undefined;
+  private idle: (() => void) | undefined;
+
+  /** `n` calls were answered: resolves `close()` when they were the last. */
+  answered(n: number): void {
+    this.count -= n;
+    if (this.count === 0 && this.idle !== undefined) {
+      this.idle();
+      this.idle = undefined;
+    }
+  }
+
+  close(): Promise<void> {
+    this.closed = true;
+    this.closing ??=
+      this.count === 0
+        ? Promise.resolve()
+        : new Promise((resolve) => {
+            this.idle = resolve;
+          });
+    return this.closing;
+  }
+}
+
 interface Lane<C, R> extends InOrderRetries {
   readonly id: number | string;
   queue: Entry<C, R>[];
@@ -211,11 +244,8 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
   /** Calls waiting to be sent. */
   private queued = 0;
   /** Calls submitted and not yet answered. */
-  private pending = 0;
+  private readonly pending = new PendingCalls();
   private inFlight = 0;
-  private closed = false;
-  private closing: Promise<void> | undefined;
-  private idle: (() => void) | undefined;
 
   constructor(
     private readonly options: BatcherOptions<C, R>,
@@ -231,7 +261,7 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
   }
 
   submit(call: C): Promise<R> {
-    if (this.closed) {
+    if (this.pending.closed) {
       return Promise.reject(new FloodgateError('ERR_CLOSED', `the ${this.options.name} store is closed`));
     }
     const id = this.laneOf === undefined ? 0 : this.laneOf(call);
@@ -261,7 +291,7 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
       this.lanes.set(id, lane);
     }
     const current = lane;
-    this.pending++;
+    this.pending.count++;
     return new Promise<R>((resolve, reject) => {
       const entry: Entry<C, R> = { call, key, resolve, reject };
       if (goesNow) {
@@ -281,14 +311,7 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
   }
 
   close(): Promise<void> {
-    this.closed = true;
-    this.closing ??=
-      this.pending === 0
-        ? Promise.resolve()
-        : new Promise((resolve) => {
-            this.idle = resolve;
-          });
-    return this.closing;
+    return this.pending.close();
   }
 
   stats(): BatcherStats {
@@ -343,7 +366,7 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
     } finally {
       lane.inFlight--;
       this.inFlight--;
-      this.pending -= entries.length;
+      this.pending.answered(entries.length);
       if (!this.ordered) {
         for (const { key } of entries) {
           if (key === undefined) continue;
@@ -413,7 +436,7 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
     return batch;
   }
 
-  /** Forgets an idle lane, and resolves `close()` once nothing is left. */
+  /** Forgets an idle lane. */
   private settle(lane: Lane<C, R>): void {
     if (
       lane.inFlight === 0 &&
@@ -423,10 +446,6 @@ class RequestBatcher<C, R> implements Batcher<C, R> {
       this.lanes.get(lane.id) === lane
     ) {
       this.lanes.delete(lane.id);
-    }
-    if (this.pending === 0 && this.idle !== undefined) {
-      this.idle();
-      this.idle = undefined;
     }
   }
 }

@@ -4,7 +4,7 @@ import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
 import { hasKind, KIND_METER, maxStateLength } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
-import { type InOrderRetries, recover, retryInOrder } from '../kit/batcher.js';
+import { type InOrderRetries, PendingCalls, recover, retryInOrder } from '../kit/batcher.js';
 import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../store.js';
 import { toStoreError } from '../store-errors.js';
@@ -220,10 +220,7 @@ class RedisStoreImpl implements RedisStore {
   readonly name = 'redis' as const;
   readonly hasOwnClock = true as const;
   private readonly lanes = new Map<number, Lane>();
-  private closed = false;
-  private closing: Promise<void> | undefined;
-  private idle: (() => void) | undefined;
-  private pending = 0;
+  private readonly pending = new PendingCalls();
   /** The server's eviction settings, read (and warned about) once, at the first decision. */
   readonly serverPolicy = new ServerPolicyWatch();
 
@@ -308,15 +305,7 @@ class RedisStoreImpl implements RedisStore {
 
   /** Stops taking calls and resolves once the calls in flight are answered. The client stays open. */
   close(): Promise<void> {
-    this.closed = true;
-    // Every call gets the same promise: a second close() neither hangs the first nor resolves early.
-    this.closing ??=
-      this.pending === 0
-        ? Promise.resolve()
-        : new Promise((resolve) => {
-            this.idle = resolve;
-          });
-    return this.closing;
+    return this.pending.close();
   }
 
   private submit(
@@ -329,7 +318,7 @@ class RedisStoreImpl implements RedisStore {
     maxDelayUs: number,
     tatUs?: readonly number[],
   ): Promise<StoreResult | boolean | undefined> {
-    if (this.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the redis store is closed'));
+    if (this.pending.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the redis store is closed'));
     const encoded = encodeKey(key);
     const slot = this.client.cluster ? hashSlot(encoded) : 0;
     let lane = this.lanes.get(slot);
@@ -348,7 +337,7 @@ class RedisStoreImpl implements RedisStore {
       };
       this.lanes.set(slot, lane);
     }
-    this.pending++;
+    this.pending.count++;
     const weight = weightOf(policies);
     return new Promise((resolve, reject) => {
       const call: Call = {
@@ -425,13 +414,12 @@ class RedisStoreImpl implements RedisStore {
     } finally {
       lane.inFlight--;
       if (heavy) lane.heavyInFlight--;
-      this.pending -= calls.length;
+      this.pending.answered(calls.length);
       if (lane.recovering) {
         recover(lane, () => this.drain(slot, lane));
       } else {
         this.drain(slot, lane);
       }
-      if (this.pending === 0 && this.idle !== undefined) this.idle();
     }
   }
 
