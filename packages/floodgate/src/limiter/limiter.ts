@@ -727,22 +727,22 @@ export class Limiter {
   /** `limit` without a promise, for stores that decide synchronously (memory, SQLite). */
   limitSync(key: string, options?: CallOptions): Decision {
     if (this.concurrent !== undefined) throw noConcurrency('limitSync');
-    const t = telemetry;
-    if (t !== undefined) return this.observedSync(t, key, options, true);
-    tick();
-    const fast = this.fast;
-    if (fast !== undefined && options === undefined) return this.fastSync(fast, key, true);
-    return this.decideSync(key, options, true);
+    return this.decideNow(key, options, true);
   }
 
   /** `check` without a promise. */
   checkSync(key: string, options?: CallOptions): Decision {
+    return this.decideNow(key, options, false);
+  }
+
+  /** A sync decision (`limitSync`, `checkSync`): reported when telemetry is on, on the fast path when it applies. */
+  private decideNow(key: string, options: CallOptions | undefined, commit: boolean): Decision {
     const t = telemetry;
-    if (t !== undefined) return this.observedSync(t, key, options, false);
+    if (t !== undefined) return this.observedSync(t, key, options, commit);
     tick();
     const fast = this.fast;
-    if (fast !== undefined && options === undefined) return this.fastSync(fast, key, false);
-    return this.decideSync(key, options, false);
+    if (fast !== undefined && options === undefined) return this.fastSync(fast, key, commit);
+    return this.decideSync(key, options, commit);
   }
 
   /** `status` without a promise. */
