@@ -430,13 +430,7 @@ export class Limiter {
    * permit, changes nothing.
    */
   release(decision: Decision | PermitGrant): Promise<boolean> {
-    const concurrent = this.concurrent;
-    if (concurrent === undefined) return Promise.resolve(false);
-    try {
-      return concurrent.release(decision);
-    } catch (error) {
-      return Promise.reject(error);
-    }
+    return this.onPermit('release', decision);
   }
 
   /**
@@ -444,10 +438,15 @@ export class Limiter {
    * clock. Resolves to false when the lease already ran out (it is never taken back).
    */
   refresh(decision: Decision | PermitGrant): Promise<boolean> {
+    return this.onPermit('refresh', decision);
+  }
+
+  /** `release` or `refresh`: false without a concurrency policy, a rejection for a decision refused at once. */
+  private onPermit(call: 'release' | 'refresh', decision: Decision | PermitGrant): Promise<boolean> {
     const concurrent = this.concurrent;
     if (concurrent === undefined) return Promise.resolve(false);
     try {
-      return concurrent.refresh(decision);
+      return concurrent[call](decision);
     } catch (error) {
       return Promise.reject(error);
     }
