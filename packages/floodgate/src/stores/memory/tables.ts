@@ -4,6 +4,19 @@ import type { State } from '../../model/types.js';
 /** Slots a table starts with; it doubles when full. */
 const INITIAL_SLOTS = 1024;
 
+/** The slot of each key of a table: both kinds of table keep their keys in dense slots, found by key here. */
+abstract class SlotIndex {
+  readonly index = new Map<string, number>();
+
+  has(key: string): boolean {
+    return this.index.has(key);
+  }
+
+  slotOf(key: string): number | undefined {
+    return this.index.get(key);
+  }
+}
+
 /**
  * Fixed-size states packed in one Float64Array, slot `i` holding the state of key `keys[i]`, and each
  * slot's expiry in a Float32Array. A key costs a Map entry with a small-integer value, a place in `keys`
@@ -16,8 +29,7 @@ const INITIAL_SLOTS = 1024;
  * Expiries only let the store drop keys that hold nothing; a state read after its expiry decides like
  * an absent one.
  */
-export class SlabTable {
-  readonly index = new Map<string, number>();
+export class SlabTable extends SlotIndex {
   /** The key of each slot, as long as the slab (grown with it, rather than by a half, as a push would). */
   keys: (string | undefined)[] = new Array<string | undefined>(INITIAL_SLOTS);
   /** Keys held: slots 0 to size − 1. */
@@ -34,6 +46,7 @@ export class SlabTable {
     public policy: CompiledPolicy,
     readonly stateLength: number,
   ) {
+    super();
     this.slab = new Float64Array(INITIAL_SLOTS * stateLength);
     this.scratch = new Array<number>(stateLength).fill(0);
     this.sampled = new Array<number>(stateLength).fill(0);
@@ -42,14 +55,6 @@ export class SlabTable {
   /** The slot of the last key read, so the write that usually follows needs no second lookup. */
   private lastKey: string | undefined;
   private lastSlot: number | undefined;
-
-  has(key: string): boolean {
-    return this.index.has(key);
-  }
-
-  slotOf(key: string): number | undefined {
-    return this.index.get(key);
-  }
 
   /** The key's state, copied into a reused array (valid until the next read of this table). */
   read(key: string): State | undefined {
@@ -184,8 +189,7 @@ function nextUp32(f: number): number {
  * Variable-size states (lists of pairs, such as the sliding log): one array per key, by slot, dense as
  * in {@link SlabTable}.
  */
-export class LogTable {
-  readonly index = new Map<string, number>();
+export class LogTable extends SlotIndex {
   readonly keys: string[] = [];
   private readonly states: State[] = [];
   private readonly expiries: number[] = [];
@@ -193,18 +197,12 @@ export class LogTable {
   constructor(
     readonly id: number,
     public policy: CompiledPolicy,
-  ) {}
+  ) {
+    super();
+  }
 
   get size(): number {
     return this.keys.length;
-  }
-
-  has(key: string): boolean {
-    return this.index.has(key);
-  }
-
-  slotOf(key: string): number | undefined {
-    return this.index.get(key);
   }
 
   read(key: string): State | undefined {
