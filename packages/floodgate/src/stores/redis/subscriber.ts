@@ -1,5 +1,5 @@
 import { invalid } from '../../errors.js';
-import { checkOptionsObject } from '../kit/options.js';
+import { checkOptionsObject, hasMethods } from '../kit/options.js';
 
 /**
  * What the Redis permit store needs of a subscriber connection, to hear the wakes of the keys it waits
@@ -25,7 +25,17 @@ export interface RedisSubscriberOptions {
   sharded?: boolean;
 }
 
-function shardedOption(options: RedisSubscriberOptions | undefined): boolean {
+/**
+ * What an adapter is given, checked: `client` must have `subscribe` (else the adapter refuses it as not
+ * `expected`); returns the `sharded` option.
+ */
+function subscriberOptions(
+  client: unknown,
+  adapter: string,
+  expected: string,
+  options: RedisSubscriberOptions | undefined,
+): boolean {
+  if (!hasMethods(client, 'subscribe')) throw invalid('ERR_INVALID_OPTION', `${adapter}(client)`, client, expected);
   if (options === undefined) return false;
   checkOptionsObject(options, 'subscriber options');
   const sharded = options.sharded ?? false;
@@ -55,10 +65,7 @@ export function fromIoredisSubscriber(
   client: IoredisSubscriberClient,
   options?: RedisSubscriberOptions,
 ): RedisSubscriber {
-  if (typeof client !== 'object' || client === null || typeof client.subscribe !== 'function') {
-    throw invalid('ERR_INVALID_OPTION', 'fromIoredisSubscriber(client)', client, 'an ioredis client');
-  }
-  const sharded = shardedOption(options);
+  const sharded = subscriberOptions(client, 'fromIoredisSubscriber', 'an ioredis client', options);
   const listeners = new Map<string, (message: string) => void>();
   const sharding = client as unknown as {
     ssubscribe(...channels: string[]): Promise<unknown>;
@@ -102,10 +109,7 @@ export function fromNodeRedisSubscriber(
   client: NodeRedisSubscriberClient,
   options?: RedisSubscriberOptions,
 ): RedisSubscriber {
-  if (typeof client !== 'object' || client === null || typeof client.subscribe !== 'function') {
-    throw invalid('ERR_INVALID_OPTION', 'fromNodeRedisSubscriber(client)', client, 'a node-redis client');
-  }
-  const sharded = shardedOption(options);
+  const sharded = subscriberOptions(client, 'fromNodeRedisSubscriber', 'a node-redis client', options);
   const { sSubscribe, sUnsubscribe } = client;
   if (sharded && (typeof sSubscribe !== 'function' || typeof sUnsubscribe !== 'function')) {
     throw invalid('ERR_INVALID_OPTION', 'sharded', sharded, 'false for a client without sSubscribe');
