@@ -1,5 +1,5 @@
 import { admittedLua, deniedLua } from './outcome.js';
-import type { LuaPort } from './port.js';
+import { type LuaPort, lazyEvaluate } from './port.js';
 
 /**
  * Lua port of `evaluateBucketedWindow` and its helpers (model/bucketed-window.ts): counts per clock-aligned
@@ -42,8 +42,7 @@ end
 export const BUCKETED_WINDOW_PORT: LuaPort = {
   source: SOURCE,
   locals: ['bucketed_window'],
-  evaluate:
-    'if not bucketed_window then load_bucketed_window() end\nreturn bucketed_window(c, s, now, cost, max_delay, out)',
+  evaluate: lazyEvaluate('bucketed_window'),
   refund: `
 if not list_take then load_list() end
 return list_take(s, leased_at - fmod(leased_at, c.b), unused)`,

@@ -1,5 +1,5 @@
 import { admittedLua, deniedLua } from './outcome.js';
-import type { LuaPort } from './port.js';
+import { type LuaPort, lazyEvaluate } from './port.js';
 
 /**
  * The window `now` falls in (`start`) and what it has counted (`count`), as the model's `windowAt` finds
@@ -59,7 +59,7 @@ end
 export const FIXED_WINDOW_PORT: LuaPort = {
   source: SOURCE,
   locals: ['fixed_window', 'fixed_window_hit'],
-  evaluate: 'if not fixed_window then load_fixed_window() end\nreturn fixed_window(c, s, now, cost, max_delay, out)',
+  evaluate: lazyEvaluate('fixed_window'),
   refund: `
 local window, start, count = c.a, s[2], s[3]
 local lease_window = start

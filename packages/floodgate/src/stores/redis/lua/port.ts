@@ -34,6 +34,14 @@ export interface LuaPort {
   readonly logDenied?: { readonly when: string; readonly state: string; readonly everyCall?: boolean };
 }
 
+/**
+ * The `evaluate` of a port that keeps its definitions in a loader: runs `load_<fn>()` on first use (it
+ * assigns `fn`, one of the port's `locals`), then returns `fn`'s evaluation.
+ */
+export function lazyEvaluate(fn: string): string {
+  return `if not ${fn} then load_${fn}() end\nreturn ${fn}(c, s, now, cost, max_delay, out)`;
+}
+
 /** The script's table of ports: one per kind, or the build fails. */
 export type LuaPorts = { readonly [N in KindName]: LuaPort };
 

@@ -1,5 +1,5 @@
 import { admittedLua, deniedLua } from './outcome.js';
-import type { LuaPort } from './port.js';
+import { type LuaPort, lazyEvaluate } from './port.js';
 
 /**
  * Lua port of `evaluateSlidingLog`, `logDeniedAttempt` and their helpers (model/sliding-log.ts): the log
@@ -100,7 +100,7 @@ end
 export const SLIDING_LOG_PORT: LuaPort = {
   source: SOURCE,
   locals: ['sliding_log', 'log_denied_attempt'],
-  evaluate: 'if not sliding_log then load_sliding_log() end\nreturn sliding_log(c, s, now, cost, max_delay, out)',
+  evaluate: lazyEvaluate('sliding_log'),
   refund: `
 if not list_take then load_list() end
 return list_take(s, leased_at, unused)`,

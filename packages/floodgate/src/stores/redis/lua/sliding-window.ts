@@ -1,5 +1,5 @@
 import { admittedLua, deniedLua } from './outcome.js';
-import type { LuaPort } from './port.js';
+import { type LuaPort, lazyEvaluate } from './port.js';
 
 /**
  * Lua port of `evaluateSlidingWindow` and its `estimateAt` / `retryAfter` (model/sliding-window.ts):
@@ -70,8 +70,7 @@ end
 export const SLIDING_WINDOW_PORT: LuaPort = {
   source: SOURCE,
   locals: ['sliding_window'],
-  evaluate:
-    'if not sliding_window then load_sliding_window() end\nreturn sliding_window(c, s, now, cost, max_delay, out)',
+  evaluate: lazyEvaluate('sliding_window'),
   refund: `
 local window = c.a
 local lease_window = leased_at - fmod(leased_at, window)

@@ -1,5 +1,5 @@
 import { admittedLua, deniedLua } from './outcome.js';
-import type { LuaPort } from './port.js';
+import { type LuaPort, lazyEvaluate } from './port.js';
 
 /**
  * Lua port of `evaluateTokenInterval` and `intervalsUntil` (model/token-bucket.ts): a token bucket refilled
@@ -80,8 +80,7 @@ end
 export const TOKEN_INTERVAL_PORT: LuaPort = {
   source: SOURCE,
   locals: ['token_interval'],
-  evaluate:
-    'if not token_interval then load_token_interval() end\nreturn token_interval(c, s, now, cost, max_delay, out)',
+  evaluate: lazyEvaluate('token_interval'),
   refund: `
 local used, anchor = s[2], s[3]
 if used <= 0 or anchor > leased_at then return nil end
