@@ -23,6 +23,7 @@
 
 import { createServer, type Server, type Socket } from 'node:net';
 import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError, validName, validValue } from './hpack.js';
+import { StreamTable } from './stream-table.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 /** The body of a request without DATA. */
@@ -645,7 +646,8 @@ class Shared {
 
 /** One HTTP/2 connection. */
 export class H2Session {
-  private readonly streams = new Map<number, H2Stream>();
+  /** Open streams by id: not a Map, which would promote every call's objects (see ./stream-table.ts). */
+  private readonly streams = new StreamTable<H2Stream>();
   private readonly decoder = new HpackDecoder(HEADER_TABLE_SIZE);
   private readonly options: H2ServerOptions;
   private readonly limits: Limits;
@@ -862,8 +864,10 @@ export class H2Session {
       return;
     }
     if (this.streams.size !== 0 || this.held !== 0 || this.goAwayId !== undefined || this.block !== undefined) return;
-    // Idle: the output buffer kept for the next answers goes (it is empty outside a turn).
+    // Idle: the output buffer kept for the next answers goes (it is empty outside a turn), and so does
+    // the room the stream table grew to.
     this.out = undefined;
+    this.streams.compact();
     if (this.lastStreamId === 0) {
       if (now - this.openedAt > limits.noStreamTimeoutMs) {
         this.shared.limit('no_stream_timeout');
@@ -1263,7 +1267,7 @@ export class H2Session {
       contentLength = checked;
     }
     const stream = new H2Stream(this, id, this.peerInitialWindow, this.streamWindow, contentLength);
-    this.streams.set(id, stream);
+    this.streams.add(id, stream);
     shared.streams++;
     shared.buffered += STREAM_COST;
     // Known before the callee answers, so an answer to a request that already ended resets nothing.
@@ -1304,7 +1308,7 @@ export class H2Session {
         if (value > MAX_WINDOW) throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, 'initial window too large');
         const delta = value - this.peerInitialWindow;
         this.peerInitialWindow = value;
-        for (const stream of this.streams.values()) {
+        for (const stream of this.streams.list()) {
           stream.sendWindow += delta;
           if (stream.sendWindow > MAX_WINDOW) {
             throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, 'a stream window overflowed');
@@ -1503,7 +1507,7 @@ export class H2Session {
     this.socket.pause();
     this.flush();
     this.endSocket();
-    for (const stream of [...this.streams.values()]) this.close(stream);
+    for (const stream of this.streams.list()) this.close(stream);
   }
 
   /** GOAWAY with the last stream this side took; `reason` goes in the debug data, which clients log. */
@@ -1595,7 +1599,7 @@ export class H2Session {
   private closed(): void {
     clearTimeout(this.lingerTimer);
     this.ended = true;
-    for (const stream of [...this.streams.values()]) this.close(stream);
+    for (const stream of this.streams.list()) this.close(stream);
     this.dropBlock();
     this.shared.buffered -= this.unsent + this.restCharged;
     this.unsent = 0;

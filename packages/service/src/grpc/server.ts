@@ -122,7 +122,7 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
   }
   const writer = new Writer(4096);
   /** Calls whose request message has not fully arrived. */
-  const reading = new Set<Call>();
+  const reading = new Reading();
   const transport: Partial<H2ServerOptions> = {};
   for (const key of TRANSPORT_OPTIONS) if (options[key] !== undefined) transport[key] = options[key];
   const h2 = createH2Server({
@@ -164,7 +164,7 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
         // GOAWAY: clients stop opening streams; open streams finish, then each connection closes. A call
         // still waiting for its request would hold its connection to the end of the drain: answer it now.
         h2.goAway();
-        for (const call of [...reading]) call.fail(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
+        for (const call of reading.list()) call.fail(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
       }),
   };
 }
@@ -203,6 +203,43 @@ export function parseGrpcTimeout(value: unknown): number | undefined {
   return amount * unitMs;
 }
 
+/**
+ * Calls whose request has not fully arrived, linked through the calls themselves: a call joins when it
+ * opens and leaves when its request is read, and a Set changed that often would promote every call's
+ * objects to the old generation (see ./stream-table.ts). A call that leaves keeps no link to another.
+ */
+class Reading {
+  private head: Call | undefined = undefined;
+
+  add(call: Call): void {
+    const head = this.head;
+    call.nextReading = head;
+    call.previousReading = undefined;
+    if (head !== undefined) head.previousReading = call;
+    this.head = call;
+    call.isReading = true;
+  }
+
+  delete(call: Call): void {
+    if (!call.isReading) return;
+    const previous = call.previousReading;
+    const next = call.nextReading;
+    if (previous === undefined) this.head = next;
+    else previous.nextReading = next;
+    if (next !== undefined) next.previousReading = previous;
+    call.previousReading = undefined;
+    call.nextReading = undefined;
+    call.isReading = false;
+  }
+
+  /** The calls, as a new array (the caller may remove them while it goes through it). */
+  list(): Call[] {
+    const out: Call[] = [];
+    for (let call = this.head; call !== undefined; call = call.nextReading) out.push(call);
+    return out;
+  }
+}
+
 /** Calls opened in this turn of the event loop, whose read timers are not armed yet. */
 let unarmed: Call[] = [];
 
@@ -236,14 +273,18 @@ class Call implements StreamHandler {
   declare private readonly ctx: ServiceContext;
   declare readonly stream: H2Stream;
   declare readonly method: 'ShouldRateLimit' | 'Check';
-  declare private readonly reading: Set<Call>;
+  declare private readonly reading: Reading;
+  /** In {@link Reading}: whether the call is there, and its neighbours. */
+  declare isReading: boolean;
+  declare previousReading: Call | undefined;
+  declare nextReading: Call | undefined;
   declare private readonly writer: Writer;
 
   constructor(
     ctx: ServiceContext,
     stream: H2Stream,
     method: 'ShouldRateLimit' | 'Check',
-    reading: Set<Call>,
+    reading: Reading,
     writer: Writer,
     readTimeoutMs: number,
     deadlineMs: number | undefined,
@@ -258,6 +299,9 @@ class Call implements StreamHandler {
     this.readTimer = undefined;
     this.deadlineTimer = undefined;
     this.readTimeoutMs = readTimeoutMs;
+    this.isReading = false;
+    this.previousReading = undefined;
+    this.nextReading = undefined;
     reading.add(this);
     if (method === 'ShouldRateLimit') ctx.metrics.inFlight.grpc++;
     // A request that ended with its headers is read at once, and needs no timer.
@@ -273,7 +317,7 @@ class Call implements StreamHandler {
 
   /** Arms the read timer, unless the request already arrived whole (or the call was answered). */
   armReadTimer(): void {
-    if (!this.reading.has(this)) return;
+    if (!this.isReading) return;
     this.readTimer = setTimeout(() => {
       this.fail(GrpcStatus.DEADLINE_EXCEEDED, `the request message did not arrive within ${this.readTimeoutMs} ms`);
       this.stream.timedOut();
@@ -362,7 +406,7 @@ function onStream(
   stream: H2Stream,
   fields: string[] | undefined,
   writer: Writer,
-  reading: Set<Call>,
+  reading: Reading,
   readTimeoutMs: number,
 ): void {
   if (fields === undefined) {
