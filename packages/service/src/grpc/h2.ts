@@ -187,7 +187,11 @@ export interface H2ServerOptions {
   maxHeaderListSize: number;
   /** Largest request body (all DATA of a stream); larger ones get {@link StreamHandler.tooLarge}. */
   maxBodyBytes: number;
-  /** Largest total of request bodies a connection buffers; past it, the stream is reset (ENHANCE_YOUR_CALM). */
+  /**
+   * Largest total a connection holds in its streams: their request bodies, and {@link STREAM_COST} bytes
+   * per open stream. A body past it is reset (ENHANCE_YOUR_CALM); a new stream that would go past it is
+   * refused (REFUSED_STREAM), so one connection cannot take the whole of {@link H2_LIMITS.maxBufferedBytes}.
+   */
   maxSessionMemory: number;
   /** How long a new connection may take to send its preface, in ms. */
   prefaceTimeoutMs: number;
@@ -683,7 +687,7 @@ export class H2Session {
   private readonly streamWindow: number = 0;
   /** Streams whose answer waits for window. */
   private readonly blocked = new Set<H2Stream>();
-  /** Bytes of request bodies held. */
+  /** Bytes of request bodies held, and {@link STREAM_COST} per open stream (see maxSessionMemory). */
   private buffered = 0;
   /**
    * Streams closed (reset by the peer, most often) whose work goes on: they still count against the
@@ -1249,6 +1253,12 @@ export class H2Session {
       this.resetStream(id, H2Error.REFUSED_STREAM, false);
       return;
     }
+    if (this.buffered + STREAM_COST > this.options.maxSessionMemory) {
+      // The connection holds as much as one may (request bodies waiting for the rest of their DATA):
+      // refused, and not charged, as a client that cannot know this bound retries such a stream at once.
+      this.resetStream(id, H2Error.REFUSED_STREAM, false);
+      return;
+    }
     // Each stream opened gives back a frame of the control budget: a busy honest client sends a
     // WINDOW_UPDATE or a PING now and then in proportion to its calls.
     if (this.controlTokens < this.limits.controlFrameBurst) this.controlTokens++;
@@ -1270,6 +1280,7 @@ export class H2Session {
     this.streams.add(id, stream);
     shared.streams++;
     shared.buffered += STREAM_COST;
+    this.buffered += STREAM_COST;
     // Known before the callee answers, so an answer to a request that already ended resets nothing.
     stream.remoteEnded = ended;
     this.options.onStream(stream, fields);
@@ -1478,6 +1489,7 @@ export class H2Session {
     stream.closed = true;
     this.shared.streams--;
     this.shared.buffered -= STREAM_COST;
+    this.buffered -= STREAM_COST;
     if (stream.holding) this.held++;
     this.streams.delete(stream.id);
     // Only a stream with an answer waiting is in `blocked`: a set lookup would give every stream an

@@ -12,6 +12,8 @@ import { encodeRateLimitResponse, toDecisionRequest } from './rate-limit.js';
 export const RATE_LIMIT_SERVICE = 'envoy.service.ratelimit.v3.RateLimitService';
 /** Largest gRPC message accepted, in bytes. */
 export const MAX_GRPC_MESSAGE_BYTES = 1024 * 1024;
+/** What one connection may hold in its streams: request bodies, and 2 KiB per open stream. */
+export const MAX_CONNECTION_BYTES = 8 * 1024 * 1024;
 /** Largest request header list accepted (RFC 9113 size), in bytes. */
 const MAX_HEADER_LIST_BYTES = 64 * 1024;
 /** Default of {@link GrpcServerOptions.readTimeoutMs}. */
@@ -130,7 +132,8 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
     maxConcurrentStreams: 1000,
     maxHeaderListSize: MAX_HEADER_LIST_BYTES,
     maxBodyBytes: MAX_GRPC_MESSAGE_BYTES + 5,
-    maxSessionMemory: 64 * 1024 * 1024,
+    // A connection's request bodies and open streams (2 KiB each): 1000 streams and a few 1 MiB messages.
+    maxSessionMemory: MAX_CONNECTION_BYTES,
     prefaceTimeoutMs: readTimeoutMs,
     onStream: (stream, fields) => onStream(context(), stream, fields, writer, reading, readTimeoutMs),
     onError: (error) => context().logger.error({ err: error }, 'internal error on a gRPC connection'),
