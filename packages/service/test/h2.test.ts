@@ -3,7 +3,14 @@ import { type AddressInfo, connect as netConnect, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createH2Server, H2Error, type H2Server, type H2ServerOptions, type H2Stream } from '../src/grpc/h2.js';
+import {
+  createH2Server,
+  H2Error,
+  type H2Server,
+  type H2ServerOptions,
+  type H2Stream,
+  STREAM_COST,
+} from '../src/grpc/h2.js';
 import { encodeIndexed, encodeLiteral } from '../src/grpc/hpack.js';
 
 // The HTTP/2 transport of the gRPC server, against two kinds of peer: nghttp2 (node:http2's client, which
@@ -412,6 +419,35 @@ describe('HTTP/2 transport with a hand-driven peer', () => {
     expect(refused.id).toBe(5);
     expect(refused.payload.readUInt32BE(0)).toBe(H2Error.REFUSED_STREAM);
     expect(hold.map((s) => s.id)).toEqual([1, 3]);
+  });
+
+  it('holds at most maxSessionMemory in the streams of a connection, their state and bodies; others go on', async () => {
+    const limits: string[] = [];
+    // Room for 6 open streams (STREAM_COST each) and 1 KiB of request bodies.
+    await start({ maxSessionMemory: 6 * STREAM_COST + 1024, onLimit: (l) => limits.push(l) });
+    const peer = await RawPeer.open();
+    // Requests that never end (no END_STREAM): six are held, the seventh is refused.
+    for (const id of [1, 3, 5, 7, 9, 11, 13]) peer.send(1, 0x4, id, REQUEST_BLOCK);
+    expect(await resetCode(peer, 13)).toBe(H2Error.REFUSED_STREAM);
+    expect(peer.frames.filter((f) => f.type === 3).map((f) => f.id)).toEqual([13]);
+    // Bodies: 1 KiB fills the connection's room; one byte more resets the stream it came on.
+    peer.send(0, 0, 1, Buffer.alloc(1024));
+    peer.send(0, 0, 3, Buffer.alloc(1));
+    expect(await resetCode(peer, 3)).toBe(H2Error.ENHANCE_YOUR_CALM);
+    expect(peer.frames.filter((f) => f.type === 3).map((f) => f.id)).toEqual([13, 3]);
+    // Stream 3's state and byte are given back: one more stream fits, and is answered; then it is full again.
+    await stillServes(peer, 15);
+    peer.send(1, 0x4, 17, REQUEST_BLOCK);
+    peer.send(1, 0x4, 19, REQUEST_BLOCK);
+    expect(await resetCode(peer, 19)).toBe(H2Error.REFUSED_STREAM);
+    // Another connection is not held back by this one, and the process-wide limits were never met.
+    const other = await RawPeer.open();
+    await stillServes(other, 1);
+    // The held requests still end and are answered.
+    peer.send(0, 0x1, 1, Buffer.alloc(0));
+    await peer.waitFor((f) => f.type === 1 && f.id === 1);
+    expect(peer.frames.some((f) => f.type === 7)).toBe(false);
+    expect(limits).toEqual([]);
   });
 
   it('ends the request of a stream answered early with RST_STREAM NO_ERROR', async () => {

@@ -23,6 +23,7 @@
 
 import { createServer, type Server, type Socket } from 'node:net';
 import { encodeIndexed, encodeLiteral, HpackDecoder, HpackError, validName, validValue } from './hpack.js';
+import { StreamTable } from './stream-table.js';
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 /** The body of a request without DATA. */
@@ -186,7 +187,11 @@ export interface H2ServerOptions {
   maxHeaderListSize: number;
   /** Largest request body (all DATA of a stream); larger ones get {@link StreamHandler.tooLarge}. */
   maxBodyBytes: number;
-  /** Largest total of request bodies a connection buffers; past it, the stream is reset (ENHANCE_YOUR_CALM). */
+  /**
+   * Largest total a connection holds in its streams: their request bodies, and {@link STREAM_COST} bytes
+   * per open stream. A body past it is reset (ENHANCE_YOUR_CALM); a new stream that would go past it is
+   * refused (REFUSED_STREAM), so one connection cannot take the whole of {@link H2_LIMITS.maxBufferedBytes}.
+   */
   maxSessionMemory: number;
   /** How long a new connection may take to send its preface, in ms. */
   prefaceTimeoutMs: number;
@@ -645,7 +650,8 @@ class Shared {
 
 /** One HTTP/2 connection. */
 export class H2Session {
-  private readonly streams = new Map<number, H2Stream>();
+  /** Open streams by id: not a Map, which would promote every call's objects (see ./stream-table.ts). */
+  private readonly streams = new StreamTable<H2Stream>();
   private readonly decoder = new HpackDecoder(HEADER_TABLE_SIZE);
   private readonly options: H2ServerOptions;
   private readonly limits: Limits;
@@ -681,7 +687,7 @@ export class H2Session {
   private readonly streamWindow: number = 0;
   /** Streams whose answer waits for window. */
   private readonly blocked = new Set<H2Stream>();
-  /** Bytes of request bodies held. */
+  /** Bytes of request bodies held, and {@link STREAM_COST} per open stream (see maxSessionMemory). */
   private buffered = 0;
   /**
    * Streams closed (reset by the peer, most often) whose work goes on: they still count against the
@@ -862,8 +868,10 @@ export class H2Session {
       return;
     }
     if (this.streams.size !== 0 || this.held !== 0 || this.goAwayId !== undefined || this.block !== undefined) return;
-    // Idle: the output buffer kept for the next answers goes (it is empty outside a turn).
+    // Idle: the output buffer kept for the next answers goes (it is empty outside a turn), and so does
+    // the room the stream table grew to.
     this.out = undefined;
+    this.streams.compact();
     if (this.lastStreamId === 0) {
       if (now - this.openedAt > limits.noStreamTimeoutMs) {
         this.shared.limit('no_stream_timeout');
@@ -1245,6 +1253,12 @@ export class H2Session {
       this.resetStream(id, H2Error.REFUSED_STREAM, false);
       return;
     }
+    if (this.buffered + STREAM_COST > this.options.maxSessionMemory) {
+      // The connection holds as much as one may (request bodies waiting for the rest of their DATA):
+      // refused, and not charged, as a client that cannot know this bound retries such a stream at once.
+      this.resetStream(id, H2Error.REFUSED_STREAM, false);
+      return;
+    }
     // Each stream opened gives back a frame of the control budget: a busy honest client sends a
     // WINDOW_UPDATE or a PING now and then in proportion to its calls.
     if (this.controlTokens < this.limits.controlFrameBurst) this.controlTokens++;
@@ -1263,9 +1277,10 @@ export class H2Session {
       contentLength = checked;
     }
     const stream = new H2Stream(this, id, this.peerInitialWindow, this.streamWindow, contentLength);
-    this.streams.set(id, stream);
+    this.streams.add(id, stream);
     shared.streams++;
     shared.buffered += STREAM_COST;
+    this.buffered += STREAM_COST;
     // Known before the callee answers, so an answer to a request that already ended resets nothing.
     stream.remoteEnded = ended;
     this.options.onStream(stream, fields);
@@ -1304,7 +1319,7 @@ export class H2Session {
         if (value > MAX_WINDOW) throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, 'initial window too large');
         const delta = value - this.peerInitialWindow;
         this.peerInitialWindow = value;
-        for (const stream of this.streams.values()) {
+        for (const stream of this.streams.list()) {
           stream.sendWindow += delta;
           if (stream.sendWindow > MAX_WINDOW) {
             throw new ConnectionError(H2Error.FLOW_CONTROL_ERROR, 'a stream window overflowed');
@@ -1474,6 +1489,7 @@ export class H2Session {
     stream.closed = true;
     this.shared.streams--;
     this.shared.buffered -= STREAM_COST;
+    this.buffered -= STREAM_COST;
     if (stream.holding) this.held++;
     this.streams.delete(stream.id);
     // Only a stream with an answer waiting is in `blocked`: a set lookup would give every stream an
@@ -1503,7 +1519,7 @@ export class H2Session {
     this.socket.pause();
     this.flush();
     this.endSocket();
-    for (const stream of [...this.streams.values()]) this.close(stream);
+    for (const stream of this.streams.list()) this.close(stream);
   }
 
   /** GOAWAY with the last stream this side took; `reason` goes in the debug data, which clients log. */
@@ -1595,7 +1611,7 @@ export class H2Session {
   private closed(): void {
     clearTimeout(this.lingerTimer);
     this.ended = true;
-    for (const stream of [...this.streams.values()]) this.close(stream);
+    for (const stream of this.streams.list()) this.close(stream);
     this.dropBlock();
     this.shared.buffered -= this.unsent + this.restCharged;
     this.unsent = 0;

@@ -12,6 +12,8 @@ import { encodeRateLimitResponse, toDecisionRequest } from './rate-limit.js';
 export const RATE_LIMIT_SERVICE = 'envoy.service.ratelimit.v3.RateLimitService';
 /** Largest gRPC message accepted, in bytes. */
 export const MAX_GRPC_MESSAGE_BYTES = 1024 * 1024;
+/** What one connection may hold in its streams: request bodies, and 2 KiB per open stream. */
+export const MAX_CONNECTION_BYTES = 8 * 1024 * 1024;
 /** Largest request header list accepted (RFC 9113 size), in bytes. */
 const MAX_HEADER_LIST_BYTES = 64 * 1024;
 /** Default of {@link GrpcServerOptions.readTimeoutMs}. */
@@ -122,7 +124,7 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
   }
   const writer = new Writer(4096);
   /** Calls whose request message has not fully arrived. */
-  const reading = new Set<Call>();
+  const reading = new Reading();
   const transport: Partial<H2ServerOptions> = {};
   for (const key of TRANSPORT_OPTIONS) if (options[key] !== undefined) transport[key] = options[key];
   const h2 = createH2Server({
@@ -130,7 +132,8 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
     maxConcurrentStreams: 1000,
     maxHeaderListSize: MAX_HEADER_LIST_BYTES,
     maxBodyBytes: MAX_GRPC_MESSAGE_BYTES + 5,
-    maxSessionMemory: 64 * 1024 * 1024,
+    // A connection's request bodies and open streams (2 KiB each): 1000 streams and a few 1 MiB messages.
+    maxSessionMemory: MAX_CONNECTION_BYTES,
     prefaceTimeoutMs: readTimeoutMs,
     onStream: (stream, fields) => onStream(context(), stream, fields, writer, reading, readTimeoutMs),
     onError: (error) => context().logger.error({ err: error }, 'internal error on a gRPC connection'),
@@ -164,7 +167,7 @@ export function createGrpcServer(context: () => ServiceContext, options: GrpcSer
         // GOAWAY: clients stop opening streams; open streams finish, then each connection closes. A call
         // still waiting for its request would hold its connection to the end of the drain: answer it now.
         h2.goAway();
-        for (const call of [...reading]) call.fail(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
+        for (const call of reading.list()) call.fail(GrpcStatus.UNAVAILABLE, 'the service is shutting down');
       }),
   };
 }
@@ -203,6 +206,43 @@ export function parseGrpcTimeout(value: unknown): number | undefined {
   return amount * unitMs;
 }
 
+/**
+ * Calls whose request has not fully arrived, linked through the calls themselves: a call joins when it
+ * opens and leaves when its request is read, and a Set changed that often would promote every call's
+ * objects to the old generation (see ./stream-table.ts). A call that leaves keeps no link to another.
+ */
+class Reading {
+  private head: Call | undefined = undefined;
+
+  add(call: Call): void {
+    const head = this.head;
+    call.nextReading = head;
+    call.previousReading = undefined;
+    if (head !== undefined) head.previousReading = call;
+    this.head = call;
+    call.isReading = true;
+  }
+
+  delete(call: Call): void {
+    if (!call.isReading) return;
+    const previous = call.previousReading;
+    const next = call.nextReading;
+    if (previous === undefined) this.head = next;
+    else previous.nextReading = next;
+    if (next !== undefined) next.previousReading = previous;
+    call.previousReading = undefined;
+    call.nextReading = undefined;
+    call.isReading = false;
+  }
+
+  /** The calls, as a new array (the caller may remove them while it goes through it). */
+  list(): Call[] {
+    const out: Call[] = [];
+    for (let call = this.head; call !== undefined; call = call.nextReading) out.push(call);
+    return out;
+  }
+}
+
 /** Calls opened in this turn of the event loop, whose read timers are not armed yet. */
 let unarmed: Call[] = [];
 
@@ -236,14 +276,18 @@ class Call implements StreamHandler {
   declare private readonly ctx: ServiceContext;
   declare readonly stream: H2Stream;
   declare readonly method: 'ShouldRateLimit' | 'Check';
-  declare private readonly reading: Set<Call>;
+  declare private readonly reading: Reading;
+  /** In {@link Reading}: whether the call is there, and its neighbours. */
+  declare isReading: boolean;
+  declare previousReading: Call | undefined;
+  declare nextReading: Call | undefined;
   declare private readonly writer: Writer;
 
   constructor(
     ctx: ServiceContext,
     stream: H2Stream,
     method: 'ShouldRateLimit' | 'Check',
-    reading: Set<Call>,
+    reading: Reading,
     writer: Writer,
     readTimeoutMs: number,
     deadlineMs: number | undefined,
@@ -258,6 +302,9 @@ class Call implements StreamHandler {
     this.readTimer = undefined;
     this.deadlineTimer = undefined;
     this.readTimeoutMs = readTimeoutMs;
+    this.isReading = false;
+    this.previousReading = undefined;
+    this.nextReading = undefined;
     reading.add(this);
     if (method === 'ShouldRateLimit') ctx.metrics.inFlight.grpc++;
     // A request that ended with its headers is read at once, and needs no timer.
@@ -273,7 +320,7 @@ class Call implements StreamHandler {
 
   /** Arms the read timer, unless the request already arrived whole (or the call was answered). */
   armReadTimer(): void {
-    if (!this.reading.has(this)) return;
+    if (!this.isReading) return;
     this.readTimer = setTimeout(() => {
       this.fail(GrpcStatus.DEADLINE_EXCEEDED, `the request message did not arrive within ${this.readTimeoutMs} ms`);
       this.stream.timedOut();
@@ -362,7 +409,7 @@ function onStream(
   stream: H2Stream,
   fields: string[] | undefined,
   writer: Writer,
-  reading: Set<Call>,
+  reading: Reading,
   readTimeoutMs: number,
 ): void {
   if (fields === undefined) {
