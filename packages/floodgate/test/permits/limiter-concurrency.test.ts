@@ -269,11 +269,14 @@ describe.each(PATHS)('a limiter with a concurrency policy beside its rate polici
   });
 });
 
-describe.skipIf(!redisUp)('a limiter with a concurrency policy on Redis', () => {
+describe.skipIf(!redisUp).each(PATHS)('a limiter with a concurrency policy on Redis (%s)', (path) => {
   const client = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: false });
   afterAll(async () => {
     client.disconnect();
   });
+  // On the one-call path the limiter keeps its permits in the store's own permit store.
+  const ownOrNot = (p: Path) =>
+    p === 'one call' ? {} : { permits: redisPermitStore({ client: fromIoredis(client) }) };
 
   it('holds at most the limit in flight across two limiters sharing the stores, and loses no permit', async () => {
     const prefix = uniquePrefix('conc');
@@ -281,7 +284,7 @@ describe.skipIf(!redisUp)('a limiter with a concurrency policy on Redis', () => 
       createLimiter({
         policies: [gcra({ limit: 1000, periodMs: 60_000 }), concurrency({ limit: 3, leaseMs: 30_000 })],
         store: redisStore({ client: fromIoredis(client) }),
-        permits: redisPermitStore({ client: fromIoredis(client) }),
+        ...ownOrNot(path),
         prefix,
       });
     const limiters = [make(), make()];
@@ -314,7 +317,7 @@ describe.skipIf(!redisUp)('a limiter with a concurrency policy on Redis', () => 
     const limiter = createLimiter({
       policies: [gcra({ limit: 2, periodMs: 60_000, name: 'gcra' }), concurrency({ limit: 1, leaseMs: 30_000 })],
       store: redisStore({ client: fromIoredis(client) }),
-      permits: redisPermitStore({ client: fromIoredis(client) }),
+      ...ownOrNot(path),
       prefix,
     });
     const held = await limiter.limit('k');

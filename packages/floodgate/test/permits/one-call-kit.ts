@@ -129,6 +129,8 @@ export function runOneCallSuite(backend: OneCallBackend): void {
     const clock = manualClock();
     const prefix = uniquePrefix('one');
     const limiter = limiterOn(backend.own(), undefined, clock, prefix, 3, 2);
+    // A server that has not seen the script yet answers NOSCRIPT to the first call, which sends it: not counted.
+    await limiter.release(await limiter.limit('warm'));
     const outcomes: string[] = [];
     const held: Decision[] = [];
     for (let i = 0; i < 6; i++) {
