@@ -34,3 +34,12 @@ export function decideWithPermitSync(
   if (!result.allowed) permits.release(key, { limit: args.limit, leaseId: args.leaseId, nowUs: args.nowUs });
   return { permit, result };
 }
+
+/** A result the next call of a store that reuses its result objects (`decideSync`) does not touch. */
+export function detachedResult(result: StoreResult): StoreResult {
+  return {
+    allowed: result.allowed,
+    evaluations: result.evaluations.map((e) => ({ ...e, next: e.next && [...e.next] })),
+    ...(result.nowUs === undefined ? {} : { nowUs: result.nowUs }),
+  };
+}

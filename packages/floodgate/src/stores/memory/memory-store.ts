@@ -10,7 +10,7 @@ import { cancelReservation } from '../../model/reservation.js';
 import { settlePolicy } from '../../model/settle.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
 import { type MemoryPermitStore, memoryPermitStore } from '../../permits/memory-permit-store.js';
-import { decideWithPermitSync } from '../kit/holding.js';
+import { decideWithPermitSync, detachedResult } from '../kit/holding.js';
 import { checkOptionsObject, wholeOption } from '../kit/options.js';
 import { promised } from '../kit/promised.js';
 import type {
@@ -220,11 +220,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
 
   /** `decideSync`, its result a copy the next call does not reuse. */
   private decidedCopy(request: StoreRequest): StoreResult {
-    const result = this.decideSync(request);
-    return {
-      allowed: result.allowed,
-      evaluations: result.evaluations.map((e) => ({ ...e, next: e.next && [...e.next] })),
-    };
+    return detachedResult(this.decideSync(request));
   }
 
   /** The evaluations returned are reused by the next call: read them before deciding again. */
