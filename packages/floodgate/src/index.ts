@@ -71,5 +71,5 @@ export type {
 } from './permits/store.js';
 export type { PermitAcquireOptions } from './permits/waiting.js';
 export { type MemoryStore, type MemoryStoreOptions, memoryStore } from './stores/memory/memory-store.js';
-export type { Store } from './stores/store.js';
+export type { HeldResult, PermitClaim, Store } from './stores/store.js';
 export { configureTelemetry, type TelemetryOptions, telemetryReady } from './telemetry/otel.js';

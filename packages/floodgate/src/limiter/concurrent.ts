@@ -3,11 +3,21 @@ import { describeValue, FloodgateError, invalid, isFloodgateError } from '../err
 import { validateKey } from '../keys.js';
 import type { Decision, PermitGrant, PolicyDecision } from '../model/decision.js';
 import type { Policy } from '../model/policy.js';
+import { newLeaseId } from '../permits/lease-id.js';
 import type { Permit } from '../permits/permit.js';
-import { createPermits, limitTracked, type PermitDecision, type Permits } from '../permits/permits.js';
+import {
+  createPermits,
+  limitThrough,
+  limitTracked,
+  type PermitDecision,
+  type PermitSend,
+  type Permits,
+} from '../permits/permits.js';
 import type { ConcurrencyPolicy } from '../permits/policy.js';
 import type { PermitStore } from '../permits/store.js';
 import { hasMethods } from '../stores/kit/options.js';
+import type { HeldResult, PermitClaim, Store } from '../stores/store.js';
+import { classifyStoreError } from '../stores/store-errors.js';
 import type { CallOptions, FailurePolicy } from './limiter.js';
 
 /** How long a call refused because the permit store failed (failure `'closed'`) is told to wait, ms. */
@@ -63,13 +73,25 @@ export interface RateSide {
   validate(key: string, options: CallOptions | undefined): void;
   /** The rate side's decision, charging the call when `commit`. */
   decide(key: string, options: CallOptions | undefined, commit: boolean): Promise<Decision>;
+  /** The rate store: its own permit store (`permits`) decides with it in one call. */
+  readonly store: Store;
+  /**
+   * The one store call deciding the rate policies with the permit (`Store.decideWithPermit`), with the
+   * rate side's decision of it; undefined when this call must take the two calls.
+   */
+  withPermit(
+    key: string,
+    options: CallOptions | undefined,
+  ): ((claim: PermitClaim) => Promise<{ held: HeldResult; decision: Decision }>) | undefined;
   readonly failure: FailurePolicy;
 }
 
 /**
- * The concurrency policy of a limiter, decided beside its rate policies, all or nothing. Two stores
- * answer a call (the rate store and the permit store) so no single store call can decide both; the order
- * makes it exact instead:
+ * The concurrency policy of a limiter, decided beside its rate policies, all or nothing. When the permits
+ * live in the rate store's own permit store (`store.permits`) and the store can (`decideWithPermit`), one
+ * store call decides both, atomically, exactly as the two calls below would in order. Otherwise two
+ * stores answer a call (the rate store and the permit store) so no single store call can decide both; the
+ * order makes it exact instead:
  *
  * 1. the permit first: when it is refused, the rate policies are only checked (cost 0 charged), so a
  *    concurrency refusal charges no rate;
@@ -85,6 +107,8 @@ export class ConcurrencyPart {
   readonly index: number;
   readonly permits: Permits;
   readonly #rate: RateSide;
+  /** Whether the permits live in the rate store's own permit store, which decides both in one call. */
+  readonly #oneCall: boolean;
   /** The permits granted by this limiter and still held, by lease id (what `permitOf` answers from). */
   readonly #held = new Map<string, Permit>();
 
@@ -95,13 +119,16 @@ export class ConcurrencyPart {
     clock: Clock | undefined,
     rate: RateSide,
   ) {
-    if (!hasMethods(store, 'acquire', 'refresh', 'release')) {
+    const own = rate.store.permits;
+    const permits = store ?? own;
+    if (!hasMethods(permits, 'acquire', 'refresh', 'release')) {
       throw new FloodgateError(
         'ERR_INVALID_OPTION',
-        `a concurrency policy needs a permit store: permits: memoryPermitStore() or redisPermitStore({ client }), got ${describeValue(store)}`,
+        `a concurrency policy needs a permit store: permits: memoryPermitStore() or redisPermitStore({ client }) (the ${rate.store.name} store has none of its own), got ${describeValue(store)}`,
         { option: 'permits' },
       );
     }
+    this.#oneCall = own !== undefined && permits === own && typeof rate.store.decideWithPermit === 'function';
     if (rate.names.includes(split.concurrency.name)) {
       throw new FloodgateError(
         'ERR_INVALID_POLICY',
@@ -112,12 +139,17 @@ export class ConcurrencyPart {
     this.policy = split.concurrency;
     this.index = split.index;
     this.permits = createPermits({
-      store: store as PermitStore,
+      store: permits as PermitStore,
       policy: split.concurrency,
       prefix,
       ...(clock === undefined ? {} : { clock }),
     });
     this.#rate = rate;
+  }
+
+  /** Whether a `limit` decides the rate policies and the permit in one store call (when the call can). */
+  get oneCall(): boolean {
+    return this.#oneCall;
   }
 
   /** How many permits this limiter granted that are still held (not released, lease not lost). */
@@ -139,25 +171,46 @@ export class ConcurrencyPart {
     const rate = this.#rate;
     const withRate = rate.hasRate(options);
     if (withRate) rate.validate(key, options);
+    const leaseId = newLeaseId();
+    // The permit leaves the held ones when it ends: released, or its lease lost.
+    const ended = () => this.#held.delete(leaseId);
+    const through = withRate && this.#oneCall ? rate.withPermit(key, options) : undefined;
+    // The rate side's decision, when the one store call made it.
+    let decided: Decision | undefined;
     let granted: PermitDecision;
-    let leaseId = '';
     try {
-      // The permit leaves the held ones when it ends: released, or its lease lost.
-      granted = await limitTracked(this.permits, key, { cost }, () => this.#held.delete(leaseId));
+      if (through === undefined) {
+        granted = await limitTracked(this.permits, key, { cost, leaseId }, ended);
+      } else {
+        const send: PermitSend = (where, args) =>
+          through({ key: where, args }).then(({ held, decision }) => {
+            decided = decision;
+            return { reply: held.permit, kept: held.permit.granted && held.result.allowed };
+          });
+        granted = await limitThrough(this.permits, key, { cost, leaseId }, ended, send);
+      }
     } catch (error) {
+      if (through !== undefined) {
+        // A failed call may have been applied all the same (a timeout): its lease, if any, goes back.
+        this.permits.release(key, leaseId).catch(() => {});
+        // A call the store refused is thrown, as the rate store's refusal of the second call would be.
+        const kind = classifyStoreError(error);
+        if (kind === 'input' || kind === 'rejected') throw error;
+      }
       return this.#degraded(key, options, withRate, error);
     }
     const permit = granted.permit;
-    if (permit === undefined) {
+    if (!granted.allowed) {
       // Refused: the rate policies are looked at, never charged.
-      const checked = withRate ? await rate.decide(key, options, false) : undefined;
+      const checked = decided ?? (withRate ? await rate.decide(key, options, false) : undefined);
       return this.#combine(checked, this.#part(granted), false);
     }
-    leaseId = permit.leaseId;
+    // Granted and given back in the one store call: a rate policy denied it.
+    if (permit === undefined) return this.#rateDenied(decided as Decision, granted, cost);
     this.#held.set(leaseId, permit);
-    let decision: Decision | undefined;
+    let decision = decided;
     try {
-      decision = withRate ? await rate.decide(key, options, true) : undefined;
+      if (decision === undefined && withRate) decision = await rate.decide(key, options, true);
     } catch (error) {
       await permit.release().catch(() => {});
       throw error;
@@ -165,9 +218,7 @@ export class ConcurrencyPart {
     if (decision !== undefined && !decision.allowed) {
       // Denied by a rate policy: the permit goes back before the decision is returned.
       await permit.release().catch(() => {});
-      const part = this.#part(granted);
-      part.remaining = Math.min(this.policy.limit, part.remaining + cost);
-      return this.#combine(decision, part, false);
+      return this.#rateDenied(decision, granted, cost);
     }
     const combined = this.#combine(decision, this.#part(granted), true);
     combined.permit = {
@@ -205,6 +256,13 @@ export class ConcurrencyPart {
     const permit = this.#held.get(grant.leaseId);
     if (permit !== undefined && permit.key === grant.key) return permit.refresh();
     return this.permits.refresh(grant.key, grant.leaseId);
+  }
+
+  /** A rate denial of a call whose permit was granted and given back: the permit's room is the caller's again. */
+  #rateDenied(decision: Decision, granted: PermitDecision, cost: number): Decision {
+    const part = this.#part(granted);
+    part.remaining = Math.min(this.policy.limit, part.remaining + cost);
+    return this.#combine(decision, part, false);
   }
 
   /** The permit store failed: the limiter's `failure` option decides, as for its rate store. */

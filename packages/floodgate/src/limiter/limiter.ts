@@ -11,7 +11,9 @@ import type { ConcurrencyPolicy } from '../permits/policy.js';
 import type { PermitStore } from '../permits/store.js';
 import {
   type FastPath,
+  type HeldResult,
   isSyncStore,
+  type PermitClaim,
   type SettleRequest,
   type Store,
   type StoreRequest,
@@ -50,7 +52,10 @@ export interface LimiterOptions {
   policies?: Policy | ConcurrencyPolicy | readonly (Policy | ConcurrencyPolicy)[];
   /**
    * Where the permits of a concurrency policy among `policies` live: `memoryPermitStore()` or
-   * `redisPermitStore({ client })` (floodgate/redis). Needed with a concurrency policy, refused without.
+   * `redisPermitStore({ client })` (floodgate/redis), … Refused without a concurrency policy. Omitted, the
+   * store's own permit store (`store.permits`: the memory and Redis stores have one); there, or given as
+   * `store.permits`, a `limit` decides the rate policies and the permit in one store call. Another permit
+   * store takes two calls, in an order that keeps the decision all or nothing (docs/concurrency.md).
    */
   permits?: PermitStore;
   /** Namespace of this limiter's keys in the store. @default 'floodgate' */
@@ -360,6 +365,8 @@ export class Limiter {
                 this.request(key, call, true);
               },
               decide: (key, call, commit) => this.decide(key, call, commit),
+              store: config.store,
+              withPermit: (key, call) => this.withPermit(key, call),
               failure: config.failure,
             },
           );
@@ -884,6 +891,37 @@ export class Limiter {
     const request = this.request(key, options, commit, nowUs);
     const outcome = this.calls.decide(request, options, 'sync') as Outcome;
     return this.conclude(request, outcome, 0, options?.settle === true && commit);
+  }
+
+  /**
+   * The one store call of a `limit` under a concurrency policy whose permits live in the rate store
+   * (`Store.decideWithPermit`), or undefined when the call goes the two-call way: the store cannot, the
+   * breaker is not closed, or the blocked-key cache remembers a denial of the call (the two calls then
+   * decide it as they always did). The decision is concluded as `decide` concludes one: a check when the
+   * permit was refused, the charged call when it was granted.
+   */
+  private withPermit(
+    key: string,
+    options: CallOptions | undefined,
+  ): ((claim: PermitClaim) => Promise<{ held: HeldResult; decision: Decision }>) | undefined {
+    const store = this.store;
+    const gate = this.breaker;
+    if (store.decideWithPermit === undefined || (gate !== undefined && gate.state !== 'closed')) return undefined;
+    // A copy: a synchronous store's request object is reused by the next call.
+    const request: StoreRequest = { ...this.request(key, options, true) };
+    const cache = this.blockedCache;
+    const nowMs = cache === undefined ? 0 : this.localMs();
+    if (cache?.get(key, request.policies, request.cost, request.maxDelayUs, nowMs) !== undefined) return undefined;
+    const settle = options?.settle === true;
+    return (claim) =>
+      this.calls
+        .bounded((store.decideWithPermit as NonNullable<Store['decideWithPermit']>).call(store, request, claim))
+        .then((held) => {
+          gate?.success();
+          const granted = held.permit.granted;
+          const asked = granted ? request : { ...request, commit: false };
+          return { held, decision: this.conclude(asked, held.result, nowMs, settle && granted) };
+        });
   }
 
   /** The decision of a store call's outcome, remembered by the blocked-key cache and reported to listeners. */

@@ -8,7 +8,7 @@ import { newLeaseId, validateLeaseId } from './lease-id.js';
 import type { AcquireReply } from './model.js';
 import { localMs, Permit, type PermitHost } from './permit.js';
 import type { ConcurrencyPolicy } from './policy.js';
-import type { PermitStore } from './store.js';
+import type { PermitAcquireArgs, PermitStore } from './store.js';
 import { type PermitAcquireOptions, WAITER_POLLS, type WaitingStore, waitInQueue, waitOptions } from './waiting.js';
 
 /** Options of {@link createPermits}. */
@@ -100,9 +100,29 @@ export let limitTracked: (
   onEnd: (end: 'released' | 'lost') => void,
 ) => Promise<PermitDecision>;
 
+/**
+ * What asks for a permit in place of the permit store's `acquire` (the rate store deciding the rate
+ * policies in the same call): the acquire's reply, and `kept` false when the grant was given back in that
+ * same call (the decision then says granted, with no permit held).
+ */
+export type PermitSend = (
+  storageKey: string,
+  args: PermitAcquireArgs,
+) => Promise<{ reply: AcquireReply; kept: boolean }>;
+
+/** {@link limitTracked} with the store call made by `send`. */
+export let limitThrough: (
+  permits: Permits,
+  key: string,
+  options: PermitCallOptions | undefined,
+  onEnd: (end: 'released' | 'lost') => void,
+  send: PermitSend,
+) => Promise<PermitDecision>;
+
 export class Permits {
   static {
     limitTracked = (permits, key, options, onEnd) => permits.#limit(key, options, telemetry, onEnd);
+    limitThrough = (permits, key, options, onEnd, send) => permits.#limit(key, options, telemetry, onEnd, send);
   }
 
   readonly policy: ConcurrencyPolicy;
@@ -165,6 +185,7 @@ export class Permits {
     options: PermitCallOptions | undefined,
     t: Telemetry | undefined,
     tracked?: (end: 'released' | 'lost') => void,
+    send?: PermitSend,
   ): Promise<PermitDecision> {
     validateKey(key);
     const cost = permitCost(options);
@@ -185,15 +206,20 @@ export class Permits {
     const host = this.#host;
     const where = this.#storageKey(key);
     const sentMs = localMs(host.clock);
-    const reply = await this.#call(() =>
-      host.store.acquire(where, {
-        limit: policy.limit,
-        leaseUs: host.leaseUs,
-        cost,
-        leaseId,
-        nowUs: host.clock?.nowUs(),
-      }),
-    );
+    const args: PermitAcquireArgs = {
+      limit: policy.limit,
+      leaseUs: host.leaseUs,
+      cost,
+      leaseId,
+      nowUs: host.clock?.nowUs(),
+    };
+    if (send !== undefined) {
+      const { reply, kept } = await this.#call(() => send(where, args));
+      // Granted and given back in the same store call: the decision of the grant, with no permit held.
+      if (!kept) return this.#decision(key, where, leaseId, cost, reply, sentMs, undefined, undefined, false);
+      return this.#decision(key, where, leaseId, cost, reply, sentMs, t, tracked);
+    }
+    const reply = await this.#call(() => host.store.acquire(where, args));
     return this.#decision(key, where, leaseId, cost, reply, sentMs, t, tracked);
   }
 
@@ -207,6 +233,7 @@ export class Permits {
     sentMs: number,
     t: Telemetry | undefined,
     tracked?: (end: 'released' | 'lost') => void,
+    hold = true,
   ): PermitDecision {
     const { policy } = this;
     const host = this.#host;
@@ -224,6 +251,7 @@ export class Permits {
       decision.reason = 'limit';
       return decision;
     }
+    if (!hold) return decision;
     let onEnd: ((end: 'released' | 'lost') => void) | undefined = tracked;
     if (t !== undefined) {
       const grantedMs = t.now();

@@ -3,6 +3,8 @@ import type { CompiledPolicy } from '../model/compile.js';
 import type { Decision } from '../model/decision.js';
 import type { Reservation } from '../model/reservation.js';
 import type { Evaluation } from '../model/types.js';
+import type { AcquireReply } from '../permits/model.js';
+import type { PermitAcquireArgs, PermitStore } from '../permits/store.js';
 
 /** What a limiter asks of a store: one decision on one user key under one or more policies. */
 export interface StoreRequest {
@@ -78,6 +80,21 @@ export interface SettleRequest {
   readonly nowUs: number | undefined;
 }
 
+/** A permit a decision takes in the same store call: see {@link Store.decideWithPermit}. */
+export interface PermitClaim {
+  /** The permit's storage key (`<prefix>:{<encoded key>}:<policy name>`, the request's user key's). */
+  readonly key: string;
+  readonly args: PermitAcquireArgs;
+}
+
+/** What {@link Store.decideWithPermit} answers: the permit's acquire, and the rate decision. */
+export interface HeldResult {
+  /** The acquire's reply. When it granted and `result` is a denial, the lease was not kept. */
+  readonly permit: AcquireReply;
+  /** The decision of the request: charged when the permit was granted, a check (nothing charged) when not. */
+  readonly result: StoreResult;
+}
+
 /**
  * Where rate-limit state lives. A store runs the model of `floodgate/model` atomically: one decision is
  * one script, one statement or one synchronous update, all policies of the call decided together.
@@ -117,6 +134,20 @@ export interface Store {
    * with `ERR_INVALID_OPTION`; the conformance suite then checks that refusal and skips its settle tables.
    */
   settle?(request: SettleRequest): Promise<void>;
+  /**
+   * Optional. The store's own permit store, on the same state (the same process, Redis client or
+   * database): a limiter with a concurrency policy whose permits live here (its `permits` omitted, or this
+   * store) decides each `limit` in one call of `decideWithPermit`.
+   */
+  readonly permits?: PermitStore;
+  /**
+   * Optional, with `permits`. A `limit` (`request.commit` true) and a permit of `permits`, all or nothing
+   * in one atomic store call, as the two calls of a limiter would decide them in order: the permit's
+   * acquire first (which sweeps expired leases); refused, the request decided without charging anything
+   * (a check); granted, the request decided charging the call, and, when that denies (or fails), the
+   * lease released in the same step. Resolves to both answers.
+   */
+  decideWithPermit?(request: StoreRequest, claim: PermitClaim): Promise<HeldResult>;
   /** Releases what the store holds (never the user's client). */
   close?(): Promise<void>;
 }

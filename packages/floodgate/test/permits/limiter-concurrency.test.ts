@@ -11,6 +11,7 @@ import {
   memoryPermitStore,
   memoryStore,
   type PermitStore,
+  type Store,
 } from '../../src/index.js';
 import { fromIoredis, redisPermitStore, redisStore } from '../../src/stores/redis/index.js';
 import { manualClock, uniquePrefix } from '../../src/testing/index.js';
@@ -18,17 +19,22 @@ import { redisAvailable, requireServer } from '../stores/redis/servers.js';
 
 const redisUp = requireServer(await redisAvailable(), 'Redis at 127.0.0.1:6379');
 
+/** The two ways a limiter decides: a permit store of its own (two calls), or the rate store's (one call). */
+type Path = 'two calls' | 'one call';
+const PATHS: readonly Path[] = ['two calls', 'one call'];
+
 /** 3 a minute and at most 2 in flight, on the memory stores and one manual clock. */
-function setup(rate = 3, inFlight = 2) {
+function setup(path: Path, rate = 3, inFlight = 2) {
   const clock = manualClock();
-  const permits = memoryPermitStore({ clock });
+  const store = memoryStore();
+  const permits = path === 'one call' ? store.permits : memoryPermitStore({ clock });
   const limiter = createLimiter({
     policies: [
       gcra({ limit: rate, periodMs: 60_000, name: 'gcra' }),
       concurrency({ limit: inFlight, leaseMs: 10_000 }),
     ],
-    store: memoryStore(),
-    permits,
+    store,
+    ...(path === 'one call' ? {} : { permits }),
     clock,
   });
   return { clock, permits, limiter };
@@ -55,9 +61,9 @@ function errorOf(run: () => unknown): FloodgateError {
   throw new Error('did not throw');
 }
 
-describe('a limiter with a concurrency policy beside its rate policies', () => {
+describe.each(PATHS)('a limiter with a concurrency policy beside its rate policies (%s)', (path) => {
   it('admits a call only when both admit it, and the decision holds the permit as data', async () => {
-    const { limiter } = setup();
+    const { limiter } = setup(path);
     const d = await limiter.limit('u');
     expect(d.allowed).toBe(true);
     expect(d.policies.map((p) => p.policy)).toEqual(['gcra', 'concurrency']);
@@ -76,7 +82,7 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   });
 
   it('refuses the third call in flight by the concurrency policy, charging no rate', async () => {
-    const { limiter } = setup(10, 2);
+    const { limiter } = setup(path, 10, 2);
     await limiter.limit('u');
     const second = await limiter.limit('u');
     const before = (await limiter.status('u')).remaining;
@@ -93,7 +99,7 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   });
 
   it('takes no permit for a call the rate policies deny (the permit granted first goes back)', async () => {
-    const { limiter } = setup(2, 5);
+    const { limiter } = setup(path, 2, 5);
     const a = await limiter.limit('u');
     const b = await limiter.limit('u');
     expect(a.allowed && b.allowed).toBe(true);
@@ -105,7 +111,7 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
     await limiter.release(a);
     await limiter.release(b);
     // Every permit came back: 5 fit again at once (the rate allowing them after a minute).
-    const { limiter: wide, clock } = setup(100, 5);
+    const { limiter: wide, clock } = setup(path, 100, 5);
     const held: Decision[] = [];
     for (let i = 0; i < 5; i++) held.push(await wide.limit('v'));
     expect(held.every((d) => d.allowed)).toBe(true);
@@ -115,7 +121,7 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   });
 
   it('never loses a permit on rate denials: after many denied calls every permit is free', async () => {
-    const { limiter } = setup(1, 3);
+    const { limiter } = setup(path, 1, 3);
     const first = await limiter.limit('u');
     for (let i = 0; i < 50; i++) expect((await limiter.limit('u')).allowed).toBe(false);
     expect(await limiter.release(first)).toBe(true);
@@ -125,7 +131,7 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   });
 
   it('releases idempotently, from a copy of the decision too, and forgets the handle', async () => {
-    const { limiter } = setup();
+    const { limiter } = setup(path);
     const d = await limiter.limit('u');
     const copy = JSON.parse(JSON.stringify(d)) as Decision;
     expect(await limiter.release(copy)).toBe(true);
@@ -135,7 +141,7 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   });
 
   it('refreshes a live lease and aborts the signal of a lost one', async () => {
-    const { limiter, clock } = setup();
+    const { limiter, clock } = setup(path);
     const d = await limiter.limit('u');
     const permit = limiter.permit(d);
     clock.advance(9_000);
@@ -166,7 +172,7 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   });
 
   it('carries a settlement of the rate policies beside the permit', async () => {
-    const { limiter } = setup();
+    const { limiter } = setup(path);
     const d = await limiter.limit('u', { cost: 1, settle: true });
     expect(d.settlement).toBeDefined();
     expect(d.permit).toBeDefined();
@@ -201,7 +207,15 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   describe('refuses before any store call', () => {
     const policies = [gcra({ limit: 5, periodMs: 1000 }), concurrency({ limit: 2, leaseMs: 1000 })];
     it('a concurrency policy without a permit store, and a permit store without one', () => {
-      expect(errorOf(() => createLimiter({ policies })).option).toBe('permits');
+      // A store with no permit store of its own needs one given.
+      const inner = memoryStore();
+      const without: Store = {
+        name: 'bare',
+        hasOwnClock: false,
+        decide: (request) => inner.decide(request),
+        reset: (prefix, key, p) => inner.reset(prefix, key, p),
+      };
+      expect(errorOf(() => createLimiter({ policies, store: without })).option).toBe('permits');
       expect(errorOf(() => createLimiter({ policies, permits: {} as never })).option).toBe('permits');
       expect(
         errorOf(() => createLimiter({ policies: gcra({ limit: 1, periodMs: 1 }), permits: memoryPermitStore() }))
@@ -255,11 +269,14 @@ describe('a limiter with a concurrency policy beside its rate policies', () => {
   });
 });
 
-describe.skipIf(!redisUp)('a limiter with a concurrency policy on Redis', () => {
+describe.skipIf(!redisUp).each(PATHS)('a limiter with a concurrency policy on Redis (%s)', (path) => {
   const client = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: false });
   afterAll(async () => {
     client.disconnect();
   });
+  // On the one-call path the limiter keeps its permits in the store's own permit store.
+  const ownOrNot = (p: Path) =>
+    p === 'one call' ? {} : { permits: redisPermitStore({ client: fromIoredis(client) }) };
 
   it('holds at most the limit in flight across two limiters sharing the stores, and loses no permit', async () => {
     const prefix = uniquePrefix('conc');
@@ -267,7 +284,7 @@ describe.skipIf(!redisUp)('a limiter with a concurrency policy on Redis', () => 
       createLimiter({
         policies: [gcra({ limit: 1000, periodMs: 60_000 }), concurrency({ limit: 3, leaseMs: 30_000 })],
         store: redisStore({ client: fromIoredis(client) }),
-        permits: redisPermitStore({ client: fromIoredis(client) }),
+        ...ownOrNot(path),
         prefix,
       });
     const limiters = [make(), make()];
@@ -300,7 +317,7 @@ describe.skipIf(!redisUp)('a limiter with a concurrency policy on Redis', () => 
     const limiter = createLimiter({
       policies: [gcra({ limit: 2, periodMs: 60_000, name: 'gcra' }), concurrency({ limit: 1, leaseMs: 30_000 })],
       store: redisStore({ client: fromIoredis(client) }),
-      permits: redisPermitStore({ client: fromIoredis(client) }),
+      ...ownOrNot(path),
       prefix,
     });
     const held = await limiter.limit('k');

@@ -9,11 +9,15 @@ import { refundPolicy } from '../../model/refund.js';
 import { cancelReservation } from '../../model/reservation.js';
 import { settlePolicy } from '../../model/settle.js';
 import { type Evaluation, emptyEvaluation, type State } from '../../model/types.js';
+import { type MemoryPermitStore, memoryPermitStore } from '../../permits/memory-permit-store.js';
+import { decideWithPermitSync, detachedResult } from '../kit/holding.js';
 import { checkOptionsObject, wholeOption } from '../kit/options.js';
 import { promised } from '../kit/promised.js';
 import type {
   CancelRequest,
   FastPath,
+  HeldResult,
+  PermitClaim,
   RefundRequest,
   SettleRequest,
   StoreRequest,
@@ -83,6 +87,13 @@ export interface MemoryStore extends SyncStore {
   settle(request: SettleRequest): Promise<void>;
   /** `settle` without a promise. */
   settleSync(request: SettleRequest): void;
+  /**
+   * The store's own permit store (`memoryPermitStore()`, made at first use): a limiter with a concurrency
+   * policy and no `permits` keeps its permits here, and decides each call in one synchronous step.
+   */
+  readonly permits: MemoryPermitStore;
+  /** A `limit` and a permit of `permits`, all or nothing in one synchronous step (see `Store.decideWithPermit`). */
+  decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult>;
 }
 
 /**
@@ -125,6 +136,7 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   private readonly result: { allowed: boolean; evaluations: Evaluation[] } = { allowed: true, evaluations: [] };
   /** The held keys, and the rule that makes room among them. */
   private readonly eviction: Eviction;
+  private ownPermits: MemoryPermitStore | undefined;
 
   constructor(
     readonly maxKeys: number,
@@ -187,14 +199,28 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
   decide(request: StoreRequest): Promise<StoreResult> {
     try {
       // decideSync reuses its result and evaluations; the promise form hands out copies.
-      const result = this.decideSync(request);
-      return Promise.resolve({
-        allowed: result.allowed,
-        evaluations: result.evaluations.map((e) => ({ ...e, next: e.next && [...e.next] })),
-      });
+      return Promise.resolve(this.decidedCopy(request));
     } catch (error) {
       return Promise.reject(error);
     }
+  }
+
+  get permits(): MemoryPermitStore {
+    this.ownPermits ??= memoryPermitStore();
+    return this.ownPermits;
+  }
+
+  decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult> {
+    try {
+      return Promise.resolve(decideWithPermitSync((r) => this.decidedCopy(r), this.permits, request, claim));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** `decideSync`, its result a copy the next call does not reuse. */
+  private decidedCopy(request: StoreRequest): StoreResult {
+    return detachedResult(this.decideSync(request));
   }
 
   /** The evaluations returned are reused by the next call: read them before deciding again. */

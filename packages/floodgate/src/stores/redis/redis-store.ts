@@ -6,9 +6,21 @@ import { hasKind, KIND_METER, maxStateLength } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import { type InOrderRetries, PendingCalls, recover, retryInOrder } from '../kit/batcher.js';
 import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
-import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type {
+  CancelRequest,
+  HeldResult,
+  PermitClaim,
+  RefundRequest,
+  SettleRequest,
+  Store,
+  StoreRequest,
+  StoreResult,
+} from '../store.js';
 import { toStoreError } from '../store-errors.js';
 import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './clients.js';
+import { holdingArguments, holdingReply, OWN_PERMIT_GRACE_MS } from './holding.js';
+import { HOLDING_SCRIPT, HOLDING_SCRIPT_SHA } from './holding-lua.js';
+import { type RedisPermitStore, redisPermitStore } from './permit-store.js';
 import {
   DECIDE_SCRIPT,
   DECIDE_SCRIPT_SHA,
@@ -58,6 +70,14 @@ export interface RedisStore extends Store {
   readonly hasOwnClock: true;
   /** The client the store was given. */
   readonly client: RedisScriptClient;
+  /**
+   * The store's own permit store, on the same client (`redisPermitStore({ client })`, made at first use;
+   * without a subscriber, its waiters poll): a limiter with a concurrency policy and no `permits` keeps
+   * its permits here, and decides each `limit` in one script call (`decideWithPermit`).
+   */
+  readonly permits: RedisPermitStore;
+  /** A `limit` and a permit of `permits`, all or nothing in one script call (see `Store.decideWithPermit`). */
+  decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult>;
   /** Stops taking calls and resolves once the calls in flight are answered. The client stays open. */
   close(): Promise<void>;
 }
@@ -234,6 +254,69 @@ class RedisStoreImpl implements RedisStore {
 
   unreachable(): string | undefined {
     return this.client.unreachable?.();
+  }
+
+  private ownPermits: RedisPermitStore | undefined;
+
+  get permits(): RedisPermitStore {
+    this.ownPermits ??= redisPermitStore({ client: this.client, expiryGraceMs: OWN_PERMIT_GRACE_MS });
+    return this.ownPermits;
+  }
+
+  /**
+   * One script call (holding-lua.ts), sent at once rather than batched: the permit's acquire, the call's
+   * decision (a check when the permit was refused), and the lease's release when the decision is not an
+   * admission.
+   */
+  async decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult> {
+    this.serverPolicy.onDecide(this.client);
+    const nowUs = request.nowUs;
+    if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
+      throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch');
+    }
+    if (request.commit !== true)
+      throw invalid('ERR_INVALID_OPTION', 'request.commit', request.commit, 'true (a limit)');
+    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the redis store is closed');
+    let result: StoreResult | undefined;
+    let failed: unknown;
+    const call: Call = {
+      op: OP_LIMIT,
+      prefix: request.prefix,
+      encoded: encodeKey(request.key),
+      policies: request.policies,
+      cost: request.cost,
+      nowUs,
+      maxDelayUs: request.maxDelayUs,
+      tatUs: undefined,
+      weight: 0,
+      after: 0,
+      resolve: (decided) => {
+        result = decided as StoreResult;
+      },
+      reject: (error) => {
+        failed = error;
+      },
+    };
+    const { keys, args } = holdingArguments(request, claim, scriptArguments([call], this.grace));
+    this.pending++;
+    try {
+      let reply: unknown;
+      try {
+        reply = await this.client.evalsha(HOLDING_SCRIPT_SHA, keys, args);
+      } catch (error) {
+        if (!isNoScriptError(error)) throw error;
+        reply = await this.client.eval(HOLDING_SCRIPT, keys, args);
+      }
+      const { permit, decided } = holdingReply(reply);
+      settle([call], decided);
+      if (result === undefined) throw failed;
+      return { permit, result };
+    } catch (error) {
+      throw explainUnreachable(this.client, error);
+    } finally {
+      this.pending--;
+      if (this.pending === 0 && this.idle !== undefined) this.idle();
+    }
   }
 
   decide(request: StoreRequest): Promise<StoreResult> {

@@ -12,7 +12,7 @@ import {
 import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
 import { checkPermitCall } from '../../permits/store-args.js';
 import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
-import { type SqliteDatabase, type SqliteStatement, sqliteOptions } from './sqlite-store.js';
+import { type SqliteDatabase, type SqliteStatement, sqliteOptions } from './options.js';
 
 /** Options of {@link sqlitePermitStore}. */
 export interface SqlitePermitStoreOptions {

@@ -1,25 +1,15 @@
 import { systemClock } from '../../clock.js';
 import { FloodgateError, invalid } from '../../errors.js';
 import type { State } from '../../model/types.js';
-import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
+import { decideWithPermitSync, detachedResult } from '../kit/holding.js';
 import type { StoredRow } from '../kit/row-store.js';
 import { type SyncRowDatabase, type SyncRowStore, syncRowStore } from '../kit/sync-row-store.js';
 import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier, validateIdentifier } from '../sql/common.js';
+import type { HeldResult, PermitClaim, StoreRequest } from '../store.js';
+import { type SqliteDatabase, type SqliteStatement, sqliteOptions } from './options.js';
+import { type SqlitePermitStore, sqlitePermitStore } from './permit-store.js';
 
-/** The part of a better-sqlite3 statement the store uses. */
-export interface SqliteStatement {
-  run(...params: unknown[]): unknown;
-  get(...params: unknown[]): unknown;
-  all(...params: unknown[]): unknown[];
-}
-
-/** The part of a better-sqlite3 `Database` the store uses (a structural seam: any compatible object works). */
-export interface SqliteDatabase {
-  prepare(sql: string): SqliteStatement;
-  exec(sql: string): unknown;
-  /** True while a transaction is open on this connection; the store then nests in a savepoint. */
-  readonly inTransaction?: boolean;
-}
+export type { SqliteDatabase, SqliteStatement } from './options.js';
 
 /** Options of {@link sqliteStore}. */
 export interface SqliteStoreOptions {
@@ -29,6 +19,11 @@ export interface SqliteStoreOptions {
   table?: string;
   /** How long a decision waits for another process's write lock before failing, ms. @default 5000 */
   busyTimeoutMs?: number;
+  /**
+   * Table of the store's own permit store (`store.permits`, as `sqlitePermitStore({ database, table })`
+   * names it), created by `store.permits.migrate()`. @default 'floodgate_permits'
+   */
+  permitsTable?: string;
 }
 
 /** The SQLite store: synchronous, so limiters on it offer `limitSync` as well as `limit`. */
@@ -41,6 +36,14 @@ export interface SqliteStore extends SyncRowStore {
    * concurrently). Idempotent; call it once at startup, before the first decision.
    */
   migrate(): void;
+  /**
+   * The store's own permit store, on the same database (`sqlitePermitStore` on `permitsTable`; its
+   * `migrate()` creates its tables): a limiter with a concurrency policy and no `permits` keeps its
+   * permits here, and decides each `limit` in one transaction (`decideWithPermit`).
+   */
+  readonly permits: SqlitePermitStore;
+  /** A `limit` and a permit of `permits`, all or nothing in one `BEGIN IMMEDIATE` transaction. */
+  decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult>;
 }
 
 interface Statements {
@@ -57,31 +60,6 @@ interface Statements {
   savepoint: SqliteStatement;
   release: SqliteStatement;
   rollbackTo: SqliteStatement;
-}
-
-/**
- * The options every SQLite store takes, checked: a better-sqlite3 `database`, a `table` name (`fallback`
- * when absent) and `busyTimeoutMs`.
- */
-export function sqliteOptions(
-  options: { database: unknown; table?: string | undefined; busyTimeoutMs?: number | undefined },
-  factory: string,
-  fallback: string,
-): { database: SqliteDatabase; table: string; busyTimeoutMs: number } {
-  checkOptionsObject(options, `${factory} options`);
-  const database = options.database;
-  if (!hasMethods(database, 'prepare', 'exec')) {
-    throw invalid('ERR_INVALID_OPTION', 'database', database, 'a better-sqlite3 Database');
-  }
-  const table = validateIdentifier('table', options.table ?? fallback);
-  const busyTimeoutMs = wholeOption(
-    'busyTimeoutMs',
-    options.busyTimeoutMs ?? 5000,
-    0,
-    undefined,
-    'an integer number of ms ≥ 0',
-  );
-  return { database: database as SqliteDatabase, table, busyTimeoutMs };
 }
 
 /** Rows a decision that creates a row looks at for expired ones: small, so no decision pays for a sweep. */
@@ -119,12 +97,34 @@ const SWEEP_ROWS = 32;
  */
 export function sqliteStore(options: SqliteStoreOptions): SqliteStore {
   const { database, table, busyTimeoutMs } = sqliteOptions(options, 'sqliteStore', 'floodgate_state');
+  const permitsTable = validateIdentifier('permitsTable', options.permitsTable ?? 'floodgate_permits');
+  if (permitsTable === table) {
+    throw invalid('ERR_INVALID_OPTION', 'permitsTable', permitsTable, 'a table other than the state table');
+  }
   const rows = new SqliteRows(database, table, busyTimeoutMs);
+  const base = syncRowStore({ name: 'sqlite', database: rows, expiryGrainUs: EXPIRY_GRAIN_US });
+  let own: SqlitePermitStore | undefined;
+  const permits = () => {
+    own ??= sqlitePermitStore({ database, table: permitsTable, busyTimeoutMs });
+    return own;
+  };
   return {
-    ...syncRowStore({ name: 'sqlite', database: rows, expiryGrainUs: EXPIRY_GRAIN_US }),
+    ...base,
     name: 'sqlite',
     table,
+    get permits() {
+      return permits();
+    },
     migrate: () => rows.migrate(),
+    // One write transaction around both: the permit's and the decision's own nest in it as savepoints.
+    decideWithPermit(request, claim) {
+      try {
+        const decide = (r: StoreRequest) => detachedResult(base.decideSync(r));
+        return Promise.resolve(rows.transaction(true, () => decideWithPermitSync(decide, permits(), request, claim)));
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    },
   };
 }
 
