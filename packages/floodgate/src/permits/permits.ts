@@ -272,7 +272,12 @@ export class Permits {
       );
     }
     if (typeof store.wait !== 'function' || typeof store.leave !== 'function') {
-      throw invalid('ERR_INVALID_OPTION', 'store', store.name, 'a permit store that can wait (memory or redis)');
+      throw invalid(
+        'ERR_INVALID_OPTION',
+        'store',
+        store.name,
+        'a permit store that can wait (memory, redis, postgres or sqlite)',
+      );
     }
     const where = this.#storageKey(key);
     const t = telemetry;
