@@ -404,7 +404,16 @@ for (const driver of DRIVERS) {
 
     it('forged NOTIFY payloads on a key channel grant nothing out of turn', async () => {
       const prefix = uniquePrefix('wait-forged');
-      const store = postgresPermitStore({ client, schema, listener });
+      const inner = postgresPermitStore({ client, schema, listener });
+      // Counts the asks: a forged wake does reach the waiters (they ask again), and grants nothing.
+      let asks = 0;
+      const store = {
+        ...inner,
+        wait: (key: string, a: Parameters<typeof inner.wait>[1]) => {
+          asks++;
+          return inner.wait(key, a);
+        },
+      };
       const permits = createPermits({
         store,
         policy: concurrency({ limit: 1, leaseMs: 30_000 }),
@@ -421,11 +430,14 @@ for (const driver of DRIVERS) {
         await pool.query(`SELECT key FROM "${schema}".floodgate_permits__fg_keys WHERE key LIKE $1`, [`${prefix}:%`])
       ).rows[0]?.key as string;
       const channel = permitChannel(schema, 'floodgate_permits', storageKey);
+      await pause(100);
+      const before = asks;
       // Tickets that name everyone, garbage, and huge numbers: each waiter asks again, and stays queued.
       for (const payload of ['999999', '1', '2', 'x', '', '-1', '1e9', '9'.repeat(40), "'; DROP TABLE x; --"]) {
         await pool.query('SELECT pg_notify($1, $2)', [channel, payload]);
       }
       await pause(200);
+      expect(asks).toBeGreaterThan(before);
       expect(order).toEqual([]);
       expect(await count('floodgate_permits__fg_queue', prefix)).toBe(2);
       expect((await permits.limit('f')).allowed).toBe(false);
@@ -433,6 +445,25 @@ for (const driver of DRIVERS) {
       await (await first).permit.release();
       await (await second).permit.release();
       expect(order).toEqual(['first', 'second']);
+    });
+
+    it('a listener that cannot LISTEN leaves waiters to their poll', async () => {
+      const closed = new pg.Client(PG_CONFIG);
+      await closed.connect();
+      await closed.end();
+      const permits = createPermits({
+        store: postgresPermitStore({ client, schema, listener: fromPgListener(closed) }),
+        policy: concurrency({ limit: 1, leaseMs: 30_000 }),
+        prefix: uniquePrefix('wait-no-listener'),
+        pollMs: 50,
+      });
+      const holder = await permits.acquire('p');
+      const next = permits.acquire('p', { timeoutMs: 5000 });
+      await pause(20);
+      await holder.permit.release();
+      const d = await next;
+      expect(d.allowed).toBe(true);
+      await d.permit.release();
     });
 
     it('refuses a listener that is not one, and a pg client without LISTEN support, by name', () => {
