@@ -189,6 +189,39 @@ function waitingSuite(subject: () => Subject, options: { notifiedAcrossProcesses
     );
   }, 120_000);
 
+  it('refuses bad wait and leave arguments by name before any store call', async () => {
+    const store = s.store(false);
+    const ok = { limit: 2, leaseUs: 1_000_000, cost: 1, leaseId: 'A'.repeat(22), maxQueue: 4, waiterUs: 500_000 };
+    const refusal = async (run: () => unknown) => {
+      try {
+        await run();
+      } catch (error) {
+        return isFloodgateError(error) ? [error.code, error.option] : [String(error)];
+      }
+      return ['accepted'];
+    };
+    expect(await refusal(() => store.wait?.('k', { ...ok, maxQueue: -1 }))).toEqual(['ERR_INVALID_POLICY', 'maxQueue']);
+    expect(await refusal(() => store.wait?.('k', { ...ok, maxQueue: 10_001 }))).toEqual([
+      'ERR_INVALID_POLICY',
+      'maxQueue',
+    ]);
+    expect(await refusal(() => store.wait?.('k', { ...ok, waiterUs: 0 }))).toEqual(['ERR_INVALID_OPTION', 'waiterUs']);
+    expect(await refusal(() => store.wait?.('k', { ...ok, cost: 1.5 }))).toEqual(['ERR_INVALID_COST', 'cost']);
+    expect(await refusal(() => store.wait?.('a\0b', ok))).toEqual(['ERR_INVALID_KEY', 'key']);
+    expect(await refusal(() => store.leave?.('k', { limit: 0, leaseId: ok.leaseId }))).toEqual([
+      'ERR_INVALID_POLICY',
+      'limit',
+    ]);
+    expect(await refusal(() => store.leave?.('k', { limit: 2, leaseId: "'; --" }))).toEqual([
+      'ERR_INVALID_OPTION',
+      'leaseId',
+    ]);
+    expect(await refusal(() => store.release('k', { limit: -1, leaseId: ok.leaseId }))).toEqual([
+      'ERR_INVALID_POLICY',
+      'limit',
+    ]);
+  });
+
   it('serves waiters first come, first served, each woken by notification well before the poll', async () => {
     const prefix = uniquePrefix('wait-fifo');
     const permits = permitsOn(prefix, 1);
