@@ -15,7 +15,14 @@ import {
   throttle,
 } from '../src/index.js';
 import { smoothLimiter } from '../src/smooth/index.js';
-import { fromPg, fromPostgres, postgresStore } from '../src/stores/postgres/index.js';
+import {
+  fromPg,
+  fromPgListener,
+  fromPostgres,
+  fromPostgresListener,
+  postgresPermitStore,
+  postgresStore,
+} from '../src/stores/postgres/index.js';
 import { fromIoredis, fromNodeRedis, redisStore } from '../src/stores/redis/index.js';
 import { sqliteStore } from '../src/stores/sqlite/index.js';
 import { manualClock } from '../src/testing/index.js';
@@ -101,6 +108,9 @@ describe('fuzzing the stores, their adapters, leases, waiting and the HTTP facto
         typedOnly(() => postgresStore({ client: quietPostgres, unlogged: value as never }));
         typedOnly(() => fromPg(value as never));
         typedOnly(() => fromPostgres(value as never));
+        typedOnly(() => fromPgListener(value as never));
+        typedOnly(() => fromPostgresListener(value as never));
+        typedOnly(() => postgresPermitStore({ client: quietPostgres, listener: value as never }));
         typedOnly(() => sqliteStore(value as never));
         typedOnly(() => sqliteStore({ database: value as never }));
         typedOnly(() =>

@@ -274,7 +274,8 @@ export class Permits {
    * Waits for a permit of `cost` on `key` in the key's queue, kept in the store: first come, first served
    * across every process sharing the store, a large cost at the head holding back smaller ones behind it.
    * A release (or a waiter leaving) wakes the waiters it lets in by notification (Redis pub/sub with a
-   * `subscriber`), with a poll every `pollMs` in case a notification is lost. Resolves to the decision
+   * `subscriber`, PostgreSQL NOTIFY with a `listener`, SQLite within the process), with a poll every
+   * `pollMs` in case a notification is lost (across the processes of a SQLite file, only the poll). Resolves to the decision
    * with its permit; rejects with `ERR_QUEUE_FULL` when `maxQueue` callers wait on the key already,
    * `ERR_TIMEOUT` after `timeoutMs`, `ERR_ABORTED` when `signal` aborts, and `ERR_INVALID_COST` for a
    * cost above the limit. A wait that gives up takes its place out of the queue before it rejects.
@@ -300,7 +301,12 @@ export class Permits {
       );
     }
     if (typeof store.wait !== 'function' || typeof store.leave !== 'function') {
-      throw invalid('ERR_INVALID_OPTION', 'store', store.name, 'a permit store that can wait (memory or redis)');
+      throw invalid(
+        'ERR_INVALID_OPTION',
+        'store',
+        store.name,
+        'a permit store that can wait (memory, redis, postgres or sqlite)',
+      );
     }
     const where = this.#storageKey(key);
     const t = telemetry;

@@ -64,9 +64,9 @@ export interface PermitStore {
   /** Takes a waiter out of the key's queue (model: leaveQueue). With `wait`. */
   leave?(key: string, args: PermitLeaveArgs): LeaveReply | Promise<LeaveReply>;
   /**
-   * Calls `listener` with the ticket of every wake on `key` (each operation's `wake` > 0), from any
-   * process, until the returned function is called; resolves once the watch is in place. Optional: without
-   * it waiters only poll.
+   * Calls `listener` with the ticket of every wake on `key` (each operation's `wake` > 0), from every
+   * process the store can hear (Redis, PostgreSQL: any; SQLite: this one), until the returned function is
+   * called; resolves once the watch is in place. Optional: without it waiters only poll.
    */
   watch?(key: string, listener: (ticket: number) => void): PermitUnwatch | Promise<PermitUnwatch>;
 }

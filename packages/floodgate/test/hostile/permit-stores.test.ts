@@ -15,6 +15,8 @@ import { type Connection, connect, requirePostgres, uniqueSchema } from '../stor
 
 const LEASE = 'AAAAAAAAAAAAAAAAAAAAAA';
 const GOOD = { limit: 2, leaseUs: 1_000_000, cost: 1, leaseId: LEASE };
+/** What a wait takes besides: the queue's bound and how long a place lasts. */
+const WAITING = { maxQueue: 4, waiterUs: 3_000_000 };
 
 /** Arguments a hostile caller could pass, and the code and argument each refusal must name. */
 const HOSTILE: [string, string, Record<string, unknown>, string, string][] = [
@@ -33,15 +35,27 @@ const HOSTILE: [string, string, Record<string, unknown>, string, string][] = [
   ['a lease id too long', 'k', { leaseId: `${LEASE}A` }, 'ERR_INVALID_OPTION', 'leaseId'],
   ['a negative time', 'k', { nowUs: -1 }, 'ERR_INVALID_OPTION', 'clock.nowUs()'],
   ['a fractional time', 'k', { nowUs: 1.5 }, 'ERR_INVALID_OPTION', 'clock.nowUs()'],
+  ['maxQueue -1', 'k', { maxQueue: -1 }, 'ERR_INVALID_POLICY', 'maxQueue'],
+  ['maxQueue 10,001 (unbounded waiter rows)', 'k', { maxQueue: 10_001 }, 'ERR_INVALID_POLICY', 'maxQueue'],
+  ['waiterUs 0', 'k', { waiterUs: 0 }, 'ERR_INVALID_OPTION', 'waiterUs'],
+  ['waiterUs as a string', 'k', { waiterUs: '1' }, 'ERR_INVALID_OPTION', 'waiterUs'],
 ];
 
-/** Every hostile argument, through acquire (and refresh and release where they take it), is refused. */
+/**
+ * Every hostile argument, through acquire and wait (and refresh, release and leave where they take it),
+ * is refused.
+ */
 async function refusesAll(store: PermitStore): Promise<void> {
   for (const [what, key, args, code, option] of HOSTILE) {
-    const calls: (() => unknown)[] = [() => store.acquire(key, { ...GOOD, ...args } as never)];
-    if (!('limit' in args) && !('cost' in args)) {
-      calls.push(() => store.refresh(key, { ...GOOD, ...args } as never));
-      if (!('leaseUs' in args)) calls.push(() => store.release(key, { ...GOOD, ...args } as never));
+    const calls: (() => unknown)[] = [() => store.wait?.(key, { ...GOOD, ...WAITING, ...args } as never)];
+    if (!('maxQueue' in args) && !('waiterUs' in args)) {
+      calls.push(() => store.acquire(key, { ...GOOD, ...args } as never));
+      if (!('limit' in args) && !('cost' in args)) {
+        calls.push(() => store.refresh(key, { ...GOOD, ...args } as never));
+        if (!('leaseUs' in args)) calls.push(() => store.release(key, { ...GOOD, ...args } as never));
+      }
+      if (!('leaseUs' in args) && !('cost' in args))
+        calls.push(() => store.leave?.(key, { ...GOOD, ...args } as never));
     }
     for (const call of calls) {
       let error: unknown;

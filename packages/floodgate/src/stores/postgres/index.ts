@@ -1,4 +1,11 @@
 export {
+  fromPgListener,
+  fromPostgresListener,
+  type PgListenClient,
+  type PostgresJsListenSql,
+  type PostgresListener,
+} from './listener.js';
+export {
   type PostgresPermitStore,
   type PostgresPermitStoreOptions,
   postgresPermitStore,

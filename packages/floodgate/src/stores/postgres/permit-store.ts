@@ -1,14 +1,17 @@
 import { createHash } from 'node:crypto';
 import { describeValue, FloodgateError, invalid } from '../../errors.js';
-import type { AcquireReply, RefreshReply, ReleaseReply } from '../../permits/model.js';
-import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
+import type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply } from '../../permits/model.js';
+import type * as Port from '../../permits/store.js';
 import { checkPermitCall } from '../../permits/store-args.js';
+import { channelWatch } from '../kit/channel-watch.js';
 import { checkOptionsObject, hasMethods } from '../kit/options.js';
 import { validateIdentifier } from '../sql/common.js';
+import type { PostgresListener } from './listener.js';
 import {
   PERMIT_SQL_VERSION,
   type PermitFunction,
   type PermitSqlNames,
+  permitChannel,
   permitMigrationStatement,
   permitSqlNames,
   permitStatement,
@@ -24,21 +27,32 @@ export interface PostgresPermitStoreOptions {
   schema?: string;
   /**
    * Table of the leases: `[a-z_][a-z0-9_]*`, at most 40 characters, not containing `__fg_`; the fences
-   * live beside it in `<table>__fg_keys`. Not the table of a rate store. @default 'floodgate_permits'
+   * live beside it in `<table>__fg_keys`, the waiters in `<table>__fg_queue`. Not the table of a rate
+   * store. @default 'floodgate_permits'
    */
   table?: string;
+  /**
+   * A connection that LISTENs (`fromPgListener(await pool.connect())` or `fromPostgresListener(sql)`):
+   * a waiting `acquire` then hears the NOTIFY of the release that lets it in at once. Without it,
+   * waiters only poll (`pollMs` of `createPermits`). The store listens on a key's channel while this
+   * process has waiters on it.
+   */
+  listener?: PostgresListener;
 }
 
 /** The PostgreSQL permit store. */
-export interface PostgresPermitStore extends PermitStore {
+export interface PostgresPermitStore extends Port.PermitStore {
   readonly name: 'postgres';
   readonly schema: string;
   readonly table: string;
   /** The version of the PL/pgSQL functions (`v` and 8 hex digits of a digest of their code). */
   readonly version: string;
-  acquire(key: string, args: PermitAcquireArgs): Promise<AcquireReply>;
-  refresh(key: string, args: PermitRefreshArgs): Promise<RefreshReply>;
-  release(key: string, args: PermitReleaseArgs): Promise<ReleaseReply>;
+  acquire(key: string, args: Port.PermitAcquireArgs): Promise<AcquireReply>;
+  refresh(key: string, args: Port.PermitRefreshArgs): Promise<RefreshReply>;
+  release(key: string, args: Port.PermitReleaseArgs): Promise<ReleaseReply>;
+  wait(key: string, args: Port.PermitWaitArgs): Promise<WaitReply>;
+  leave(key: string, args: Port.PermitLeaveArgs): Promise<LeaveReply>;
+  watch?(key: string, listener: (ticket: number) => void): Promise<Port.PermitUnwatch>;
   /**
    * Creates the schema, the tables, their index and this version's functions when missing. Idempotent
    * and safe to run from several processes at once; run it at startup or in your migrations.
@@ -48,8 +62,9 @@ export interface PostgresPermitStore extends PermitStore {
 
 /**
  * Concurrency permits in PostgreSQL: each operation is one call of a PL/pgSQL function that `migrate()`
- * installs, one transaction that locks the key's row, sweeps its expired leases and decides from the
- * leases left. Leases expire on the server's `clock_timestamp()` unless the permits have a `clock`
+ * installs, one transaction that locks the key's row, sweeps its expired leases and waiters and decides
+ * from what is left. Waiters (`permits.acquire`) queue in a table, first come, first served across
+ * every process; with a `listener`, the operations that let waiters in wake them by NOTIFY. Leases expire on the server's `clock_timestamp()` unless the permits have a `clock`
  * option, so app servers with skewed clocks agree. Committed leases and fences survive a crash of the
  * server.
  *
@@ -75,11 +90,23 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
   if (table.includes(RESERVED_INFIX)) {
     throw invalid('ERR_INVALID_OPTION', 'table', table, `an identifier without "${RESERVED_INFIX}"`);
   }
+  const listener = options.listener;
+  if (listener !== undefined && !hasMethods(listener, 'subscribe', 'unsubscribe')) {
+    throw invalid(
+      'ERR_INVALID_OPTION',
+      'listener',
+      listener,
+      'a listener from fromPgListener(client) or fromPostgresListener(sql)',
+    );
+  }
   const n = permitSqlNames(schema, table);
+  const statement = (op: PermitFunction) => ({ text: permitStatement(n, op), name: statementName(n, op) });
   const statements = {
-    acquire: { text: permitStatement(n, 'acquire'), name: statementName(n, 'acquire') },
-    refresh: { text: permitStatement(n, 'refresh'), name: statementName(n, 'refresh') },
-    release: { text: permitStatement(n, 'release'), name: statementName(n, 'release') },
+    acquire: statement('acquire'),
+    refresh: statement('refresh'),
+    release: statement('release'),
+    wait: statement('wait'),
+    leave: statement('leave'),
   };
   const run = async (op: PermitFunction, params: string[], fields: number): Promise<number[]> => {
     let rows: readonly Record<string, unknown>[];
@@ -91,6 +118,15 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
     return numbers(rows[0]?.r, fields);
   };
   const now = (nowUs: number | undefined) => (nowUs === undefined ? '' : String(nowUs));
+  // The arguments `acquire` and `wait` start with: a claim of `cost` under `limit` for a lease.
+  const claim = (key: string, a: Port.PermitAcquireArgs) => [
+    key,
+    now(a.nowUs),
+    String(a.limit),
+    String(a.leaseUs),
+    String(a.cost),
+    a.leaseId,
+  ];
 
   return {
     name: 'postgres',
@@ -102,31 +138,48 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
     },
     async acquire(key, a) {
       checkPermitCall(key, a, 'acquire');
-      const r = await run(
-        'acquire',
-        [key, now(a.nowUs), String(a.limit), String(a.leaseUs), String(a.cost), a.leaseId],
-        7,
-      );
-      return {
-        granted: r[0] === 1,
-        inFlight: r[1] as number,
-        fence: r[2] as number,
-        expiresAtUs: r[3] as number,
-        nowUs: r[4] as number,
-        retryAfterUs: r[5] as number,
-        resetAfterUs: r[6] as number,
-      };
+      return acquireReply(await run('acquire', claim(key, a), 8));
     },
     async refresh(key, a) {
       checkPermitCall(key, a, 'refresh');
-      const r = await run('refresh', [key, now(a.nowUs), String(a.leaseUs), a.leaseId], 3);
-      return { refreshed: r[0] === 1, expiresAtUs: r[1] as number, nowUs: r[2] as number };
+      const r = await run('refresh', [key, now(a.nowUs), String(a.leaseUs), a.leaseId, String(a.limit ?? 0)], 4);
+      return { refreshed: r[0] === 1, expiresAtUs: r[1] as number, nowUs: r[2] as number, wake: r[3] as number };
     },
     async release(key, a) {
       checkPermitCall(key, a, 'release');
-      const r = await run('release', [key, now(a.nowUs), a.leaseId], 2);
-      return { released: r[0] === 1, nowUs: r[1] as number };
+      const r = await run('release', [key, now(a.nowUs), a.leaseId, String(a.limit ?? 0)], 3);
+      return { released: r[0] === 1, nowUs: r[1] as number, wake: r[2] as number };
     },
+    async wait(key, a) {
+      checkPermitCall(key, a, 'wait');
+      const r = await run('wait', [...claim(key, a), String(a.maxQueue), String(a.waiterUs)], 12);
+      return {
+        ...acquireReply(r),
+        queued: r[8] === 1,
+        full: r[9] === 1,
+        ticket: r[10] as number,
+        ahead: r[11] as number,
+      };
+    },
+    async leave(key, a) {
+      checkPermitCall(key, a, 'leave');
+      const r = await run('leave', [key, now(a.nowUs), String(a.limit), a.leaseId], 3);
+      return { left: r[0] === 1, nowUs: r[1] as number, wake: r[2] as number };
+    },
+    ...(listener === undefined ? {} : { watch: channelWatch(listener, (key) => permitChannel(schema, table, key)) }),
+  };
+}
+
+function acquireReply(r: readonly number[]): AcquireReply {
+  return {
+    granted: r[0] === 1,
+    inFlight: r[1] as number,
+    fence: r[2] as number,
+    expiresAtUs: r[3] as number,
+    nowUs: r[4] as number,
+    retryAfterUs: r[5] as number,
+    resetAfterUs: r[6] as number,
+    wake: r[7] as number,
   };
 }
 

@@ -1,6 +1,7 @@
 import { describeValue, FloodgateError } from '../../errors.js';
 import type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply } from '../../permits/model.js';
 import type * as Port from '../../permits/store.js';
+import { channelWatch } from '../kit/channel-watch.js';
 import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { PERMIT_SCRIPTS } from './permits-lua.js';
@@ -133,7 +134,7 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
       const r = await run(PERMIT_SCRIPTS.leave, key, [now(a.nowUs), String(a.limit), a.leaseId, grace, publish]);
       return { left: r[0] === 1, nowUs: at(r, 1), wake: at(r, 2) };
     },
-    ...(subscriber === undefined ? {} : { watch: channelWatch(subscriber) }),
+    ...(subscriber === undefined ? {} : { watch: channelWatch(subscriber, (key) => `${key}:n`) }),
   };
 }
 
@@ -147,82 +148,6 @@ function acquireReply(r: readonly number[]): AcquireReply {
     retryAfterUs: at(r, 5),
     resetAfterUs: at(r, 6),
     wake: at(r, 7),
-  };
-}
-
-/** How long a key's channel stays subscribed after its last waiter in this process, ms. */
-const SUBSCRIPTION_LINGER_MS = 2000;
-
-/**
- * The store's `watch`: one subscription per key channel while this process has listeners on it, shared
- * by them; the channel is unsubscribed {@link SUBSCRIPTION_LINGER_MS} after the last one left, unless
- * another came meanwhile.
- */
-function channelWatch(
-  subscriber: RedisSubscriber,
-): (key: string, listener: (ticket: number) => void) => Promise<Port.PermitUnwatch> {
-  interface Channel {
-    readonly listeners: Set<(ticket: number) => void>;
-    ready: Promise<void>;
-    /** Set while the channel has no listener: it is unsubscribed when this fires. */
-    linger: ReturnType<typeof setTimeout> | undefined;
-  }
-  const channels = new Map<string, Channel>();
-  // An unsubscribe still on its way, per channel: a new subscription waits for it (else the late
-  // unsubscribe would end the new one).
-  const leaving = new Map<string, Promise<void>>();
-  return async (key, listener) => {
-    const name = `${key}:n`;
-    let channel = channels.get(name);
-    if (channel === undefined) {
-      const created: Channel = { listeners: new Set(), ready: Promise.resolve(), linger: undefined };
-      channel = created;
-      channels.set(name, created);
-      created.ready = (leaving.get(name) ?? Promise.resolve())
-        .then(() =>
-          subscriber.subscribe(name, (message) => {
-            const ticket = Number(message);
-            if (!Number.isSafeInteger(ticket)) return;
-            for (const each of [...created.listeners]) each(ticket);
-          }),
-        )
-        .catch((error: unknown) => {
-          if (channels.get(name) === created) channels.delete(name);
-          throw error;
-        });
-    }
-    const entry = (ticket: number) => listener(ticket);
-    const joined = channel;
-    if (joined.linger !== undefined) clearTimeout(joined.linger);
-    joined.linger = undefined;
-    joined.listeners.add(entry);
-    try {
-      await joined.ready;
-    } catch (error) {
-      joined.listeners.delete(entry);
-      throw error;
-    }
-    const leave = () => {
-      joined.linger = undefined;
-      if (joined.listeners.size > 0 || channels.get(name) !== joined) return;
-      channels.delete(name);
-      // Unsubscribing can fail (a closed connection): the channel is gone from this process either way.
-      const gone = joined.ready
-        .then(() => subscriber.unsubscribe(name))
-        .catch(() => {})
-        .finally(() => {
-          if (leaving.get(name) === gone) leaving.delete(name);
-        });
-      leaving.set(name, gone);
-    };
-    return () => {
-      joined.listeners.delete(entry);
-      if (joined.listeners.size > 0 || channels.get(name) !== joined || joined.linger !== undefined) return;
-      // A key waited on once is often waited on again soon: the subscription lingers a while, sparing
-      // an UNSUBSCRIBE and a SUBSCRIBE (and its round trip) per wait on a busy key.
-      joined.linger = setTimeout(leave, SUBSCRIPTION_LINGER_MS);
-      joined.linger.unref?.();
-    };
   };
 }
 

@@ -1,15 +1,21 @@
+import { resolve } from 'node:path';
 import { FloodgateError, invalid } from '../../errors.js';
 import {
   type AcquireReply,
   acquirePermit,
+  type LeaveReply,
+  leaveQueue,
   type PermitLease,
   type PermitState,
+  type PermitWaiter,
   type RefreshReply,
   type ReleaseReply,
   refreshPermit,
   releasePermit,
+  type WaitReply,
+  waitPermit,
 } from '../../permits/model.js';
-import type { PermitAcquireArgs, PermitRefreshArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
+import type * as Port from '../../permits/store.js';
 import { checkPermitCall } from '../../permits/store-args.js';
 import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
 import { type SqliteDatabase, type SqliteStatement, sqliteOptions } from './options.js';
@@ -20,7 +26,8 @@ export interface SqlitePermitStoreOptions {
   database: SqliteDatabase;
   /**
    * Table of the leases, created by `migrate()`: `[a-z_][a-z0-9_]*`, at most 40 characters, not
-   * containing `__fg_`; the fences live beside it in `<table>__fg_keys`. Not the table of a rate store.
+   * containing `__fg_`; the fences live beside it in `<table>__fg_keys`, the waiters in
+   * `<table>__fg_queue`. Not the table of a rate store.
    * @default 'floodgate_permits'
    */
   table?: string;
@@ -29,12 +36,20 @@ export interface SqlitePermitStoreOptions {
 }
 
 /** The SQLite permit store: synchronous. */
-export interface SqlitePermitStore extends PermitStore {
+export interface SqlitePermitStore extends Port.PermitStore {
   readonly name: 'sqlite';
   readonly table: string;
-  acquire(key: string, args: PermitAcquireArgs): AcquireReply;
-  refresh(key: string, args: PermitRefreshArgs): RefreshReply;
-  release(key: string, args: PermitReleaseArgs): ReleaseReply;
+  acquire(key: string, args: Port.PermitAcquireArgs): AcquireReply;
+  refresh(key: string, args: Port.PermitRefreshArgs): RefreshReply;
+  release(key: string, args: Port.PermitReleaseArgs): ReleaseReply;
+  wait(key: string, args: Port.PermitWaitArgs): WaitReply;
+  leave(key: string, args: Port.PermitLeaveArgs): LeaveReply;
+  /**
+   * Wakes within this process only: the calls of every store of this process on the same file and table
+   * tell its waiters. Another process's release is heard at the waiter's next poll (`pollMs`): SQLite
+   * has no notification between processes.
+   */
+  watch(key: string, listener: (ticket: number) => void): Port.PermitUnwatch;
   /** Creates the tables if missing and turns on WAL mode. Idempotent; call it once at startup. */
   migrate(): void;
 }
@@ -49,6 +64,10 @@ interface Statements {
   pruneFrom: SqliteStatement;
   dropKey: SqliteStatement;
   dropKeyLeases: SqliteStatement;
+  waiters: SqliteStatement;
+  putWaiter: SqliteStatement;
+  dropWaiter: SqliteStatement;
+  dropKeyWaiters: SqliteStatement;
   begin: SqliteStatement;
   commit: SqliteStatement;
   rollback: SqliteStatement;
@@ -65,6 +84,13 @@ interface KeyRow {
 interface LeaseRow {
   lease_id: string;
   cost: number | bigint;
+  expires_at: number | bigint;
+}
+
+interface WaiterRow {
+  waiter_id: string;
+  cost: number | bigint;
+  ticket: number | bigint;
   expires_at: number | bigint;
 }
 
@@ -97,42 +123,107 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
   const { database, table, busyTimeoutMs } = sqliteOptions(options, 'sqlitePermitStore', 'floodgate_permits');
   if (table.includes('__fg_')) throw invalid('ERR_INVALID_OPTION', 'table', table, 'an identifier without "__fg_"');
   const rows = new SqlitePermitRows(database, table, busyTimeoutMs);
+  const wakes = wakesOf(database, table);
+  // Waiters are told after the call returned (never from inside its transaction), as a message would arrive.
+  const told = <R extends { wake?: number }>(key: string, reply: R): R => {
+    const ticket = reply.wake ?? 0;
+    const listeners = ticket > 0 ? wakes.get(key) : undefined;
+    if (listeners !== undefined) {
+      queueMicrotask(() => {
+        for (const listener of [...listeners]) listener(ticket);
+      });
+    }
+    return reply;
+  };
   return {
     name: 'sqlite',
     table,
     migrate: () => rows.migrate(),
     acquire(key, a) {
       checkPermitCall(key, a, 'acquire');
-      return rows.run(key, a.nowUs, true, (state, nowUs) =>
+      const reply = rows.run(key, a.nowUs, true, (state, nowUs) =>
         acquirePermit(state, nowUs, a.limit, a.leaseUs, a.cost, a.leaseId),
       ) as AcquireReply;
+      return told(key, reply);
     },
     refresh(key, a) {
       checkPermitCall(key, a, 'refresh');
-      return (
-        rows.run(key, a.nowUs, false, (state, nowUs) => refreshPermit(state, nowUs, a.leaseUs, a.leaseId)) ?? {
-          refreshed: false,
-          expiresAtUs: 0,
-          nowUs: rows.lastNowUs,
-        }
+      const reply = rows.run(key, a.nowUs, false, (state, nowUs) =>
+        refreshPermit(state, nowUs, a.leaseUs, a.leaseId, a.limit),
       );
+      return told(key, reply ?? { refreshed: false, expiresAtUs: 0, nowUs: rows.lastNowUs, wake: 0 });
     },
     release(key, a) {
       checkPermitCall(key, a, 'release');
-      return (
-        rows.run(key, a.nowUs, false, (state, nowUs) => releasePermit(state, nowUs, a.leaseId)) ?? {
-          released: false,
-          nowUs: rows.lastNowUs,
-        }
-      );
+      const reply = rows.run(key, a.nowUs, false, (state, nowUs) => releasePermit(state, nowUs, a.leaseId, a.limit));
+      return told(key, reply ?? { released: false, nowUs: rows.lastNowUs, wake: 0 });
+    },
+    wait(key, a) {
+      checkPermitCall(key, a, 'wait');
+      const reply = rows.run(key, a.nowUs, true, (state, nowUs) =>
+        waitPermit(state, nowUs, a.limit, a.leaseUs, a.cost, a.leaseId, a.maxQueue, a.waiterUs),
+      ) as WaitReply;
+      return told(key, reply);
+    },
+    leave(key, a) {
+      checkPermitCall(key, a, 'leave');
+      const reply = rows.run(key, a.nowUs, false, (state, nowUs) => leaveQueue(state, nowUs, a.limit, a.leaseId));
+      return told(key, reply ?? { left: false, nowUs: rows.lastNowUs, wake: 0 });
+    },
+    watch(key, listener) {
+      let listeners = wakes.get(key);
+      if (listeners === undefined) {
+        listeners = new Set();
+        wakes.set(key, listeners);
+      }
+      const set = listeners;
+      const entry = (ticket: number) => listener(ticket);
+      set.add(entry);
+      return () => {
+        set.delete(entry);
+        if (set.size === 0 && wakes.get(key) === set) wakes.delete(key);
+      };
     },
   };
+}
+
+/** The listeners of each key, per database file and table: shared by every store of this process on them. */
+type Wakes = Map<string, Set<(ticket: number) => void>>;
+const wakesByFile = new Map<string, Wakes>();
+const wakesByDatabase = new WeakMap<object, Map<string, Wakes>>();
+
+/**
+ * The wakes of `table` in `database`: by the file's absolute path for a file (two connections of this
+ * process on one file hear each other), by the connection for an in-memory or temporary database.
+ */
+function wakesOf(database: SqliteDatabase, table: string): Wakes {
+  const { name, memory } = database as { name?: unknown; memory?: unknown };
+  const onFile = typeof name === 'string' && name !== '' && name !== ':memory:' && memory !== true;
+  let tables: Map<string, Wakes> | undefined;
+  let id = table;
+  if (onFile) {
+    tables = wakesByFile;
+    id = `${resolve(name)}\0${table}`;
+  } else {
+    tables = wakesByDatabase.get(database);
+    if (tables === undefined) {
+      tables = new Map();
+      wakesByDatabase.set(database, tables);
+    }
+  }
+  let wakes = tables.get(id);
+  if (wakes === undefined) {
+    wakes = new Map();
+    tables.set(id, wakes);
+  }
+  return wakes;
 }
 
 class SqlitePermitRows {
   private statements: Statements | undefined;
   private readonly leases: string;
   private readonly keys: string;
+  private readonly queue: string;
   /** Where the prune goes on (the key it stopped after). */
   private pruneFrom = '';
   /** The time of the last call (for the answer of a call on a key without a row). */
@@ -145,6 +236,7 @@ class SqlitePermitRows {
   ) {
     this.leases = quoteIdentifier(table);
     this.keys = quoteIdentifier(`${table}__fg_keys`);
+    this.queue = quoteIdentifier(`${table}__fg_queue`);
   }
 
   migrate(): void {
@@ -163,7 +255,9 @@ class SqlitePermitRows {
       `CREATE TABLE IF NOT EXISTS ${this.leases} (key TEXT NOT NULL, lease_id TEXT NOT NULL, cost INTEGER NOT NULL,
 expires_at INTEGER NOT NULL, PRIMARY KEY (key, lease_id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS ${this.keys} (key TEXT PRIMARY KEY NOT NULL, fence INTEGER NOT NULL,
-expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
+expires_at INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ${this.queue} (key TEXT NOT NULL, waiter_id TEXT NOT NULL, cost INTEGER NOT NULL,
+ticket INTEGER NOT NULL, expires_at INTEGER NOT NULL, PRIMARY KEY (key, waiter_id)) WITHOUT ROWID;`,
     );
   }
 
@@ -191,17 +285,27 @@ expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
         return undefined;
       }
       const before = new Map<string, PermitLease>();
+      const waiting = new Map<string, PermitWaiter>();
       if (row !== undefined) {
         for (const lease of s.leases.all(key) as LeaseRow[]) {
           before.set(lease.lease_id, { cost: Number(lease.cost), expiresAtUs: Number(lease.expires_at) });
+        }
+        // In ticket order, as the model keeps its queue.
+        for (const w of s.waiters.all(key) as WaiterRow[]) {
+          waiting.set(w.waiter_id, {
+            cost: Number(w.cost),
+            ticket: Number(w.ticket),
+            expiresAtUs: Number(w.expires_at),
+          });
         }
       }
       const state: PermitState = {
         leases: new Map([...before].map(([id, lease]) => [id, { ...lease }])),
         fence: row === undefined ? 0 : Number(row.fence),
+        queue: new Map([...waiting].map(([id, waiter]) => [id, { ...waiter }])),
       };
       const reply = step(state, nowUs);
-      this.write(s, key, before, state, row);
+      this.write(s, key, { leases: before, queue: waiting }, state, row);
       if (row === undefined) this.prune(s, nowUs, key);
       commit.run();
       return reply;
@@ -223,10 +327,11 @@ expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
   private write(
     s: Statements,
     key: string,
-    before: ReadonlyMap<string, PermitLease>,
+    was: { leases: ReadonlyMap<string, PermitLease>; queue: ReadonlyMap<string, PermitWaiter> },
     state: PermitState,
     row: KeyRow | undefined,
   ): void {
+    const before = was.leases;
     let last = 0;
     for (const [id, lease] of state.leases) {
       const was = before.get(id);
@@ -236,6 +341,16 @@ expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
       if (lease.expiresAtUs > last) last = lease.expiresAtUs;
     }
     for (const id of before.keys()) if (!state.leases.has(id)) s.dropLease.run(key, id);
+    // The waiters: a new place or a later expiry written, a place gone deleted; the row outlives them too.
+    const queue = state.queue ?? new Map<string, PermitWaiter>();
+    for (const [id, waiter] of queue) {
+      const had = was.queue.get(id);
+      if (had === undefined || had.expiresAtUs !== waiter.expiresAtUs) {
+        s.putWaiter.run(key, id, waiter.cost, waiter.ticket, waiter.expiresAtUs);
+      }
+      if (waiter.expiresAtUs > last) last = waiter.expiresAtUs;
+    }
+    for (const id of was.queue.keys()) if (!queue.has(id)) s.dropWaiter.run(key, id);
     // The row outlives its last lease and its fence, rounded up to a minute: it is kept as it is while busy.
     const expiresAt = Math.ceil(Math.max(last, state.fence) / EXPIRY_GRAIN_US) * EXPIRY_GRAIN_US;
     if (row === undefined || Number(row.fence) !== state.fence || Number(row.expires_at) < expiresAt) {
@@ -255,6 +370,7 @@ expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
     for (const candidate of next) {
       if (candidate.key !== key && Number(candidate.expires_at) < before) {
         s.dropKeyLeases.run(candidate.key);
+        s.dropKeyWaiters.run(candidate.key);
         s.dropKey.run(candidate.key);
       }
     }
@@ -266,6 +382,7 @@ expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
     const db = this.database;
     const l = this.leases;
     const k = this.keys;
+    const q = this.queue;
     try {
       db.exec(`PRAGMA busy_timeout = ${this.busyTimeoutMs}`);
       this.statements = {
@@ -279,6 +396,12 @@ expires_at INTEGER NOT NULL) WITHOUT ROWID;`,
         pruneFrom: db.prepare(`SELECT key, expires_at FROM ${k} WHERE key > ? ORDER BY key LIMIT ?`),
         dropKey: db.prepare(`DELETE FROM ${k} WHERE key = ?`),
         dropKeyLeases: db.prepare(`DELETE FROM ${l} WHERE key = ?`),
+        waiters: db.prepare(`SELECT waiter_id, cost, ticket, expires_at FROM ${q} WHERE key = ? ORDER BY ticket`),
+        putWaiter: db.prepare(
+          `INSERT OR REPLACE INTO ${q} (key, waiter_id, cost, ticket, expires_at) VALUES (?, ?, ?, ?, ?)`,
+        ),
+        dropWaiter: db.prepare(`DELETE FROM ${q} WHERE key = ? AND waiter_id = ?`),
+        dropKeyWaiters: db.prepare(`DELETE FROM ${q} WHERE key = ?`),
         begin: db.prepare('BEGIN IMMEDIATE'),
         commit: db.prepare('COMMIT'),
         rollback: db.prepare('ROLLBACK'),
