@@ -6,6 +6,7 @@ import { emptyEvaluation } from '../model/types.js';
 import type { Store, StoreRequest, StoreResult, SyncStore } from '../stores/store.js';
 import { classifyStoreError, toStoreError } from '../stores/store-errors.js';
 import type { Breaker } from './breaker.js';
+import { Deadlines } from './deadlines.js';
 import type { CallOptions, FailurePolicy, LimiterEvents } from './limiter.js';
 
 /** How long a `'closed'` failure tells callers to wait. */
@@ -54,9 +55,12 @@ export interface StoreCallOptions {
 export class StoreCall {
   readonly store: Store;
   private readonly syncStore: SyncStore | undefined;
+  /** The timeouts of calls to a store that answers asynchronously, when `timeoutMs` is set. */
+  private readonly deadlines: Deadlines | undefined;
 
   constructor(private readonly options: StoreCallOptions) {
     this.store = options.store;
+    this.deadlines = options.timeoutMs === undefined ? undefined : new Deadlines(options.timeoutMs);
     this.syncStore =
       typeof (options.store as Partial<SyncStore>).decideSync === 'function' ? (options.store as SyncStore) : undefined;
   }
@@ -125,33 +129,34 @@ export class StoreCall {
       : this.degrade(instead.request, instead.options, error, async);
   }
 
-  /** A store call bounded by `timeoutMs` when set. */
+  /** A store call bounded by `timeoutMs` when set (one timer for all of them: see `Deadlines`). */
   bounded<T>(pending: Promise<T>): Promise<T> {
-    const timeoutMs = this.options.timeoutMs;
-    if (timeoutMs === undefined) return pending;
+    const deadlines = this.deadlines;
+    if (deadlines === undefined) return pending;
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        // Why, when the store can tell (`connection refused to 127.0.0.1:6379`).
-        const why = this.store.unreachable?.();
-        reject(
-          new FloodgateError(
-            'ERR_TIMEOUT',
-            `the ${this.store.name} store did not answer within ${timeoutMs} ms${why === undefined ? '' : `: ${why}`}`,
-            { option: 'timeoutMs' },
-          ),
-        );
-      }, timeoutMs);
+      const entry = deadlines.start(() => reject(this.timedOut()));
       pending.then(
         (result) => {
-          clearTimeout(timer);
+          deadlines.answered(entry);
           resolve(result);
         },
         (error: unknown) => {
-          clearTimeout(timer);
+          deadlines.answered(entry);
           reject(error);
         },
       );
     });
+  }
+
+  /** The error of a call the store did not answer within `timeoutMs`. */
+  private timedOut(): FloodgateError {
+    // Why, when the store can tell (`connection refused to 127.0.0.1:6379`).
+    const why = this.store.unreachable?.();
+    return new FloodgateError(
+      'ERR_TIMEOUT',
+      `the ${this.store.name} store did not answer within ${this.options.timeoutMs} ms${why === undefined ? '' : `: ${why}`}`,
+      { option: 'timeoutMs' },
+    );
   }
 
   /**

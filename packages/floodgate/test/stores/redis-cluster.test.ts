@@ -2,7 +2,7 @@ import { strictEqual } from 'node:assert/strict';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createLimiter, fixedWindow, gcra, slidingLog } from '../../src/index.js';
 import { encodeKey, storageKey } from '../../src/stores/index.js';
-import { DECIDE_SCRIPT_SHA, hashSlot, METER_SCRIPT_SHA } from '../../src/stores/redis/index.js';
+import { DECIDE_SCRIPT_SHA, hashSlot, meterScriptFor } from '../../src/stores/redis/index.js';
 import { runConformanceSuite, runPlainDataSuite, uniquePrefix } from '../../src/testing/index.js';
 import { connectCluster, DRIVERS, type Driver, holdStore } from './redis/clients.js';
 import { HOSTILE_KEYS } from './redis/hostile-keys.js';
@@ -84,12 +84,10 @@ for (const driver of [...DRIVERS, ...OLDER_CLUSTER_DRIVERS]) {
     it('survives SCRIPT FLUSH on every node: NOSCRIPT falls back to EVAL on the node that lacks it', async () => {
       const nodes = cluster as TestCluster;
       const prefix = uniquePrefix();
-      // One meter policy takes the single-call script; two policies take the full one.
-      const single = createLimiter({
-        store: held.store,
-        policies: [gcra({ limit: 5, periodMs: 60_000, name: 'g' })],
-        prefix,
-      });
+      // One meter policy takes its single-call script; two policies take the full one.
+      const meter = gcra({ limit: 5, periodMs: 60_000, name: 'g' });
+      const METER_SCRIPT_SHA = meterScriptFor(meter)?.sha as string;
+      const single = createLimiter({ store: held.store, policies: [meter], prefix });
       const double = createLimiter({
         store: held.store,
         policies: [
@@ -124,11 +122,9 @@ for (const driver of [...DRIVERS, ...OLDER_CLUSTER_DRIVERS]) {
         const prefix = uniquePrefix('failover');
         // Hour-long policies: on a loaded machine the failover may take long, and the keys must not expire
         // meanwhile (an expired key would read as fresh and hide a lost write).
-        const single = createLimiter({
-          store: held.store,
-          policies: [gcra({ limit: 5, periodMs: 3_600_000, name: 'g' })],
-          prefix,
-        });
+        const meter = gcra({ limit: 5, periodMs: 3_600_000, name: 'g' });
+        const METER_SCRIPT_SHA = meterScriptFor(meter)?.sha as string;
+        const single = createLimiter({ store: held.store, policies: [meter], prefix });
         const double = createLimiter({
           store: held.store,
           policies: [

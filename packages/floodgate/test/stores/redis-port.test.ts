@@ -18,8 +18,7 @@ import { KIND_LIST } from '../../src/model/kinds.js';
 import type { State } from '../../src/model/types.js';
 import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
-import { METER_BATCH_SHA, METER_SCRIPT_SHA } from '../../src/stores/redis/script.js';
-import { METER_CALL_WIRE } from '../../src/stores/redis/wire.js';
+import { METER_BATCH_SHA, meterCallScript } from '../../src/stores/redis/script.js';
 import type { Store, StoreRequest } from '../../src/stores/store.js';
 import { uniquePrefix } from '../../src/testing/index.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
@@ -74,12 +73,11 @@ describe.skipIf(!available)('Redis port: the script decides the verdict, the cli
   it('a single-call reply whose verdict the model does not reach is ERR_STORE_PROTOCOL, never a decision', async () => {
     let forged = 0;
     const client = forging((sha, reply) => {
-      if (sha !== METER_SCRIPT_SHA) return reply;
+      if (sha !== meterCallScript(GCRA).sha) return reply;
       forged++;
-      const copy = [...(reply as unknown[])];
-      // Flip the verdict, keep the state and the time.
-      copy[METER_CALL_WIRE.reply.verdict] = Number(copy[METER_CALL_WIRE.reply.verdict]) === 1 ? 0 : 1;
-      return copy;
+      // Flip the verdict (the reply's first field), keep the state and the time.
+      const text = reply as string;
+      return (text.startsWith('1') ? '0' : '1') + text.slice(1);
     });
     const store = redisStore({ client });
     const prefix = uniquePrefix('portforge');

@@ -9,7 +9,14 @@ export {
 export { type RedisPermitStore, type RedisPermitStoreOptions, redisPermitStore } from './permit-store.js';
 export { PERMIT_SCRIPTS } from './permits-lua.js';
 export { type RedisStore, type RedisStoreOptions, redisStore } from './redis-store.js';
-export { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, METER_SCRIPT, METER_SCRIPT_SHA } from './script.js';
+export {
+  DECIDE_SCRIPT,
+  DECIDE_SCRIPT_SHA,
+  MAX_BAKED_METER_SCRIPTS,
+  METER_SCRIPT,
+  METER_SCRIPT_SHA,
+  meterScriptFor,
+} from './script.js';
 export { hashSlot } from './slot.js';
 export {
   fromIoredisSubscriber,

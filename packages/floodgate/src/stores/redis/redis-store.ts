@@ -21,14 +21,7 @@ import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './c
 import { holdingArguments, holdingReply, OWN_PERMIT_GRACE_MS } from './holding.js';
 import { HOLDING_SCRIPT, HOLDING_SCRIPT_SHA } from './holding-lua.js';
 import { type RedisPermitStore, redisPermitStore } from './permit-store.js';
-import {
-  DECIDE_SCRIPT,
-  DECIDE_SCRIPT_SHA,
-  METER_BATCH,
-  METER_BATCH_SHA,
-  METER_SCRIPT,
-  METER_SCRIPT_SHA,
-} from './script.js';
+import { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, METER_BATCH, METER_BATCH_SHA, meterCallScript } from './script.js';
 import { ServerPolicyWatch } from './server-policy.js';
 import { hashSlot } from './slot.js';
 import { DECIDE_WIRE, METER_BATCH_WIRE, METER_CALL_WIRE, OP, REASON_CODES } from './wire.js';
@@ -470,7 +463,7 @@ class RedisStoreImpl implements RedisStore {
       const meters = this.fastPath && single === undefined ? meterBatchArguments(calls, this.grace) : undefined;
       const [script, sha, { keys, args }] =
         single !== undefined
-          ? [METER_SCRIPT, METER_SCRIPT_SHA, single]
+          ? [single.script, single.sha, single]
           : meters !== undefined
             ? [METER_BATCH, METER_BATCH_SHA, meters]
             : [DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, scriptArguments(calls, this.grace)];
@@ -555,26 +548,42 @@ class RedisStoreImpl implements RedisStore {
   }
 }
 
-/** KEYS and ARGV of the single-meter script (lua/meter-fast.ts), or undefined when the call is another kind. */
-function meterArguments(call: Call, grace: string): { keys: string[]; args: string[] } | undefined {
+/** No ARGV: what a baked single-call script takes for the commonest call (see lua/meter-fast.ts). */
+const NO_ARGS: readonly string[] = [];
+
+/**
+ * The single-meter script for a call (lua/meter-fast.ts) with its KEYS and ARGV, or undefined when the
+ * call is another kind. A `limit` of cost 1 with no delay on Redis's clock sends no ARGV to its policy's
+ * baked script; other calls send the call's five numbers, and the shared script the policy's four after them.
+ */
+function meterArguments(
+  call: Call,
+  grace: string,
+): { keys: string[]; args: readonly string[]; script: string; sha: string } | undefined {
   if (!isMeterCall(call)) return undefined;
   const c = call.policies[0] as CompiledPolicy;
-  const p = argsOf(c);
+  const { script, sha, baked } = meterCallScript(c);
+  const keys = [storageKey(call.prefix, call.encoded, c.name)];
+  if (baked && call.nowUs === undefined && call.op === OP_LIMIT && call.cost === 1 && call.maxDelayUs === 0) {
+    return { keys, args: NO_ARGS, script, sha };
+  }
   const A = METER_CALL_WIRE.argv;
-  const args = new Array<string>(A.queue);
+  const args = new Array<string>(baked ? A.maxDelayUs : A.queue);
   args[A.nowUs - 1] = call.nowUs === undefined ? '' : String(call.nowUs);
   args[A.graceMs - 1] = grace;
   args[A.op - 1] = call.op;
   args[A.cost - 1] = String(call.cost);
   args[A.maxDelayUs - 1] = String(call.maxDelayUs);
-  args[A.blockUs - 1] = p[DECIDE_WIRE.policy.blockUs] as string;
-  args[A.t - 1] = p[DECIDE_WIRE.policy.a] as string;
-  args[A.tau - 1] = p[DECIDE_WIRE.policy.b] as string;
-  args[A.queue - 1] = p[DECIDE_WIRE.policy.c] as string;
-  return { keys: [storageKey(call.prefix, call.encoded, c.name)], args };
+  if (!baked) {
+    const p = argsOf(c);
+    args[A.blockUs - 1] = p[DECIDE_WIRE.policy.blockUs] as string;
+    args[A.t - 1] = p[DECIDE_WIRE.policy.a] as string;
+    args[A.tau - 1] = p[DECIDE_WIRE.policy.b] as string;
+    args[A.queue - 1] = p[DECIDE_WIRE.policy.c] as string;
+  }
+  return { keys, args, script, sha };
 }
 
-/** Whether a call is a `limit` or a `check` under one meter policy, what the meter scripts decide. */
 /**
  * The runs of a script call's body: consecutive calls that differ only by their key share one entry, led
  * by how many calls it stands for (see lua/main.ts and lua/meter-batch.ts).
@@ -630,6 +639,7 @@ function sameDecision(call: Call, previous: Call): boolean {
   return call.op !== OP_CANCEL && call.op !== OP_REFUND && call.op !== OP_SETTLE && call.policies === previous.policies;
 }
 
+/** Whether a call is a `limit` or a `check` under one meter policy, what the meter scripts decide. */
 function isMeterCall(call: Call): boolean {
   return (
     call.policies.length === 1 &&
@@ -767,21 +777,50 @@ function meterResult(call: Call, state: unknown, nowUs: number, serverAllowed: b
   };
 }
 
-/** Hands a call alone under one meter policy its decision (see lua/meter-fast.ts, `METER_CALL_WIRE.reply`). */
+/**
+ * Hands a call alone under one meter policy its decision (see lua/meter-fast.ts, `METER_CALL_WIRE.reply`):
+ * `<verdict> <seconds> <µs> <state>`, read with three `indexOf`s.
+ */
 function settleMeter(call: Call, reply: unknown): void {
-  const R = METER_CALL_WIRE.reply;
-  if (!Array.isArray(reply) || reply.length < R.length - 1 || reply.length > R.length) {
+  const at = typeof reply === 'string' ? meterReplyFields(reply) : undefined;
+  if (at === undefined) {
     call.reject(
       new FloodgateError('ERR_STORE_PROTOCOL', `unexpected reply from the meter script: ${describeValue(reply)}`),
     );
     return;
   }
+  const text = reply as string;
+  const nowUs = Number(text.slice(2, at.micros - 1)) * 1e6 + Number(text.slice(at.micros, at.state - 1));
   try {
-    // Numbers with Number(): a client may hand integer replies over as strings (ioredis `stringNumbers`).
-    call.resolve(meterResult(call, reply[R.state], Number(reply[R.nowUs]), Number(reply[R.verdict]) === 1));
+    call.resolve(meterResult(call, text.slice(at.state), nowUs, text.charCodeAt(0) === 49));
   } catch (error) {
     call.reject(error);
   }
+}
+
+/**
+ * Where the µs and the state start in a single-call meter reply, or undefined when it is not one: a
+ * verdict of `0` or `1`, then seconds and µs of 1 to 16 digits each, each field after one space.
+ */
+function meterReplyFields(reply: string): { micros: number; state: number } | undefined {
+  const verdict = reply.charCodeAt(0);
+  if ((verdict !== 48 && verdict !== 49) || reply.charCodeAt(1) !== 32) return undefined;
+  const micros = digitsEnd(reply, 2) + 1;
+  if (micros === 0) return undefined;
+  const state = digitsEnd(reply, micros) + 1;
+  if (state === 0) return undefined;
+  return { micros, state };
+}
+
+/** The index of the space after 1 to 16 digits from `from`, or -1. */
+function digitsEnd(text: string, from: number): number {
+  let i = from;
+  for (; i < text.length && i - from <= 16; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 32) return i > from ? i : -1;
+    if (c < 48 || c > 57) return -1;
+  }
+  return -1;
 }
 
 /**

@@ -37,8 +37,12 @@ export const METER_CALL_WIRE = {
     /** The meter's variant flag (compiled `c`): 1 = queue mode. */
     queue: 9,
   },
-  /** { verdict (1 allowed / 0 denied), µs the call was decided at, the state read (nil when none) }. */
-  reply: { verdict: 0, nowUs: 1, state: 2, length: 3 },
+  /**
+   * One string of fields separated by single spaces: the verdict (`1` allowed / `0` denied), then the time
+   * the call was decided at as seconds and µs (Redis TIME's, or `0` and the call's µs), then the state read
+   * (the rest of the string, which may hold spaces; empty when none). Field numbers, 0-based.
+   */
+  reply: { verdict: 0, seconds: 1, micros: 2, state: 3 },
 } as const;
 
 /** The batch meter script (lua/meter-batch.ts): many calls, one meter policy each. */

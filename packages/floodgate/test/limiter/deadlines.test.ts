@@ -1,0 +1,155 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createLimiter, type FloodgateError, gcra, isFloodgateError } from '../../src/index.js';
+import { Deadlines } from '../../src/limiter/deadlines.js';
+import type { Store, StoreRequest, StoreResult } from '../../src/stores/store.js';
+
+/**
+ * One timer for the timeouts of all of a limiter's store calls (`Deadlines`): each call still fails at the
+ * moment a timer of its own would fire, and a call answered in time costs no timer.
+ */
+describe('store call timeouts, one timer for all calls', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  /** A store whose calls wait until the test answers them, in any order. */
+  function heldStore(): { store: Store; answer: (i: number) => void; calls: number } {
+    const waiting: ((result: StoreResult) => void)[] = [];
+    const held = {
+      calls: 0,
+      store: {
+        name: 'held',
+        hasOwnClock: false,
+        decide: (request: StoreRequest) =>
+          new Promise<StoreResult>((resolve) => {
+            held.calls++;
+            waiting.push(resolve);
+            void request;
+          }),
+        reset: async () => undefined,
+      } as unknown as Store,
+      answer: (i: number) =>
+        (waiting[i] as (result: StoreResult) => void)({
+          allowed: true,
+          evaluations: [
+            {
+              allowed: true,
+              reason: 'ok',
+              remaining: 1,
+              retryAfterUs: 0,
+              resetAfterUs: 0,
+              delayUs: 0,
+              next: undefined,
+              buffers: [[], []],
+            },
+          ],
+          nowUs: 0,
+        } as unknown as StoreResult),
+    };
+    return held;
+  }
+
+  /** Settles as 'ok', the error's code, or stays 'pending'. */
+  function watch(promise: Promise<unknown>): { state: string } {
+    const seen = { state: 'pending' };
+    promise.then(
+      () => {
+        seen.state = 'ok';
+      },
+      (error: unknown) => {
+        seen.state = isFloodgateError(error) ? (error as FloodgateError).code : String(error);
+      },
+    );
+    return seen;
+  }
+
+  it('each call fails timeoutMs after its own start, not before, and an answered call never does', async () => {
+    const held = heldStore();
+    const limiter = createLimiter({
+      store: held.store,
+      policies: [gcra({ limit: 5, periodMs: 1000 })],
+      timeoutMs: 1000,
+      breaker: false,
+    });
+    const first = watch(limiter.limit('a'));
+    await vi.advanceTimersByTimeAsync(300);
+    const second = watch(limiter.limit('b'));
+    const third = watch(limiter.limit('c'));
+    await vi.advanceTimersByTimeAsync(100);
+    // The second call is answered in time; the other two never are.
+    held.answer(1);
+    await vi.advanceTimersByTimeAsync(599);
+    expect([first.state, second.state, third.state]).toEqual(['pending', 'ok', 'pending']);
+    await vi.advanceTimersByTimeAsync(1);
+    expect([first.state, third.state]).toEqual(['ERR_TIMEOUT', 'pending']);
+    await vi.advanceTimersByTimeAsync(299);
+    expect(third.state).toBe('pending');
+    await vi.advanceTimersByTimeAsync(1);
+    expect(third.state).toBe('ERR_TIMEOUT');
+    // An answer after the timeout changes nothing.
+    held.answer(0);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(first.state).toBe('ERR_TIMEOUT');
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('calls one at a time set one timer per timeoutMs, not one each, and keep their timeouts', async () => {
+    const held = heldStore();
+    const limiter = createLimiter({
+      store: held.store,
+      policies: [gcra({ limit: 5, periodMs: 1000 })],
+      timeoutMs: 1000,
+      breaker: false,
+    });
+    const set = vi.spyOn(globalThis, 'setTimeout');
+    // 2,000 calls, each answered 1 ms after it starts: 2 s in all.
+    for (let i = 0; i < 2000; i++) {
+      const call = watch(limiter.limit(`k${i}`));
+      await vi.advanceTimersByTimeAsync(1);
+      held.answer(i);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(call.state).toBe('ok');
+    }
+    expect(set.mock.calls.length).toBeLessThanOrEqual(3);
+    // Then one that is never answered still times out on time, from its own start.
+    const late = watch(limiter.limit('late'));
+    await vi.advanceTimersByTimeAsync(999);
+    expect(late.state).toBe('pending');
+    await vi.advanceTimersByTimeAsync(1);
+    expect(late.state).toBe('ERR_TIMEOUT');
+    set.mockRestore();
+  });
+
+  it('the timer holds the process only while a call waits', () => {
+    const deadlines = new Deadlines(1000);
+    const timer = () => (deadlines as unknown as { timer: { hasRef(): boolean } }).timer;
+    const a = deadlines.start(() => undefined);
+    expect(timer().hasRef()).toBe(true);
+    deadlines.answered(a);
+    expect(timer().hasRef()).toBe(false);
+    const b = deadlines.start(() => undefined);
+    expect(timer().hasRef()).toBe(true);
+    deadlines.answered(b);
+    expect(timer().hasRef()).toBe(false);
+  });
+
+  it('answered calls behind one that waits do not pile up', () => {
+    const deadlines = new Deadlines(1000);
+    const expired: number[] = [];
+    deadlines.start(() => expired.push(0));
+    const queued = () => (deadlines as unknown as { queue: unknown[]; head: number }).queue.length;
+    let most = 0;
+    for (let i = 1; i <= 10_000; i++) {
+      const entry = deadlines.start(() => expired.push(i));
+      deadlines.answered(entry);
+      most = Math.max(most, queued());
+    }
+    // At most twice the calls in flight (one here, plus the one being added) and 64 more.
+    expect(most).toBeLessThanOrEqual(2 * 2 + 64 + 1);
+    vi.advanceTimersByTime(1000);
+    expect(expired).toEqual([0]);
+  });
+});
