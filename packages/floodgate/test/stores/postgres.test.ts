@@ -172,14 +172,23 @@ describe.skipIf(!available)('postgres store, pg, every call through the decide f
 });
 
 describe.skipIf(!available)('postgres store: every path decides as the model', () => {
-  // One plain meter takes the meter statement; every other call, and every call with fastPath: false, the
-  // decide function.
+  // A lone call under one meter or one fixed window takes that kind's plain statements; every other call,
+  // and every call with fastPath: false, the decide function.
   let connection: Connection;
   let statement: PostgresStore;
   let decideFunction: PostgresStore;
+  /** The statements the first store ran, by the name they are prepared under (either clock's alike). */
+  const ran: Record<string, number> = {};
   beforeAll(async () => {
     connection = connect('pg', 2);
-    statement = postgresStore({ client: connection.client, schema, table: 'paths_statement' });
+    const client: PostgresClient = {
+      query(text, params, name) {
+        const what = /_(meter|meter_read|window[01]|window_read[01]|decide)(?:_at)?$/.exec(name ?? '')?.[1];
+        if (what !== undefined) ran[what] = (ran[what] ?? 0) + 1;
+        return connection.client.query(text, params, name);
+      },
+    };
+    statement = postgresStore({ client, schema, table: 'paths_statement' });
     decideFunction = postgresStore({ client: connection.client, schema, table: 'paths_function', fastPath: false });
     await statement.migrate();
     await decideFunction.migrate();
@@ -194,12 +203,25 @@ describe.skipIf(!available)('postgres store: every path decides as the model', (
     { describe, it },
     {
       variants: [
-        { name: 'meter statement', store: () => statement, calls: ['bare'], methods: ['promise'] },
+        {
+          name: 'meter and fixed-window statements',
+          store: () => statement,
+          calls: ['bare'],
+          methods: ['promise'],
+        },
         { name: 'decide function', store: () => decideFunction, calls: ['bare', 'options'], methods: ['promise'] },
       ],
       randomOperations: 120,
     },
   );
+
+  it('the tables and the randomized comparison reached every single-policy statement', () => {
+    // Runs after the suite above (vitest runs a file's tests in order): each statement decided many calls,
+    // both alignments of the fixed window included, so a change to any of them fails a test above.
+    for (const what of ['meter', 'meter_read', 'window0', 'window_read0', 'window1', 'window_read1']) {
+      expect(ran[what] ?? 0, what).toBeGreaterThan(20);
+    }
+  });
 });
 
 describe.skipIf(!available)('postgres store', () => {

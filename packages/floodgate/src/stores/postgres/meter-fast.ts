@@ -33,7 +33,7 @@ import { expiryAt, literal, type SqlNames } from './sql.js';
  * true)`). Outside that transaction it is empty (`''`, or unknown, NULL, in a session that never set it),
  * so a `RETURNING` that finds it empty belongs to a row the statement inserted.
  */
-const STASH = 'floodgate.decided_on';
+export const STASH = 'floodgate.decided_on';
 
 /** Whose clock decides: the server's, or the caller's `nowUs` (the last parameter). */
 export type MeterClock = 'server' | 'caller';
@@ -43,7 +43,7 @@ export type MeterClock = 'server' | 'caller';
  * µs as a numeric (PostgreSQL 14 and later); before 14 it gives a float8, within 0.25 µs of the exact value
  * until the year 2112, which the bigint cast rounds to it. Below 2^53, the float8 is exact.
  */
-const SERVER_NOW = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint::float8`;
+export const SERVER_NOW = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint::float8`;
 
 /**
  * A committed call of cost > 0 that the meter can admit at all (a cost beyond its tolerance changes

@@ -11,8 +11,10 @@ import { meterReadStatement, meterWriteStatement } from './meter-fast.js';
 import { dropVersionsStatement, INSTALLED_VERSIONS, migrationStatement } from './migration.js';
 import { cancelStatement, decideStatement, PORT_VERSION, refundStatement, settleCostStatement } from './port.js';
 import type { PostgresClient } from './postgres-client.js';
-import { decodeCall, decodeMeter, Reply } from './replies.js';
+import { decodeCall, decodeStatement, Reply } from './replies.js';
 import { RESERVED_INFIX, type SqlNames, sqlNames } from './sql.js';
+import { windowReadStatement, windowWriteStatement } from './window-fast.js';
+import { FIXED_WINDOW_REPLY, METER_REPLY, type StatementReply } from './wire.js';
 
 /** Options of {@link postgresStore}. */
 export interface PostgresStoreOptions {
@@ -173,6 +175,9 @@ class PostgresStoreImpl implements PostgresStore {
   /** The meter statements (meter-fast.ts) by clock: the server's, then the caller's. */
   private readonly meterWrite: readonly [Statement, Statement];
   private readonly meterRead: readonly [Statement, Statement];
+  /** The fixed-window statements (window-fast.ts) by alignment (`c`), then clock as above. */
+  private readonly windowWrite: readonly [readonly [Statement, Statement], readonly [Statement, Statement]];
+  private readonly windowRead: readonly [readonly [Statement, Statement], readonly [Statement, Statement]];
   private closed = false;
   private closing: Promise<void> | undefined;
   /** Cancels and refunds running. */
@@ -205,6 +210,13 @@ class PostgresStoreImpl implements PostgresStore {
       { text: meterReadStatement(names, 'server'), name: statementName(names, 'meter_read') },
       { text: meterReadStatement(names, 'caller'), name: statementName(names, 'meter_read_at') },
     ];
+    const windows = (make: typeof windowWriteStatement, what: 'window' | 'window_read', aligned: 0 | 1) =>
+      [
+        { text: make(names, aligned, 'server'), name: statementName(names, `${what}${aligned}`) },
+        { text: make(names, aligned, 'caller'), name: statementName(names, `${what}${aligned}_at`) },
+      ] as const;
+    this.windowWrite = [windows(windowWriteStatement, 'window', 0), windows(windowWriteStatement, 'window', 1)];
+    this.windowRead = [windows(windowReadStatement, 'window_read', 0), windows(windowReadStatement, 'window_read', 1)];
   }
 
   async migrate(): Promise<void> {
@@ -414,11 +426,14 @@ class PostgresStoreImpl implements PostgresStore {
   private flush(lane: Lane): void {
     if (this.fastPath && lane.queue.length === 1) {
       const item = lane.queue[0] as Pending;
-      const call = meterCall(item);
+      const call = singleCall(item);
       if (call !== undefined) {
-        lane.queue = [];
-        this.flushMeter(lane, item, call);
-        return;
+        const sent = call.policy.kind === KIND_METER ? this.sendMeter(item, call) : this.sendWindow(item, call);
+        if (sent !== undefined) {
+          lane.queue = [];
+          this.settleSingle(lane, item, call, sent);
+          return;
+        }
       }
     }
     const end = Math.min(lane.queue.length, this.maxBatch);
@@ -451,9 +466,8 @@ class PostgresStoreImpl implements PostgresStore {
   }
 
   /** A lone call under one meter policy: one of the plain statements of meter-fast.ts. */
-  private flushMeter(lane: Lane, item: Pending, call: MeterCall): void {
+  private sendMeter(item: Pending, call: SingleCall): Promise<readonly Record<string, unknown>[]> {
     const { request, policy } = call;
-    lane.sending = [item];
     const key = item.keys[0] as string;
     const clock = request.nowUs === undefined ? 0 : 1;
     const charge = meterCharge(request.cost, policy.a);
@@ -461,25 +475,52 @@ class PostgresStoreImpl implements PostgresStore {
     const write = request.commit && request.cost !== 0 && !exceeds;
     // The meter admits while TAT ≤ now + room (kinds/meter.ts); queue mode books no further ahead than τ.
     const room = exceeds ? '-Infinity' : String(policy.b + (policy.c === 1 ? 0 : request.maxDelayUs) - charge);
-    let sent: Promise<readonly Record<string, unknown>[]>;
     if (write) {
       const params = [key, String(charge), room, String(policy.blockUs)];
       if (clock === 1) params.push(String(request.nowUs));
       const statement = this.meterWrite[clock];
-      sent = this.send(statement.text, statement.name, params, 0);
-    } else {
-      const statement = this.meterRead[clock];
-      sent = this.send(
-        statement.text,
-        statement.name,
-        clock === 1 ? [key, room, String(request.nowUs)] : [key, room],
-        0,
-      );
+      return this.send(statement.text, statement.name, params, 0);
     }
+    const statement = this.meterRead[clock];
+    return this.send(statement.text, statement.name, clock === 1 ? [key, room, String(request.nowUs)] : [key, room], 0);
+  }
+
+  /**
+   * A lone call under one fixed-window policy: one of the plain statements of window-fast.ts, or undefined
+   * for the decide function (a cost beyond the limit that a window counting denied calls counts).
+   */
+  private sendWindow(item: Pending, call: SingleCall): Promise<readonly Record<string, unknown>[]> | undefined {
+    const { request, policy } = call;
+    const exceeds = exceedsCapacity(policy, request.cost);
+    const write = request.commit && request.cost !== 0;
+    if (write && exceeds && policy.b === 1) return undefined;
+    const clock = request.nowUs === undefined ? 0 : 1;
+    const aligned = policy.c === 1 ? 1 : 0;
+    const params = [item.keys[0] as string, String(request.cost), String(policy.limit), String(policy.a)];
+    let statement: Statement;
+    if (write && !exceeds) {
+      params.push(String(policy.blockUs), String(policy.b));
+      statement = this.windowWrite[aligned][clock];
+    } else {
+      statement = this.windowRead[aligned][clock];
+    }
+    if (clock === 1) params.push(String(request.nowUs));
+    return this.send(statement.text, statement.name, params, 0);
+  }
+
+  /** Hands a lone call its decision from one of the single-policy statements. */
+  private settleSingle(
+    lane: Lane,
+    item: Pending,
+    call: SingleCall,
+    sent: Promise<readonly Record<string, unknown>[]>,
+  ): void {
+    lane.sending = [item];
+    const layout: StatementReply = call.policy.kind === KIND_METER ? METER_REPLY : FIXED_WINDOW_REPLY;
     sent.then(
       (rows) => {
         try {
-          item.resolve(decodeMeter(call.policy, call.request, rows));
+          item.resolve(decodeStatement(call.policy, call.request, rows, layout));
         } catch (error) {
           item.reject(error);
         }
@@ -574,7 +615,19 @@ class PostgresStoreImpl implements PostgresStore {
  */
 function statementName(
   names: SqlNames,
-  what: 'decide' | 'cancel' | 'refund' | 'settle_cost' | 'meter' | 'meter_at' | 'meter_read' | 'meter_read_at',
+  what:
+    | 'decide'
+    | 'cancel'
+    | 'refund'
+    | 'settle_cost'
+    | 'meter'
+    | 'meter_at'
+    | 'meter_read'
+    | 'meter_read_at'
+    | `window${0 | 1}`
+    | `window${0 | 1}_at`
+    | `window_read${0 | 1}`
+    | `window_read${0 | 1}_at`,
 ): string {
   const hash = createHash('sha256')
     .update(`${names.schema}.${names.table}.${names.version}`)
@@ -589,22 +642,27 @@ interface Statement {
   readonly name: string;
 }
 
-/** A call the meter statements decide: a `limit` or a `check` under one meter policy. */
-interface MeterCall {
+const KIND_FIXED_WINDOW = KINDS['fixed-window'].id;
+
+/** A call a single-policy statement decides: a `limit` or a `check` under one meter or fixed-window policy. */
+interface SingleCall {
   readonly request: StoreRequest;
   readonly policy: CompiledPolicy;
 }
 
 /**
- * The call as the meter statements take it, or undefined for any other: several policies, another kind or
- * variant, a reset, or a caller's clock that is not a whole number of µs (the statements return numbers as bigints).
+ * The call as the single-policy statements take it, or undefined for any other: several policies, another
+ * kind or variant, a reset, or a caller's clock that is not a whole number of µs (the statements return
+ * numbers as bigints).
  */
-function meterCall(item: Pending): MeterCall | undefined {
+function singleCall(item: Pending): SingleCall | undefined {
   const request = item.request;
   if (request === undefined || item.policies.length !== 1) return undefined;
   const policy = item.policies[0] as CompiledPolicy;
-  // A variant the meter does not declare goes to the decide function, whose guard raises on it.
-  if (policy.kind !== KIND_METER || !declaresVariant(KINDS.meter, policy)) return undefined;
+  // A variant the kind does not declare goes to the decide function, whose guard raises on it.
+  const kind =
+    policy.kind === KIND_METER ? KINDS.meter : policy.kind === KIND_FIXED_WINDOW ? KINDS['fixed-window'] : undefined;
+  if (kind === undefined || !declaresVariant(kind, policy)) return undefined;
   if (request.nowUs !== undefined && !Number.isSafeInteger(request.nowUs)) return undefined;
   return { request, policy };
 }

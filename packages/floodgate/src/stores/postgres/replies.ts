@@ -4,7 +4,7 @@ import { decide } from '../../model/decide.js';
 import { kindOf } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import type { StoreRequest, StoreResult } from '../store.js';
-import { type CallForm, METER_REPLY } from './wire.js';
+import type { CallForm, StatementReply } from './wire.js';
 
 /*
  * The client's half of the port: reads what the decide function and the meter statements return (laid out
@@ -117,7 +117,7 @@ export function decodeCall(reply: Reply, policies: readonly CompiledPolicy[], re
 
 const METER_OUT = emptyEvaluation();
 const METER_OUTS = [METER_OUT];
-/** The buffers of the evaluations the meter statements hand over (their `next` is always undefined). */
+/** The buffers of the evaluations the single-policy statements hand over (their `next` is always undefined). */
 const SHARED_BUFFERS = emptyEvaluation().buffers;
 
 /** A bigint as PostgreSQL prints it, within the numbers JavaScript holds exactly. */
@@ -125,38 +125,58 @@ function isWholeNumber(text: string): boolean {
   return text !== '' && Number.isSafeInteger(Number(text));
 }
 
+const BITS = new DataView(new ArrayBuffer(8));
+
 /**
- * The decision of a meter statement (`METER_REPLY`): the model run on the state the statement decided on, at
- * its time, which is exactly what the statement applied, and the statement's verdict checked against it.
+ * A number sent as itself when whole, else as minus the bits of its float8 (`StatementReply.bitsAt`);
+ * undefined when the text is neither (or the bits are not a finite number ≥ 0).
  */
-export function decodeMeter(
+function wholeOrBits(text: string): number | undefined {
+  if (isWholeNumber(text) && text[0] !== '-') return Number(text);
+  if (!/^-[1-9][0-9]{0,18}$/.test(text)) return undefined;
+  const bits = -BigInt(text);
+  if (bits >= 1n << 63n) return undefined;
+  BITS.setBigUint64(0, bits);
+  const value = BITS.getFloat64(0);
+  return Number.isFinite(value) && value > 0 ? value : undefined;
+}
+
+/**
+ * The decision of a single-policy statement (`StatementReply`): the model run on the state the statement
+ * decided on, at its time, which is exactly what the statement applied, and the statement's verdict
+ * checked against it.
+ */
+export function decodeStatement(
   policy: CompiledPolicy,
   request: StoreRequest,
   rows: readonly Record<string, unknown>[],
+  layout: StatementReply,
 ): StoreResult {
   const text = rows[0]?.r;
   if (typeof text !== 'string' || text.length < 2 || text[0] !== '{' || text[text.length - 1] !== '}') {
-    throw protocol('got no result from its meter statement');
+    throw protocol(`got no result from its ${layout.statement}`);
   }
   const parts = text.slice(1, -1).split(',');
-  const inserted = parts.length === METER_REPLY.insertedLength;
-  const held = parts.length === METER_REPLY.length && parts[METER_REPLY.blockedUntil] !== 'NULL';
-  const numbers = inserted
-    ? parts
-    : held
-      ? parts
-      : [parts[METER_REPLY.nowUs] as string, parts[METER_REPLY.verdict] as string];
-  const empty = parts[METER_REPLY.blockedUntil] === 'NULL' && parts[METER_REPLY.tat] === 'NULL';
-  if (!(inserted || held || empty) || parts.length < 2 || !numbers.every(isWholeNumber)) {
+  const inserted = parts.length === layout.insertedLength;
+  const fields = parts.slice(layout.state, layout.state + layout.stateLength);
+  const empty = fields.every((f) => f === 'NULL');
+  let state: number[] | undefined;
+  if (!inserted && !empty && parts.length === layout.length) {
+    state = [];
+    for (const [i, f] of fields.entries()) {
+      const value = i === layout.bitsAt ? wholeOrBits(f) : isWholeNumber(f) ? Number(f) : undefined;
+      if (value === undefined) throw protocol(`got an unexpected result: ${text}`);
+      state.push(value);
+    }
+  }
+  const head = inserted ? parts : [parts[layout.nowUs] as string, parts[layout.verdict] as string];
+  if (!(inserted || parts.length === layout.length) || !head.every(isWholeNumber)) {
     throw protocol(`got an unexpected result: ${text}`);
   }
-  const nowUs = Number(parts[METER_REPLY.nowUs]);
-  const state: State | undefined = held
-    ? [Number(parts[METER_REPLY.blockedUntil]), Number(parts[METER_REPLY.tat])]
-    : undefined;
+  const nowUs = Number(parts[layout.nowUs]);
   // A key the statement inserted was admitted: the write statement is sent only for a cost that fits.
-  const verdict = inserted || parts[METER_REPLY.verdict] === '1';
-  const [e] = modelReport([policy], [state], nowUs, request, [verdict], verdict, 'meter statement', METER_OUTS);
+  const verdict = inserted || parts[layout.verdict] === '1';
+  const [e] = modelReport([policy], [state], nowUs, request, [verdict], verdict, layout.statement, METER_OUTS);
   const out = e as Evaluation;
   return {
     allowed: verdict,

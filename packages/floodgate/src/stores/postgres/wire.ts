@@ -46,9 +46,45 @@ export const LIST_KINDS: readonly KindDescriptor[] = KIND_LIST.filter((k) => 'pa
 export const REPORT_FIELDS = EVALUATION.reportLength;
 
 /**
- * What a meter statement returns, one bigint[] as text (0-based after the braces):
- * - read or update: `{nowUs, blockedUntil, tat, verdict}`: the state decided on (`NULL, NULL` for a key
- *   holding none) and the server's verdict (1 admitted, 0 denied);
+ * What a single-policy statement returns (meter-fast.ts, window-fast.ts), one bigint[] as text (0-based
+ * after the braces):
+ * - read or update: `{nowUs, …state, verdict}`: the state decided on, `stateLength` numbers (all `NULL`
+ *   for a key holding none), and the server's verdict (1 admitted, 0 denied);
  * - insert (a key that held nothing, always admitted): `{nowUs, pruned}`.
+ *
+ * `bitsAt`: the position in the state of a number sent as itself when whole, else as minus the bits of its
+ * float8 (the fixed window's count, a sum of costs).
  */
-export const METER_REPLY = { nowUs: 0, blockedUntil: 1, tat: 2, verdict: 3, length: 4, insertedLength: 2 } as const;
+export interface StatementReply {
+  readonly statement: string;
+  readonly nowUs: 0;
+  readonly state: 1;
+  readonly stateLength: number;
+  readonly verdict: number;
+  readonly length: number;
+  readonly insertedLength: 2;
+  readonly bitsAt?: number;
+}
+
+/** The meter statements: state `[blockedUntil, tat]`. */
+export const METER_REPLY: StatementReply = {
+  statement: 'meter statement',
+  nowUs: 0,
+  state: 1,
+  stateLength: 2,
+  verdict: 3,
+  length: 4,
+  insertedLength: 2,
+};
+
+/** The fixed-window statements: state `[blockedUntil, windowStart, count]`, the count as `bitsAt` says. */
+export const FIXED_WINDOW_REPLY: StatementReply = {
+  statement: 'fixed-window statement',
+  nowUs: 0,
+  state: 1,
+  stateLength: 3,
+  verdict: 4,
+  length: 5,
+  insertedLength: 2,
+  bitsAt: 2,
+};

@@ -3,7 +3,8 @@
 // (batched statements of the decide function). `hot-key` makes them one at a time on one key, under one
 // GCRA policy of 100 a day; `new-keys` makes one call on each of `<calls>` keys in order, one at a time,
 // under one GCRA policy of 1 a day: lone single-meter calls, which go through the meter statements.
-import { createLimiter, gcra, slidingLog } from '../../../src/index.js';
+// `window-hot` and `window-new` do the same under one fixed window of a day (the fixed-window statements).
+import { createLimiter, fixedWindow, gcra, slidingLog } from '../../../src/index.js';
 import { postgresStore } from '../../../src/stores/postgres/index.js';
 import { connect, type Driver } from './postgres-env.js';
 
@@ -30,11 +31,17 @@ if (mode === undefined) {
   const decisions = await Promise.all(Array.from({ length: Number(calls) }, () => limiter.limit(key)));
   admitted = decisions.filter((d) => d.allowed).length;
 } else {
-  const hot = mode === 'hot-key';
+  const hot = mode === 'hot-key' || mode === 'window-hot';
+  const limit = hot ? 100 : 1;
+  const name = hot ? 'hot' : 'new';
   const limiter = createLimiter({
     store,
     prefix: 'shared',
-    policies: [gcra({ limit: hot ? 100 : 1, periodMs: 86_400_000, name: hot ? 'hot' : 'new' })],
+    policies: [
+      mode.startsWith('window')
+        ? fixedWindow({ limit, windowMs: 86_400_000, align: 'first-request', name })
+        : gcra({ limit, periodMs: 86_400_000, name }),
+    ],
   });
   for (let i = 0; i < Number(calls); i++) {
     if ((await limiter.limit(hot ? `${key}-hot` : `${key}-${i}`)).allowed) admitted++;

@@ -3,20 +3,52 @@ import { alignDown, evaluation, setRemaining } from '../sql.js';
 import type { SqlPort } from './sql-port.js';
 
 /**
+ * The fixed window's transition, written once in SQL: the window a call at `now` counts in and what it has
+ * counted, the verdict, the next state and the moment the state written is untouched again. The decide
+ * function's port (`FIXED_WINDOW_PORT`) and the plain fixed-window statements (window-fast.ts) are both
+ * generated from it, as the model's `windowAt` and `evaluateFixedWindow` (model/fixed-window.ts) compute
+ * them, on float8. `s2`, `s3` are the state's window start and count (NULL: none), `a` the window in µs.
+ */
+export const FIXED_WINDOW_SQL = {
+  /** Where the window `now` falls in starts: clock-aligned (`c = 0`) or from a key's first request (`c = 1`). */
+  start: (aligned: 0 | 1, s2: string, s3: string, now: string, a: string): string =>
+    aligned === 0 ? alignDown(now, a) : `CASE WHEN ${live(s2, s3, now, a)} THEN ${s2} ELSE ${now} END`,
+  /** What that window has counted (`start` as `start` gives it). */
+  count: (aligned: 0 | 1, s2: string, s3: string, now: string, a: string, start: string): string =>
+    aligned === 0
+      ? `CASE WHEN ${s2} = ${start} THEN ${s3} ELSE 0 END`
+      : `CASE WHEN ${live(s2, s3, now, a)} THEN ${s3} ELSE 0 END`,
+  /** Admitted (when not blocked): the count after the call within the limit. */
+  admits: (count: string, cost: string, limit: string): string => `${count} + ${cost} <= ${limit}`,
+  /** A denied call counted (countDenied, model `countFixedWindowHit`): the count, at most MAX_COST. */
+  counted: (count: string, cost: string): string => `least(${count} + ${cost}, ${MAX_COST})`,
+  /**
+   * When the state `[blockedUntil, start, count]` written at `now` (its window the current one) is
+   * untouched again: the later of the block's end and the window's end (`now` for an empty window).
+   */
+  untouchedAt: (blockedUntil: string, start: string, count: string, now: string, a: string): string =>
+    `greatest(${blockedUntil}, CASE WHEN ${count} > 0 THEN ${start} + ${a} ELSE ${now} END)`,
+} as const;
+
+/** A first-request window still running: it has counted something and `now` is before its end. */
+function live(s2: string, s3: string, now: string, a: string): string {
+  return `${s3} > 0 AND ${now} < ${s2} + ${a}`;
+}
+
+/**
  * Sets `start` to the window `now` falls in and `cnt` to what it has counted, as the model's `windowAt`
  * finds them (`start`, `cnt`, `s`, `a`, `c`, `now` in scope); `indent` starts each line after the first.
  * Shared by the decision and the count of a denied call.
  */
 function windowAt(indent: string): string {
+  const w = FIXED_WINDOW_SQL;
   return [
     'IF c = 0 THEN',
-    `  start := ${alignDown('now', 'a')};`,
-    '  IF s IS NOT NULL AND s[2] = start THEN cnt := s[3]; END IF;',
-    'ELSIF s IS NOT NULL AND s[3] > 0 AND now < s[2] + a THEN',
-    '  start := s[2];',
-    '  cnt := s[3];',
+    `  start := ${w.start(0, 's[2]', 's[3]', 'now', 'a')};`,
+    `  cnt := ${w.count(0, 's[2]', 's[3]', 'now', 'a', 'start')};`,
     'ELSE',
-    '  start := now;',
+    `  start := ${w.start(1, 's[2]', 's[3]', 'now', 'a')};`,
+    `  cnt := ${w.count(1, 's[2]', 's[3]', 'now', 'a', 'start')};`,
     'END IF;',
   ].join(`\n${indent}`);
 }
@@ -29,7 +61,7 @@ export const FIXED_WINDOW_PORT: SqlPort = {
     BEGIN
       ${windowAt('      ')}
       after := cnt + cost;
-      IF after <= lim THEN
+      IF ${FIXED_WINDOW_SQL.admits('cnt', 'cost', 'lim')} THEN
         ${setRemaining('lim - after')}
         reset := CASE WHEN after > 0 THEN start + a - now ELSE 0 END;
         IF cost = 0 THEN RETURN ${evaluation(1, 0, 'rem', '0', 'reset', '0')}; END IF;
@@ -55,7 +87,7 @@ export const FIXED_WINDOW_PORT: SqlPort = {
         start float8; cnt float8 := 0;
       BEGIN
         ${windowAt('        ')}
-        nx := ARRAY[coalesce(s[1], 0), start, least(cnt + cost, ${MAX_COST})]::float8[];
+        nx := ARRAY[coalesce(s[1], 0), start, ${FIXED_WINDOW_SQL.counted('cnt', 'cost')}]::float8[];
       END;`,
   },
 };
