@@ -269,7 +269,7 @@ class RedisStoreImpl implements RedisStore {
     }
     if (request.commit !== true)
       throw invalid('ERR_INVALID_OPTION', 'request.commit', request.commit, 'true (a limit)');
-    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the redis store is closed');
+    if (this.pending.closed) throw new FloodgateError('ERR_CLOSED', 'the redis store is closed');
     let result: StoreResult | undefined;
     let failed: unknown;
     const call: Call = {
@@ -291,7 +291,7 @@ class RedisStoreImpl implements RedisStore {
       },
     };
     const { keys, args } = holdingArguments(request, claim, scriptArguments([call], this.grace));
-    this.pending++;
+    this.pending.count++;
     try {
       let reply: unknown;
       try {
@@ -307,8 +307,7 @@ class RedisStoreImpl implements RedisStore {
     } catch (error) {
       throw explainUnreachable(this.client, error);
     } finally {
-      this.pending--;
-      if (this.pending === 0 && this.idle !== undefined) this.idle();
+      this.pending.answered(1);
     }
   }
 
