@@ -2,8 +2,9 @@ import { FloodgateError } from '../errors.js';
 import { giveBack } from '../limiter/leasing.js';
 import type { Limiter } from '../limiter/limiter.js';
 import type { Policy } from '../model/index.js';
-import { isThenable, optionalBoolean, type RateLimitOptions, type RateLimitOutcome } from './options.js';
-import { type Shared, warnOnce } from './warnings.js';
+import { afterResponse, settleFailed } from './after-response.js';
+import { optionalBoolean, type RateLimitOptions, type RateLimitOutcome } from './options.js';
+import type { Shared } from './warnings.js';
 
 /** Gives a request's cost back after its response, as `skipFailedRequests` and `skipSuccessfulRequests` say. */
 export interface Refunds<Req> {
@@ -42,13 +43,7 @@ export function refunds<Req>(
   const option = skipSuccessful ? 'skipSuccessfulRequests' : 'skipFailedRequests';
   const wasSuccessful = options.requestWasSuccessful;
   // A throwing `requestWasSuccessful` leaves the request counted: the conservative side.
-  const settleFailed = (error: unknown): void => {
-    warnOnce(
-      shared,
-      'FLOODGATE_SETTLE_FAILED',
-      `requestWasSuccessful threw, so the request stays counted: ${error instanceof Error ? error.message : String(error)}`,
-    );
-  };
+  const failed = settleFailed(shared, 'requestWasSuccessful threw, so the request stays counted');
   return {
     check(policies) {
       for (const policy of policies) {
@@ -63,29 +58,17 @@ export function refunds<Req>(
       }
     },
     settler(request, key, cost, policies, atUs) {
-      let settled = false;
       const refund = (succeeded: boolean): Promise<void> | undefined => {
         if (!(succeeded ? skipSuccessful : skipFailed)) return undefined;
         const call = policies === undefined ? undefined : { policies };
         return giveBack(limiter, key, cost, atUs, cost, call).then(() => undefined);
       };
-      return (statusCode) => {
-        if (settled) return Promise.resolve();
-        settled = true;
-        try {
-          // Cut short: the work was done whoever hung up, and a refund would reward hanging up.
-          if (statusCode === undefined) return Promise.resolve();
-          const verdict = wasSuccessful === undefined ? statusCode < 400 : wasSuccessful(request, statusCode);
-          if (!isThenable(verdict)) return refund(verdict === true) ?? Promise.resolve();
-          return verdict.then(
-            (ok) => refund(ok === true),
-            (error: unknown) => settleFailed(error),
-          );
-        } catch (error) {
-          settleFailed(error);
-          return Promise.resolve();
-        }
-      };
+      // Cut short, nothing comes back: the work was done whoever hung up, and a refund would reward hanging up.
+      return afterResponse(
+        (statusCode) => (wasSuccessful === undefined ? statusCode < 400 : wasSuccessful(request, statusCode)),
+        (ok) => refund(ok === true),
+        failed,
+      );
     },
   };
 }

@@ -3,8 +3,9 @@ import type { Limiter } from '../limiter/limiter.js';
 import { requireSettleable } from '../limiter/settle.js';
 import { compilePolicy } from '../model/compile.js';
 import type { Decision, Policy } from '../model/index.js';
-import { isThenable, optionalFunction, type RateLimitOptions, type RateLimitOutcome } from './options.js';
-import { type Shared, warnOnce } from './warnings.js';
+import { afterResponse, settleFailed } from './after-response.js';
+import { optionalFunction, type RateLimitOptions, type RateLimitOutcome } from './options.js';
+import type { Shared } from './warnings.js';
 
 // The `settle` option: a request's `cost` is an estimate, charged when it is admitted, and once its
 // response is over the request is charged what `settle` says it really cost (`limiter.settle`: above the
@@ -45,13 +46,7 @@ export function settles<Req>(
       { option: 'settle' },
     );
   }
-  const failed = (error: unknown): void => {
-    warnOnce(
-      shared,
-      'FLOODGATE_SETTLE_FAILED',
-      `settle failed, so the request stays charged its estimate: ${error instanceof Error ? error.message : String(error)}`,
-    );
-  };
+  const failed = settleFailed(shared, 'settle failed, so the request stays charged its estimate');
   return {
     limit(request, key, cost, policies) {
       const estimated = policies === undefined ? { cost, settle: true } : { cost, policies, settle: true };
@@ -62,25 +57,12 @@ export function settles<Req>(
     },
     settler(request, key, decision, policies) {
       if (decision.settlement === undefined) return undefined;
-      let settled = false;
       const charge = (actual: number): Promise<void> =>
         limiter
           .settle(key, decision, policies === undefined ? { cost: actual } : { cost: actual, policies })
           .then(() => undefined, failed);
-      return (statusCode) => {
-        if (settled) return Promise.resolve();
-        settled = true;
-        // Cut short: the work may have been done; the estimate stays charged.
-        if (statusCode === undefined) return Promise.resolve();
-        try {
-          const actual = actualOf(request, statusCode);
-          if (!isThenable(actual)) return charge(actual);
-          return actual.then(charge, failed);
-        } catch (error) {
-          failed(error);
-          return Promise.resolve();
-        }
-      };
+      // Cut short: the work may have been done; the estimate stays charged.
+      return afterResponse((statusCode) => actualOf(request, statusCode), charge, failed);
     },
   };
 }
