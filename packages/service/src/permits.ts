@@ -374,6 +374,9 @@ function queueCounted(store: PermitStore, queued: Set<string>): PermitStore {
     ...(typeof store.watch === 'function'
       ? { watch: (store.watch as NonNullable<PermitStore['watch']>).bind(store) }
       : {}),
+    ...(typeof store.watching === 'function'
+      ? { watching: (store.watching as NonNullable<PermitStore['watching']>).bind(store) }
+      : {}),
   };
 }
 

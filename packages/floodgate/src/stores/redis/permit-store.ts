@@ -33,6 +33,7 @@ export interface RedisPermitStore extends Port.PermitStore {
   wait(key: string, args: Port.PermitWaitArgs): Promise<WaitReply>;
   leave(key: string, args: Port.PermitLeaveArgs): Promise<LeaveReply>;
   watch?(key: string, listener: (ticket: number) => void): Promise<Port.PermitUnwatch>;
+  watching?(key: string, listener: (ticket: number) => void): Port.PermitUnwatch | undefined;
 }
 
 type Script = (typeof PERMIT_SCRIPTS)[keyof typeof PERMIT_SCRIPTS];
@@ -133,7 +134,7 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
       const r = await run(PERMIT_SCRIPTS.leave, key, [now(a.nowUs), String(a.limit), a.leaseId, grace, publish]);
       return { left: r[0] === 1, nowUs: at(r, 1), wake: at(r, 2) };
     },
-    ...(subscriber === undefined ? {} : { watch: channelWatch(subscriber) }),
+    ...(subscriber === undefined ? {} : channelWatch(subscriber)),
   };
 }
 
@@ -154,16 +155,19 @@ function acquireReply(r: readonly number[]): AcquireReply {
 const SUBSCRIPTION_LINGER_MS = 2000;
 
 /**
- * The store's `watch`: one subscription per key channel while this process has listeners on it, shared
- * by them; the channel is unsubscribed {@link SUBSCRIPTION_LINGER_MS} after the last one left, unless
- * another came meanwhile.
+ * The store's `watch` and `watching`: one subscription per key channel while this process has listeners
+ * on it, shared by them; the channel is unsubscribed {@link SUBSCRIPTION_LINGER_MS} after the last one
+ * left, unless another came meanwhile.
  */
-function channelWatch(
-  subscriber: RedisSubscriber,
-): (key: string, listener: (ticket: number) => void) => Promise<Port.PermitUnwatch> {
+function channelWatch(subscriber: RedisSubscriber): {
+  watch(key: string, listener: (ticket: number) => void): Promise<Port.PermitUnwatch>;
+  watching(key: string, listener: (ticket: number) => void): Port.PermitUnwatch | undefined;
+} {
   interface Channel {
     readonly listeners: Set<(ticket: number) => void>;
     ready: Promise<void>;
+    /** True once the server confirmed the subscription. */
+    live: boolean;
     /** Set while the channel has no listener: it is unsubscribed when this fires. */
     linger: ReturnType<typeof setTimeout> | undefined;
   }
@@ -171,37 +175,12 @@ function channelWatch(
   // An unsubscribe still on its way, per channel: a new subscription waits for it (else the late
   // unsubscribe would end the new one).
   const leaving = new Map<string, Promise<void>>();
-  return async (key, listener) => {
-    const name = `${key}:n`;
-    let channel = channels.get(name);
-    if (channel === undefined) {
-      const created: Channel = { listeners: new Set(), ready: Promise.resolve(), linger: undefined };
-      channel = created;
-      channels.set(name, created);
-      created.ready = (leaving.get(name) ?? Promise.resolve())
-        .then(() =>
-          subscriber.subscribe(name, (message) => {
-            const ticket = Number(message);
-            if (!Number.isSafeInteger(ticket)) return;
-            for (const each of [...created.listeners]) each(ticket);
-          }),
-        )
-        .catch((error: unknown) => {
-          if (channels.get(name) === created) channels.delete(name);
-          throw error;
-        });
-    }
+  /** Adds `listener` to the channel; the function that takes it out. */
+  const join = (name: string, joined: Channel, listener: (ticket: number) => void): Port.PermitUnwatch => {
     const entry = (ticket: number) => listener(ticket);
-    const joined = channel;
     if (joined.linger !== undefined) clearTimeout(joined.linger);
     joined.linger = undefined;
     joined.listeners.add(entry);
-    try {
-      await joined.ready;
-    } catch (error) {
-      joined.listeners.delete(entry);
-      throw error;
-    }
     const leave = () => {
       joined.linger = undefined;
       if (joined.listeners.size > 0 || channels.get(name) !== joined) return;
@@ -223,6 +202,48 @@ function channelWatch(
       joined.linger = setTimeout(leave, SUBSCRIPTION_LINGER_MS);
       joined.linger.unref?.();
     };
+  };
+  return {
+    async watch(key, listener) {
+      const name = `${key}:n`;
+      let channel = channels.get(name);
+      if (channel === undefined) {
+        const created: Channel = { listeners: new Set(), ready: Promise.resolve(), live: false, linger: undefined };
+        channel = created;
+        channels.set(name, created);
+        created.ready = (leaving.get(name) ?? Promise.resolve())
+          .then(() =>
+            subscriber.subscribe(name, (message) => {
+              const ticket = Number(message);
+              if (!Number.isSafeInteger(ticket)) return;
+              for (const each of [...created.listeners]) each(ticket);
+            }),
+          )
+          .then(
+            () => {
+              created.live = true;
+            },
+            (error: unknown) => {
+              if (channels.get(name) === created) channels.delete(name);
+              throw error;
+            },
+          );
+      }
+      const joined = channel;
+      const unwatch = join(name, joined, listener);
+      try {
+        await joined.ready;
+      } catch (error) {
+        unwatch();
+        throw error;
+      }
+      return unwatch;
+    },
+    watching(key, listener) {
+      const name = `${key}:n`;
+      const channel = channels.get(name);
+      return channel?.live === true ? join(name, channel, listener) : undefined;
+    },
   };
 }
 
