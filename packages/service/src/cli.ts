@@ -72,6 +72,7 @@ Options of serve (environment variable in brackets):
       --no-watch           do not reload the config or TLS files when they change (SIGHUP still does)
       --drain-timeout-ms <n>  how long shutdown waits for in-flight calls (default: 10000)
       --store-timeout-ms <n>  longest wait for the store on one call, 0 for none (default: 1000)
+      --max-permit-wait-ms <n>  longest timeoutMs of a waiting permit acquire (default: 30000)
       --grpc-read-timeout-ms <n>  longest wait for a gRPC call's request message (default: 10000)
       --grpc-max-connections <n>  gRPC connections open at once; a new one past it ends the oldest
                            connection with no call open, or is refused (default: 4096)
@@ -232,6 +233,7 @@ const SERVE_OPTIONS = {
   'static-dir': { type: 'string' },
   'log-level': { type: 'string' },
   'store-timeout-ms': { type: 'string' },
+  'max-permit-wait-ms': { type: 'string' },
   'grpc-read-timeout-ms': { type: 'string' },
   'grpc-max-connections': { type: 'string' },
   'grpc-max-connections-per-address': { type: 'string' },
@@ -323,6 +325,13 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       throw new UsageError('--store-timeout-ms must be a whole number of milliseconds (0: no limit)');
     }
   }
+  let maxPermitWaitMs: number | undefined;
+  if (values['max-permit-wait-ms'] !== undefined) {
+    maxPermitWaitMs = Number(values['max-permit-wait-ms']);
+    if (!Number.isInteger(maxPermitWaitMs) || maxPermitWaitMs < 0 || maxPermitWaitMs > 2 ** 31 - 1) {
+      throw new UsageError('--max-permit-wait-ms must be a whole number of milliseconds (0: acquires never wait)');
+    }
+  }
   let grpcReadTimeoutMs: number | undefined;
   if (values['grpc-read-timeout-ms'] !== undefined) {
     grpcReadTimeoutMs = Number(values['grpc-read-timeout-ms']);
@@ -382,6 +391,7 @@ async function serve(args: readonly string[], io: CliIo): Promise<number> {
       logger: logLevel,
       ...(drainTimeoutMs === undefined ? {} : { drainTimeoutMs }),
       ...(storeTimeoutMs === undefined ? {} : { storeTimeoutMs }),
+      ...(maxPermitWaitMs === undefined ? {} : { maxPermitWaitMs }),
       ...(grpcReadTimeoutMs === undefined ? {} : { grpcReadTimeoutMs }),
       grpcLimits,
       failure,

@@ -832,7 +832,7 @@ class Checker extends RuleChecker {
     };
   }
 
-  /** `concurrency: { limit, leaseMs, name? }`: the library's concurrency policy, its errors as issues. */
+  /** `concurrency: { limit, leaseMs, maxQueue?, name? }`: the library's concurrency policy, its errors as issues. */
   private concurrency(data: unknown, path: Segment[]): ConcurrencyPolicy | undefined {
     const o = this.object(data, path);
     if (o === undefined) return undefined;
@@ -841,7 +841,7 @@ class Checker extends RuleChecker {
     } catch (error) {
       if (!isFloodgateError(error)) throw error;
       const option = error.option;
-      const known = option === 'limit' || option === 'leaseMs' || option === 'name';
+      const known = option === 'limit' || option === 'leaseMs' || option === 'maxQueue' || option === 'name';
       this.issue(
         known || error.unknownOption === true ? [...path, option as string] : path,
         error.problem,

@@ -78,6 +78,8 @@ export interface EngineOptions {
   readonly permits?: PermitStore | undefined;
   /** Told of every permit acquired, refused, released or expired (the metrics). */
   readonly permitEvents?: PermitEvents | undefined;
+  /** The longest wait of a permit acquire (its `timeoutMs`), ms. @default 30_000 */
+  readonly maxPermitWaitMs?: number | undefined;
   /**
    * The secret settlements are signed with (the limiter's `settleSecret`): the same in every process
    * that shares the store, so a settlement issued by one process settles on any other. Settled
@@ -366,7 +368,14 @@ export class Engine {
         `rule ${JSON.stringify(rule.label)} of domain ${JSON.stringify(limited.domain)} has a concurrency limit, and the ${this.limiter.store.name} store holds no permits (the stores the service opens from a URL all do)`,
       );
     }
-    return new PermitDesk(this.domains, options.permits, this.config.prefix, this.clock, options.permitEvents);
+    return new PermitDesk(
+      this.domains,
+      options.permits,
+      this.config.prefix,
+      this.clock,
+      options.permitEvents,
+      options.maxPermitWaitMs,
+    );
   }
 
   /** Decides synchronously; only when {@link sync} is true. Throws {@link RequestError} or store errors. */

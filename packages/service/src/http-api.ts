@@ -352,7 +352,10 @@ function jsonObject(text: string, shape: string): Record<string, unknown> {
   return body as Record<string, unknown>;
 }
 
-/** A permit call: validated whole before the store is asked; answered as JSON, refusals as problem+json. */
+/**
+ * A permit call: validated whole before the store is asked; answered as JSON, refusals as problem+json.
+ * A waiting acquire ends when the client goes away: its waiter leaves the key's queue.
+ */
 function handlePermit(ctx: ServiceContext, req: IncomingMessage, res: ServerResponse, op: PermitOp): void {
   trackedBody(ctx, req, res, op, (body) => {
     let call: PermitCall;
@@ -373,9 +376,20 @@ function handlePermit(ctx: ServiceContext, req: IncomingMessage, res: ServerResp
       problem(res, 404, 'Not Found', 'the config has no concurrency limits (a rule with `concurrency`)', 'domain');
       return;
     }
+    let gone: AbortController | undefined;
+    if (call.timeoutMs !== undefined) {
+      const controller = new AbortController();
+      gone = controller;
+      res.on('close', () => {
+        if (!res.writableFinished) controller.abort();
+      });
+      call = { ...call, signal: controller.signal };
+    }
     permitAnswer(desk, call, op).then(
       (answer) => json(res, 200, answer),
       (e: unknown) => {
+        // The client went away while it waited: nobody to answer, and its waiter left the queue.
+        if (gone?.signal.aborted === true) return;
         if (e instanceof PermitCallError) return problem(res, 400, 'Bad Request', e.message, e.field);
         fail(ctx, res, e);
       },
@@ -387,7 +401,19 @@ function handlePermit(ctx: ServiceContext, req: IncomingMessage, res: ServerResp
 async function permitAnswer(desk: PermitDesk, call: PermitCall, op: PermitOp): Promise<unknown> {
   if (op === 'refresh') return desk.refresh(call);
   if (op === 'release') return desk.release(call);
-  const { matched, rule, decision: d } = await desk.acquire(call);
+  const { matched, rule, decision: d, refused, waitedMs } = await desk.acquire(call);
+  const waited = waitedMs === undefined ? {} : { waitedMs };
+  if (refused !== undefined) {
+    return {
+      matched,
+      rule,
+      allowed: false,
+      limit: refused.limit,
+      policy: refused.policy,
+      reason: refused.reason,
+      ...waited,
+    };
+  }
   if (d === undefined) return { matched, rule, allowed: true };
   return {
     matched,
@@ -403,6 +429,7 @@ async function permitAnswer(desk: PermitDesk, call: PermitCall, op: PermitOp): P
     ...(d.permit === undefined
       ? {}
       : { leaseId: d.permit.leaseId, fence: d.permit.fence, leaseMs: desk.leaseMsOf(call) }),
+    ...waited,
   };
 }
 
@@ -419,7 +446,7 @@ export function parsePermitCall(text: string, op: PermitOp): PermitCall {
     throw new BadRequest(400, `the body must be a JSON object { domain, entries, … }, got ${showValue(body)}`);
   }
   const o = body as Record<string, unknown>;
-  onlyFields(o, op === 'acquire' ? ['domain', 'entries', 'cost'] : ['domain', 'entries', 'leaseId'], '');
+  onlyFields(o, op === 'acquire' ? ['domain', 'entries', 'cost', 'timeoutMs'] : ['domain', 'entries', 'leaseId'], '');
   if (typeof o.domain !== 'string' || o.domain.length === 0) {
     throw new BadRequest(400, `domain is required: a non-empty string, got ${showValue(o.domain)}`, 'domain');
   }
@@ -438,6 +465,7 @@ export function parsePermitCall(text: string, op: PermitOp): PermitCall {
     entries: o.entries as PermitCall['entries'],
     cost: o.cost as number | undefined,
     leaseId: o.leaseId as string | undefined,
+    timeoutMs: o.timeoutMs as number | undefined,
   };
 }
 
@@ -677,7 +705,7 @@ function index(): unknown {
       'POST /v1/check': 'decide, change nothing',
       'POST /v1/status': 'state of each descriptor, change nothing',
       'POST /v1/reset': 'forget the descriptors',
-      'POST /v1/permits/acquire': 'take a permit of a concurrency limit (never waits)',
+      'POST /v1/permits/acquire': 'take a permit of a concurrency limit (with timeoutMs, wait for one)',
       'POST /v1/permits/refresh': "extend a permit's lease",
       'POST /v1/permits/release': 'give a permit back',
       'POST /v1/settle': 'charge calls decided with settle: true their actual cost',

@@ -40,6 +40,8 @@ export class Metrics {
   private readonly tlsExpiry: Gauge<'api'>;
   /** The permits in flight by rule, of the engine in use (set by the service). */
   permitsInFlight: () => ReadonlyMap<Rule, number> = () => new Map();
+  /** The waiters this process holds in a store queue by rule, of the engine in use (set by the service). */
+  permitsQueued: () => ReadonlyMap<Rule, number> = () => new Map();
   /** What the permit desk reports: counts by rule, hold time. */
   readonly permits: PermitEvents;
 
@@ -287,7 +289,7 @@ export class Metrics {
     });
     const refused = new Counter({
       name: 'floodgate_permits_refused_total',
-      help: 'Concurrency permits refused, by domain, descriptor rule and reason (limit: all in flight; exceeds-capacity: a cost above the limit).',
+      help: 'Concurrency permits refused, by domain, descriptor rule and reason (limit: all in flight; exceeds-capacity: a cost above the limit; timeout: none within a wait; queue-full: the key had maxQueue waiters).',
       labelNames: [...labelNames, 'reason'],
       registers,
     });
@@ -310,6 +312,24 @@ export class Metrics {
       buckets: [0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 300],
       registers,
     });
+    const waited = new Histogram({
+      name: 'floodgate_permit_wait_seconds',
+      help: 'How long a waiting acquire (timeoutMs) waited, from its ask to its end, by domain, descriptor rule and result (granted, timeout, queue-full, abandoned: the client went away).',
+      labelNames: [...labelNames, 'result'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1, 2.5, 10, 30],
+      registers,
+    });
+    const queued = () => this.permitsQueued();
+    new Gauge({
+      name: 'floodgate_permits_queued',
+      help: "Waiting acquires this process holds in a key's queue (in the store) now, by domain and descriptor rule.",
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        for (const [rule, count] of queued()) this.set({ domain: rule.domain, rule: rule.label }, count);
+      },
+    });
     const inFlight = () => this.permitsInFlight();
     new Gauge({
       name: 'floodgate_permits_in_flight',
@@ -330,6 +350,7 @@ export class Metrics {
         if (heldMs !== undefined) held.observe(labels(rule), heldMs / 1000);
       },
       expired: (rule) => expired.inc(labels(rule)),
+      waited: (rule, result, seconds) => waited.observe({ ...labels(rule), result }, seconds),
     };
   }
 

@@ -85,6 +85,13 @@ function permitSchemas() {
         domain: { type: 'string', minLength: 1 },
         entries,
         cost: { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER, default: 1 },
+        timeoutMs: {
+          type: 'integer',
+          minimum: 0,
+          default: 0,
+          description:
+            'Wait up to this long, ms, in the descriptor’s queue (first come, first served across the fleet) when no permit is free; 0: never wait. At most the service’s maxPermitWaitMs (default 30000); refused when the queue holds the rule’s maxQueue waiters.',
+        },
       },
     },
     PermitLease: {
@@ -108,7 +115,8 @@ function permitSchemas() {
         },
         resetAfterMs: { type: 'integer' },
         policy: { type: 'string' },
-        reason: { type: 'string', enum: ['limit', 'exceeds-capacity'] },
+        reason: { type: 'string', enum: ['limit', 'exceeds-capacity', 'timeout', 'queue-full'] },
+        waitedMs: { type: 'integer', description: 'A waiting acquire (timeoutMs): how long it waited.' },
         leaseId,
         fence: { type: 'integer', description: 'Strictly increases per descriptor: a fencing token.' },
         leaseMs: { type: 'integer' },
@@ -154,7 +162,7 @@ function build(): unknown {
       },
       '/v1/permits/acquire': permitOperation(
         'Take a permit',
-        'Takes a permit of the concurrency limit of the descriptor’s rule, without waiting. Give it back with /v1/permits/release; a holder that never does frees it when its lease runs out (on the store’s clock).',
+        'Takes a permit of the concurrency limit of the descriptor’s rule; with timeoutMs, waits for one in the descriptor’s queue (a client that goes away leaves it). Give it back with /v1/permits/release; a holder that never does frees it when its lease runs out (on the store’s clock).',
         'PermitAcquire',
         'PermitGrant',
       ),

@@ -3,6 +3,7 @@ import {
   type Clock,
   type ConcurrencyPolicy,
   createPermits,
+  isFloodgateError,
   type PermitDecision,
   type PermitStore,
   type Permits,
@@ -35,6 +36,13 @@ export interface PermitCall {
   /** refresh and release: the lease's id, from the acquire's answer. */
   readonly leaseId?: string | undefined;
   /**
+   * acquire: wait up to this long, ms, in the key's queue (kept in the store) when no permit is free;
+   * 0 or absent: never wait. At most the desk's `maxWaitMs`.
+   */
+  readonly timeoutMs?: number | undefined;
+  /** acquire: ends a wait (the client went away); the waiter leaves the queue. */
+  readonly signal?: AbortSignal | undefined;
+  /**
    * An Envoy call's descriptor: its entries are the decoder's strings, of any length (a long key is
    * stored by its digest), so only the HTTP API's bounds on entries are skipped.
    */
@@ -47,7 +55,17 @@ export interface PermitAnswer {
   readonly matched: boolean;
   readonly rule: string | null;
   readonly decision: PermitDecision | undefined;
+  /** A waiting acquire that got no permit: why (no permit within `timeoutMs`, or the key's queue full). */
+  readonly refused?: { readonly reason: WaitRefusal; readonly limit: number; readonly policy: string } | undefined;
+  /** A waiting acquire: how long it waited, ms. */
+  readonly waitedMs?: number | undefined;
 }
+
+/** Why a waiting acquire got no permit. */
+export type WaitRefusal = 'timeout' | 'queue-full';
+
+/** How a waiting acquire ended: granted, refused, or abandoned (the client went away). */
+export type WaitResult = 'granted' | WaitRefusal | 'abandoned';
 
 /** A permit call the service refuses: bad input, named by its field. */
 export class PermitCallError extends Error {
@@ -63,7 +81,9 @@ export class PermitCallError extends Error {
 /** How permits went, for the metrics: counted per rule (labels from the config only). */
 export interface PermitEvents {
   acquired(rule: Rule): void;
-  refused(rule: Rule, reason: 'limit' | 'exceeds-capacity'): void;
+  refused(rule: Rule, reason: 'limit' | 'exceeds-capacity' | WaitRefusal): void;
+  /** A waiting acquire ended, after `seconds` from its ask. */
+  waited(rule: Rule, result: WaitResult, seconds: number): void;
   /** A release that ended a live lease; `heldMs` when this process granted it (the hold time). */
   released(rule: Rule, heldMs: number | undefined): void;
   /** A lease this process granted whose lease ran out before any release reached this process. */
@@ -81,6 +101,16 @@ interface Granted {
 /** Leases followed at most (their memory bound); past it, new grants are not followed (in flight undercounts). */
 const MAX_FOLLOWED = 100_000;
 
+/** The longest wait of an acquire unless the service says otherwise, ms. */
+export const DEFAULT_MAX_WAIT_MS = 30_000;
+
+/** One concurrency limit's permits, and the waiters this process holds in its store queues. */
+interface Desk {
+  readonly permits: Permits;
+  /** Ids of the waiters of this process now in a store queue (each leaves on its grant or its leave). */
+  readonly queued: Set<string>;
+}
+
 /**
  * The concurrency limits of a config: each rule with `concurrency` has its permits (on the service's
  * permit store), keyed by the descriptor as its rate policies are. One per engine (per loaded config);
@@ -92,7 +122,8 @@ export class PermitDesk {
   readonly #prefix: string;
   readonly #clock: Clock | undefined;
   readonly #events: PermitEvents | undefined;
-  readonly #permits = new Map<ConcurrencyPolicy, Permits>();
+  readonly #maxWaitMs: number;
+  readonly #desks = new Map<ConcurrencyPolicy, Desk & { readonly rule: Rule }>();
   readonly #followed = new Map<string, Granted>();
 
   constructor(
@@ -101,12 +132,21 @@ export class PermitDesk {
     prefix: string,
     clock: Clock | undefined,
     events: PermitEvents | undefined,
+    maxWaitMs = DEFAULT_MAX_WAIT_MS,
   ) {
     this.#domains = domains;
     this.#store = store;
     this.#prefix = prefix;
     this.#clock = clock;
     this.#events = events;
+    this.#maxWaitMs = maxWaitMs;
+  }
+
+  /** Waiters this process holds in a store queue now, by rule (the queued gauge). */
+  queued(): Map<Rule, number> {
+    const out = new Map<Rule, number>();
+    for (const desk of this.#desks.values()) if (desk.queued.size > 0) out.set(desk.rule, desk.queued.size);
+    return out;
   }
 
   /** Leases granted by this process and not yet released here nor run out, by rule (the in-flight gauge). */
@@ -117,12 +157,18 @@ export class PermitDesk {
     return out;
   }
 
-  /** Takes a permit for the descriptor, without waiting; a descriptor without a concurrency rule is allowed, holding nothing. */
+  /**
+   * Takes a permit for the descriptor; with `timeoutMs`, waits for one in the key's queue (see
+   * {@link PermitCall.timeoutMs}). A descriptor without a concurrency rule is allowed, holding nothing.
+   * A wait whose `signal` aborts rejects with the library's `ERR_ABORTED`, having left the queue.
+   */
   async acquire(call: PermitCall, leaseId?: string): Promise<PermitAnswer> {
     const cost = checkCost(call.cost);
+    const timeoutMs = this.#checkTimeout(call.timeoutMs);
     const found = this.#match(call);
     if (found === undefined) return { matched: false, rule: null, decision: undefined };
     const { rule, key, permits } = found;
+    if (timeoutMs > 0 && cost <= permits.policy.limit) return this.#wait(found, cost, timeoutMs, call.signal);
     const decision = await permits.limit(key, leaseId === undefined ? { cost } : { cost, leaseId });
     const events = this.#events;
     if (decision.permit === undefined) {
@@ -132,6 +178,65 @@ export class PermitDesk {
       this.#follow(decision.permit.leaseId, rule, cost, permits.policy.leaseMs);
     }
     return { matched: true, rule: rule.label, decision };
+  }
+
+  /** A waiting acquire: granted, refused (timeout, queue full) as an answer, abandoned as `ERR_ABORTED`. */
+  async #wait(
+    found: { rule: Rule; key: string; permits: Permits },
+    cost: number,
+    timeoutMs: number,
+    signal: AbortSignal | undefined,
+  ): Promise<PermitAnswer> {
+    const { rule, key, permits } = found;
+    if (typeof this.#store.wait !== 'function' || typeof this.#store.leave !== 'function') {
+      throw new PermitCallError(
+        `the service's ${this.#store.name} permit store cannot wait: omit timeoutMs (or give 0)`,
+        'timeoutMs',
+      );
+    }
+    const events = this.#events;
+    const startedMs = performance.now();
+    const waited = (result: WaitResult) => {
+      const ms = performance.now() - startedMs;
+      events?.waited(rule, result, ms / 1000);
+      return Math.round(ms);
+    };
+    try {
+      const decision = await permits.acquire(key, { cost, timeoutMs, ...(signal === undefined ? {} : { signal }) });
+      const waitedMs = waited('granted');
+      events?.acquired(rule);
+      this.#follow(decision.permit.leaseId, rule, cost, permits.policy.leaseMs);
+      return { matched: true, rule: rule.label, decision, waitedMs };
+    } catch (error) {
+      const code = isFloodgateError(error) ? error.code : undefined;
+      if (code === 'ERR_TIMEOUT' || code === 'ERR_QUEUE_FULL') {
+        const reason = code === 'ERR_TIMEOUT' ? 'timeout' : 'queue-full';
+        const waitedMs = waited(reason);
+        events?.refused(rule, reason);
+        const { limit, name } = permits.policy;
+        return {
+          matched: true,
+          rule: rule.label,
+          decision: undefined,
+          refused: { reason, limit, policy: name },
+          waitedMs,
+        };
+      }
+      if (code === 'ERR_ABORTED') waited('abandoned');
+      throw error;
+    }
+  }
+
+  #checkTimeout(timeoutMs: unknown): number {
+    if (timeoutMs === undefined) return 0;
+    const max = this.#maxWaitMs;
+    if (typeof timeoutMs !== 'number' || !Number.isSafeInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > max) {
+      throw new PermitCallError(
+        `timeoutMs must be a whole number of ms from 0 to ${max} (the service's longest wait), got ${show(timeoutMs)}`,
+        'timeoutMs',
+      );
+    }
+    return timeoutMs;
   }
 
   /** The lease length of the concurrency limit a descriptor matches, ms (undefined when none). */
@@ -205,16 +310,19 @@ export class PermitDesk {
     const match = matchDescriptor(domain, call.entries);
     const policy = match?.rule.concurrency;
     if (match === undefined || policy === undefined) return undefined;
-    let permits = this.#permits.get(policy);
-    if (permits === undefined) {
-      permits = createPermits({
-        store: this.#store,
+    let desk = this.#desks.get(policy);
+    if (desk === undefined) {
+      const queued = new Set<string>();
+      const permits = createPermits({
+        store: queueCounted(this.#store, queued),
         policy,
         prefix: this.#prefix,
         ...(this.#clock === undefined ? {} : { clock: this.#clock }),
       });
-      this.#permits.set(policy, permits);
+      desk = { rule: match.rule, permits, queued };
+      this.#desks.set(policy, desk);
     }
+    const permits = desk.permits;
     return { rule: match.rule, key: boundedKey(match.key), permits };
   }
 
@@ -238,6 +346,38 @@ export class PermitDesk {
   #nowMs(): number {
     return this.#clock === undefined ? Date.now() : this.#clock.nowUs() / 1000;
   }
+}
+
+/**
+ * The store as the desk's permits see it: the same calls, and `queued` holds the ids of the waiters now
+ * in a queue (added when a wait answers queued, taken out by the grant, a full queue, or the leave that
+ * every wait giving up makes, even when that leave fails).
+ */
+function queueCounted(store: PermitStore, queued: Set<string>): PermitStore {
+  const { wait, leave } = store;
+  if (typeof wait !== 'function' || typeof leave !== 'function') return store;
+  return {
+    name: store.name,
+    acquire: (key, args) => store.acquire(key, args),
+    refresh: (key, args) => store.refresh(key, args),
+    release: (key, args) => store.release(key, args),
+    async wait(key, args) {
+      const reply = await wait.call(store, key, args);
+      if (reply.queued) queued.add(args.leaseId);
+      else queued.delete(args.leaseId);
+      return reply;
+    },
+    leave(key, args) {
+      queued.delete(args.leaseId);
+      return leave.call(store, key, args);
+    },
+    ...(typeof store.watch === 'function'
+      ? { watch: (store.watch as NonNullable<PermitStore['watch']>).bind(store) }
+      : {}),
+    ...(typeof store.watching === 'function'
+      ? { watching: (store.watching as NonNullable<PermitStore['watching']>).bind(store) }
+      : {}),
+  };
 }
 
 function checkCost(cost: unknown): number {

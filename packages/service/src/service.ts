@@ -57,6 +57,11 @@ export interface ServiceOptions {
    * the store's own: memory, Redis). A config with `concurrency` rules needs one.
    */
   permits?: PermitStore;
+  /**
+   * The longest wait of a permit acquire over the HTTP API (its `timeoutMs`), ms; a longer one is
+   * refused (400). @default 30_000
+   */
+  maxPermitWaitMs?: number;
   /** Address both servers listen on. @default '127.0.0.1' */
   host?: string;
   /** HTTP port; 0 picks a free one; `false` turns the HTTP API off. @default 8080 */
@@ -197,6 +202,10 @@ export class Service implements ServiceContext {
   private readonly settleSecret: string;
 
   constructor(private readonly options: ServiceOptions) {
+    const maxWait = options.maxPermitWaitMs;
+    if (maxWait !== undefined && (!Number.isSafeInteger(maxWait) || maxWait < 0 || maxWait > 2 ** 31 - 1)) {
+      throw new RangeError(`maxPermitWaitMs must be a whole number of ms from 0 to ${2 ** 31 - 1}, got ${maxWait}`);
+    }
     this.settleSecret = options.settleSecret ?? randomBytes(32).toString('base64url');
     const logger = options.logger;
     // Synchronous writes: pino's default asynchronous stdout never lets the process exit once whatever read
@@ -443,8 +452,10 @@ export class Service implements ServiceContext {
       settleSecret: this.settleSecret,
       permits: this.options.permits ?? this.opened?.permits,
       permitEvents: this.metrics.permits,
+      maxPermitWaitMs: this.options.maxPermitWaitMs,
     });
     this.metrics.permitsInFlight = () => engine.permits?.inFlight() ?? new Map();
+    this.metrics.permitsQueued = () => engine.permits?.queued() ?? new Map();
     // The live view's most denied keys and store errors come from the limiter's own events. Denials made
     // without the store (failure 'closed') say nothing about a key, so they are not counted against it.
     const stats = this.stats;

@@ -179,6 +179,25 @@ domains:
     expect(found[0]?.message).toMatch(/finite number from 1/);
   });
 
+  it("names a concurrency limit's maxQueue out of range at its path", () => {
+    const found = issues(`domains:
+  - domain: api
+    descriptors:
+      - key: job
+        concurrency: { limit: 2, leaseMs: 1000, maxQueue: 10001 }
+`);
+    expect(found).toHaveLength(1);
+    expect(found[0]).toMatchObject({ path: 'domains[0].descriptors[0].concurrency.maxQueue' });
+    expect(found[0]?.message).toMatch(/from 0 to 10000/);
+    const config = parseConfig(`domains:
+  - domain: api
+    descriptors:
+      - key: job
+        concurrency: { limit: 2, leaseMs: 1000, maxQueue: 7 }
+`);
+    expect(config.domains[0]?.descriptors[0]?.concurrency?.maxQueue).toBe(7);
+  });
+
   it('names an unknown field at its key, and lists the expected ones', () => {
     const found = issues(`domains:
   - domain: api

@@ -38,8 +38,29 @@ export interface MemoryPermitStore extends Port.PermitStore {
   wait(key: string, args: Port.PermitWaitArgs): WaitReply;
   leave(key: string, args: Port.PermitLeaveArgs): LeaveReply;
   watch(key: string, listener: (ticket: number) => void): Port.PermitUnwatch;
+  watching(key: string, listener: (ticket: number) => void): Port.PermitUnwatch;
   /** How many keys the store holds now. */
   readonly size: number;
+}
+
+/** Adds `listener` to the key's listeners; the function that takes it out. */
+function watchKey(
+  watchers: Map<string, Set<(ticket: number) => void>>,
+  key: string,
+  listener: (ticket: number) => void,
+): Port.PermitUnwatch {
+  let listeners = watchers.get(key);
+  if (listeners === undefined) {
+    listeners = new Set();
+    watchers.set(key, listeners);
+  }
+  const set = listeners;
+  const entry = (ticket: number) => listener(ticket);
+  set.add(entry);
+  return () => {
+    set.delete(entry);
+    if (set.size === 0 && watchers.get(key) === set) watchers.delete(key);
+  };
 }
 
 /** Keys looked at for forgetting on each call: idle keys leave in a bounded number of calls. */
@@ -140,18 +161,11 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
       return settle(key, state, nowUs, leaveQueue(state, nowUs, args.limit, args.leaseId));
     },
     watch(key, listener) {
-      let listeners = watchers.get(key);
-      if (listeners === undefined) {
-        listeners = new Set();
-        watchers.set(key, listeners);
-      }
-      const set = listeners;
-      const entry = (ticket: number) => listener(ticket);
-      set.add(entry);
-      return () => {
-        set.delete(entry);
-        if (set.size === 0 && watchers.get(key) === set) watchers.delete(key);
-      };
+      return watchKey(watchers, key, listener);
+    },
+    // A watch here is in place as soon as it is made.
+    watching(key, listener) {
+      return watchKey(watchers, key, listener);
     },
   };
 }

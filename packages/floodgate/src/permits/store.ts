@@ -69,6 +69,12 @@ export interface PermitStore {
    * called; resolves once the watch is in place. Optional: without it waiters only poll.
    */
   watch?(key: string, listener: (ticket: number) => void): PermitUnwatch | Promise<PermitUnwatch>;
+  /**
+   * Adds `listener` to a watch of `key` already in place (its subscription confirmed), at once; undefined
+   * when there is none. Optional, with `watch`: a waiter that joins before it first asks hears every wake
+   * after its ask, so it need not ask twice.
+   */
+  watching?(key: string, listener: (ticket: number) => void): PermitUnwatch | undefined;
 }
 
 /** Ends a {@link PermitStore.watch}. */

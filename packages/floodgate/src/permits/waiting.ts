@@ -79,8 +79,11 @@ export async function waitInQueue<D extends { permit: Permit }>(
   let unwatch: PermitUnwatch | undefined;
   let watched = false;
   let woken = false;
+  // The highest wake heard during an ask, before the waiter knew its ticket.
+  let heard = 0;
   let wake: (() => void) | undefined;
   const onWake = (t: number) => {
+    if (t > heard) heard = t;
     if (ticket > 0 && t >= ticket) {
       woken = true;
       wake?.();
@@ -90,8 +93,12 @@ export async function waitInQueue<D extends { permit: Permit }>(
   signal?.addEventListener('abort', onAbort);
   let queued = false;
   try {
+    // Joined before the first ask, a watch already in place hears every wake after it: no second ask.
+    unwatch = c.store.watching?.(c.storageKey, onWake);
+    watched = unwatch !== undefined;
     for (;;) {
       woken = false;
+      heard = 0;
       const sentMs = localMs(c.clock);
       const reply: WaitReply = await c.call(() => c.store.wait(c.storageKey, c.args(leaseId)));
       if (reply.granted) {
@@ -113,6 +120,8 @@ export async function waitInQueue<D extends { permit: Permit }>(
       }
       queued = true;
       ticket = reply.ticket;
+      // A wake that let this place in came while the ask was on its way.
+      if (heard >= ticket) woken = true;
       const leftMs = timeoutMs - (localMs(c.clock) - startedMs);
       if (signal !== undefined && aborted()) throw abortError(signal);
       if (leftMs <= 0) throw timeout(timeoutMs);

@@ -261,6 +261,40 @@ describe.skipIf(!available)('redis permit store: waiting', () => {
     });
   }
 
+  it('a waiter on a key whose channel is already subscribed asks once, then claims once when woken', async () => {
+    const store = redisPermitStore({ client: fromIoredis(redis), subscriber: fromIoredisSubscriber(subscriber) });
+    let asks = 0;
+    const wait = store.wait.bind(store);
+    store.wait = (key, args) => {
+      asks++;
+      return wait(key, args);
+    };
+    const prefix = uniquePrefix('wait-joined');
+    const permits = createPermits({ store, policy: concurrency({ limit: 1, leaseMs: 30_000 }), prefix, pollMs: 5000 });
+    const holder = await permits.acquire('j');
+    // The first waiter subscribes the channel: it asks, subscribes, and asks again (a wake between its
+    // ask and the subscription is not lost), then claims when woken.
+    asks = 0;
+    const first = permits.acquire('j', { timeoutMs: 10_000 });
+    await untilQueued(prefix, 'j', 1);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    await holder.permit.release();
+    const a = await first;
+    expect(asks).toBe(3);
+    // The channel lingers subscribed: the next waiter joins it before its ask, and asks once.
+    asks = 0;
+    const second = permits.acquire('j', { timeoutMs: 10_000 });
+    await untilQueued(prefix, 'j', 1);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(asks).toBe(1);
+    await a.permit.release();
+    const b = await second;
+    expect(asks).toBe(2);
+    expect(b.permit.fence).toBeGreaterThan(a.permit.fence);
+    await b.permit.release();
+    expect(await queueLength(prefix, 'j')).toBe(0);
+  });
+
   it('a subscriber that cannot subscribe leaves waiters to their poll', async () => {
     const closed = redis.duplicate();
     await closed.quit();

@@ -1,5 +1,5 @@
 import { redisOverrides } from 'floodgate/overrides';
-import { fromIoredis, redisPermitStore, redisStore } from 'floodgate/redis';
+import { fromIoredis, fromIoredisSubscriber, redisPermitStore, redisStore } from 'floodgate/redis';
 import { Cluster, Redis } from 'ioredis';
 import { type OpenedStore, redact, StoreUrlError } from './opened.js';
 
@@ -46,15 +46,21 @@ export async function openRedis(url: string, scheme: string): Promise<OpenedStor
   // The service starts even when Redis is down: it is unready until Redis answers.
   client.on('error', () => {});
   await client.connect().catch(() => {});
+  // Waiting permit acquires hear releases on a connection of their own (pub/sub; PUBLISH, which a
+  // cluster broadcasts, so that any Redis version serves it); while it is down they poll.
+  const subscriber: Redis | Cluster = client instanceof Cluster ? client.duplicate() : client.duplicate();
+  subscriber.on('error', () => {});
+  void subscriber.connect().catch(() => {});
   const store = redisStore({ client: fromIoredis(client) });
   return {
     store,
     overrides: redisOverrides({ client: fromIoredis(client) }),
-    permits: redisPermitStore({ client: fromIoredis(client) }),
+    permits: redisPermitStore({ client: fromIoredis(client), subscriber: fromIoredisSubscriber(subscriber) }),
     description,
     close: async () => {
       await store.close();
       client.disconnect();
+      subscriber.disconnect();
     },
   };
 }

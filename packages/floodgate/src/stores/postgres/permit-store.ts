@@ -166,7 +166,7 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
       const r = await run('leave', [key, now(a.nowUs), String(a.limit), a.leaseId], 3);
       return { left: r[0] === 1, nowUs: r[1] as number, wake: r[2] as number };
     },
-    ...(listener === undefined ? {} : { watch: channelWatch(listener, (key) => permitChannel(schema, table, key)) }),
+    ...(listener === undefined ? {} : channelWatch(listener, (key) => permitChannel(schema, table, key))),
   };
 }
 

@@ -34,6 +34,7 @@ export interface RedisPermitStore extends Port.PermitStore {
   wait(key: string, args: Port.PermitWaitArgs): Promise<WaitReply>;
   leave(key: string, args: Port.PermitLeaveArgs): Promise<LeaveReply>;
   watch?(key: string, listener: (ticket: number) => void): Promise<Port.PermitUnwatch>;
+  watching?(key: string, listener: (ticket: number) => void): Port.PermitUnwatch | undefined;
 }
 
 type Script = (typeof PERMIT_SCRIPTS)[keyof typeof PERMIT_SCRIPTS];
@@ -134,7 +135,7 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
       const r = await run(PERMIT_SCRIPTS.leave, key, [now(a.nowUs), String(a.limit), a.leaseId, grace, publish]);
       return { left: r[0] === 1, nowUs: at(r, 1), wake: at(r, 2) };
     },
-    ...(subscriber === undefined ? {} : { watch: channelWatch(subscriber, (key) => `${key}:n`) }),
+    ...(subscriber === undefined ? {} : channelWatch(subscriber, (key) => `${key}:n`)),
   };
 }
 
