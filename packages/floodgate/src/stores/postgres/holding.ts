@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
-import { describeValue, FloodgateError, invalid } from '../../errors.js';
+import { describeValue, FloodgateError } from '../../errors.js';
 import type { AcquireReply } from '../../permits/model.js';
-import { checkPermitCall } from '../../permits/store-args.js';
-import type { PermitClaim } from '../store.js';
+import { checkClaim } from '../kit/holding.js';
+import type { PermitClaim, StoreRequest } from '../store.js';
 import type { PermitSqlNames } from './permits-sql.js';
 import type { SqlNames } from './sql.js';
 
@@ -37,10 +37,9 @@ export function holdingStatementName(rate: SqlNames, permits: PermitSqlNames): s
 }
 
 /** The permit's six parameters of the holding statement, the claim checked first. */
-export function holdingPermitParams(claim: PermitClaim): string[] {
-  if (typeof claim !== 'object' || claim === null) throw invalid('ERR_INVALID_OPTION', 'claim', claim, 'an object');
+export function holdingPermitParams(request: StoreRequest, claim: PermitClaim): string[] {
+  checkClaim(request, claim);
   const a = claim.args;
-  checkPermitCall(claim.key, a, 'acquire');
   return [
     claim.key,
     a.nowUs === undefined ? '' : String(a.nowUs),

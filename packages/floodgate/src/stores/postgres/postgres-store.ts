@@ -275,10 +275,8 @@ class PostgresStoreImpl implements PostgresStore {
    * check when the permit was refused) and the lease's release when the decision is a denial.
    */
   async decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult> {
-    if (request.commit !== true)
-      throw invalid('ERR_INVALID_OPTION', 'request.commit', request.commit, 'true (a limit)');
     if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the postgres store is closed');
-    const permit = holdingPermitParams(claim);
+    const permit = holdingPermitParams(request, claim);
     const item = (op: Pending['op']): Pending => ({
       op,
       prefix: request.prefix,
