@@ -1,6 +1,7 @@
 import { type Clock, systemClock, wholeClockUs } from '../clock.js';
 import { FloodgateError, invalid } from '../errors.js';
 import { checkOptionsObject, wholeOption } from '../stores/kit/options.js';
+import { LocalWakes } from './local-wakes.js';
 import {
   type AcquireReply,
   acquirePermit,
@@ -41,26 +42,6 @@ export interface MemoryPermitStore extends Port.PermitStore {
   watching(key: string, listener: (ticket: number) => void): Port.PermitUnwatch;
   /** How many keys the store holds now. */
   readonly size: number;
-}
-
-/** Adds `listener` to the key's listeners; the function that takes it out. */
-function watchKey(
-  watchers: Map<string, Set<(ticket: number) => void>>,
-  key: string,
-  listener: (ticket: number) => void,
-): Port.PermitUnwatch {
-  let listeners = watchers.get(key);
-  if (listeners === undefined) {
-    listeners = new Set();
-    watchers.set(key, listeners);
-  }
-  const set = listeners;
-  const entry = (ticket: number) => listener(ticket);
-  set.add(entry);
-  return () => {
-    set.delete(entry);
-    if (set.size === 0 && watchers.get(key) === set) watchers.delete(key);
-  };
 }
 
 /** Keys looked at for forgetting on each call: idle keys leave in a bounded number of calls. */
@@ -111,18 +92,10 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
     }
     return state;
   };
-  const watchers = new Map<string, Set<(ticket: number) => void>>();
-  // Waiters are told after the operation returned (never from inside it), as a message would arrive.
+  const wakes = new LocalWakes();
   const settle = <R extends { wake?: number }>(key: string, state: PermitState, nowUs: number, reply: R): R => {
     if (isForgettable(state, nowUs)) states.delete(key);
-    const ticket = reply.wake ?? 0;
-    const listeners = ticket > 0 ? watchers.get(key) : undefined;
-    if (listeners !== undefined) {
-      queueMicrotask(() => {
-        for (const listener of [...listeners]) listener(ticket);
-      });
-    }
-    return reply;
+    return wakes.tell(key, reply);
   };
   const now = (nowUs: number | undefined) => wholeClockUs(nowUs ?? clock.nowUs());
 
@@ -161,11 +134,11 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
       return settle(key, state, nowUs, leaveQueue(state, nowUs, args.limit, args.leaseId));
     },
     watch(key, listener) {
-      return watchKey(watchers, key, listener);
+      return wakes.watch(key, listener);
     },
     // A watch here is in place as soon as it is made.
     watching(key, listener) {
-      return watchKey(watchers, key, listener);
+      return wakes.watch(key, listener);
     },
   };
 }

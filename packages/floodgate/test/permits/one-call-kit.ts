@@ -4,13 +4,17 @@ import {
   createLimiter,
   createPermits,
   type Decision,
+  FloodgateError,
   fixedWindow,
   gcra,
   type Limiter,
+  type PermitClaim,
   type PermitStore,
   type Store,
   tokenBucket,
 } from '../../src/index.js';
+import { encodeKey, storageKey } from '../../src/keys.js';
+import { compilePolicy } from '../../src/model/compile.js';
 import { type ManualClock, manualClock, uniquePrefix } from '../../src/testing/index.js';
 
 /**
@@ -144,6 +148,61 @@ export function runOneCallSuite(backend: OneCallBackend): void {
     // Admitted, admitted, refused by the permit, (a release), admitted, then denied by the rate.
     expect(outcomes).toEqual(['admitted', 'admitted', CONC, 'admitted', RATE, RATE]);
     for (const d of held) await limiter.release(d);
+  });
+
+  it('refuses hostile claims with a typed error naming the argument, changing nothing', async () => {
+    const store = backend.own();
+    const prefix = uniquePrefix('one');
+    const clock = manualClock();
+    const rate = gcra({ limit: 2, periodMs: 60_000, name: RATE });
+    const request = {
+      prefix,
+      key: 'k',
+      policies: [compilePolicy(rate)],
+      cost: 1,
+      commit: true,
+      nowUs: clock.nowUs(),
+      maxDelayUs: 0,
+    };
+    const key = storageKey(prefix, encodeKey('k'), CONC);
+    const args = { limit: 1, leaseUs: 10_000_000, cost: 1, leaseId: 'A'.repeat(22), nowUs: clock.nowUs() };
+    const hostile: [string, unknown, string][] = [
+      ['another user key', { key: storageKey(prefix, encodeKey('other'), CONC), args }, 'claim.key'],
+      ['another prefix', { key: storageKey('elsewhere', encodeKey('k'), CONC), args }, 'claim.key'],
+      ['the record key itself', { key: `${prefix}:{k}`, args }, 'claim.key'],
+      ['a NUL in the key', { key: `${key}\0`, args }, 'key'],
+      ['a key past 1024 characters', { key: `${key}${'x'.repeat(1100)}`, args }, 'key'],
+      ['a limit of 0', { key, args: { ...args, limit: 0 } }, 'limit'],
+      ['a NaN cost', { key, args: { ...args, cost: Number.NaN } }, 'cost'],
+      ['a fractional lease', { key, args: { ...args, leaseUs: 1.5 } }, 'leaseUs'],
+      ['a lease id with Lua in it', { key, args: { ...args, leaseId: "'); redis.call('FLUSHALL') --" } }, 'leaseId'],
+      ['no claim', null, 'claim'],
+    ];
+    const decideWithPermit = store.decideWithPermit as NonNullable<Store['decideWithPermit']>;
+    for (const [what, claim, option] of hostile) {
+      const error = await decideWithPermit.call(store, request, claim as PermitClaim).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error, what).toBeInstanceOf(FloodgateError);
+      expect((error as FloodgateError).option, what).toBe(option);
+    }
+    // A check is not a limit.
+    const check = await decideWithPermit.call(store, { ...request, commit: false }, { key, args }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect((check as FloodgateError).option).toBe('request.commit');
+    // Nothing was charged or held: the whole rate and the permit are there.
+    const limiter = createLimiter({
+      policies: [rate, concurrency({ limit: 1, leaseMs: 10_000 })],
+      store,
+      clock,
+      prefix,
+    });
+    const d = await limiter.limit('k');
+    expect(d).toMatchObject({ allowed: true, policies: [{ remaining: 1 }, { remaining: 0 }] });
+    await limiter.release(d);
   });
 
   it('decides exactly as the two calls do, over a random run', async () => {

@@ -1,6 +1,24 @@
+import { invalid } from '../../errors.js';
 import type { AcquireReply, ReleaseReply } from '../../permits/model.js';
 import type { PermitAcquireArgs, PermitReleaseArgs, PermitStore } from '../../permits/store.js';
+import { checkPermitCall } from '../../permits/store-args.js';
 import type { HeldResult, PermitClaim, StoreRequest, StoreResult } from '../store.js';
+import { recordKey } from './keys.js';
+
+/**
+ * Checks a claim of `Store.decideWithPermit` before any store call, alike on every store: its arguments
+ * as the permit store's acquire checks them, and its key a permit storage key of the request's user key
+ * under its prefix (`<prefix>:{<encoded key>}:<policy name>`: on Redis Cluster, the request's slot).
+ * Each refusal is a FloodgateError naming the argument.
+ */
+export function checkClaim(request: StoreRequest, claim: PermitClaim): void {
+  if (typeof claim !== 'object' || claim === null) throw invalid('ERR_INVALID_OPTION', 'claim', claim, 'an object');
+  checkPermitCall(claim.key, claim.args, 'acquire');
+  if (!claim.key.startsWith(`${recordKey(request.prefix, request.key)}:`)) {
+    throw invalid('ERR_INVALID_KEY', 'claim.key', claim.key, "a permit storage key of the request's key and prefix");
+  }
+  if (request.commit !== true) throw invalid('ERR_INVALID_OPTION', 'request.commit', request.commit, 'true (a limit)');
+}
 
 /** A permit store whose operations answer synchronously (the memory and SQLite permit stores). */
 export interface SyncPermitStore extends PermitStore {
@@ -20,6 +38,7 @@ export function decideWithPermitSync(
   request: StoreRequest,
   claim: PermitClaim,
 ): HeldResult {
+  checkClaim(request, claim);
   const { key, args } = claim;
   const permit = permits.acquire(key, args);
   if (!permit.granted) return { permit, result: decide({ ...request, commit: false }) };

@@ -5,10 +5,22 @@ import { exceedsCapacity, KIND_METER, KINDS } from '../../model/kinds.js';
 import { meterCharge } from '../../model/meter.js';
 import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { stateKeys, validateIdentifier } from '../sql/common.js';
-import type { CancelRequest, RefundRequest, SettleRequest, Store, StoreRequest, StoreResult } from '../store.js';
+import type {
+  CancelRequest,
+  HeldResult,
+  PermitClaim,
+  RefundRequest,
+  SettleRequest,
+  Store,
+  StoreRequest,
+  StoreResult,
+} from '../store.js';
 import { declaresVariant } from './guards.js';
+import { holdingPermitParams, holdingPermitReply, holdingStatement, holdingStatementName } from './holding.js';
 import { meterReadStatement, meterWriteStatement } from './meter-fast.js';
 import { dropVersionsStatement, INSTALLED_VERSIONS, migrationStatement } from './migration.js';
+import { type PostgresPermitStore, postgresPermitStore } from './permit-store.js';
+import { type PermitSqlNames, permitSqlNames } from './permits-sql.js';
 import { cancelStatement, decideStatement, PORT_VERSION, refundStatement, settleCostStatement } from './port.js';
 import type { PostgresClient } from './postgres-client.js';
 import { decodeCall, decodeStatement, Reply } from './replies.js';
@@ -47,6 +59,11 @@ export interface PostgresStoreOptions {
    * decide function. @default true
    */
   fastPath?: boolean;
+  /**
+   * Table of the store's own permit store (`store.permits`, as `postgresPermitStore({ client, schema,
+   * table })` names it, in the same schema), created by `store.permits.migrate()`. @default 'floodgate_permits'
+   */
+  permitsTable?: string;
 }
 
 /** The PostgreSQL store. */
@@ -72,6 +89,14 @@ export interface PostgresStore extends Store {
   dropOtherVersions(): Promise<string[]>;
   /** Waits for the statements in flight and refuses new calls; the client stays open (it is yours). */
   close(): Promise<void>;
+  /**
+   * The store's own permit store, on the same client and schema (`postgresPermitStore` on
+   * `permitsTable`; its `migrate()` creates its tables and functions): a limiter with a concurrency policy
+   * and no `permits` keeps its permits here, and decides each `limit` in one statement (`decideWithPermit`).
+   */
+  readonly permits: PostgresPermitStore;
+  /** A `limit` and a permit of `permits`, all or nothing in one statement (see holding.ts). */
+  decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult>;
 }
 
 const OP_CHECK = 0;
@@ -153,6 +178,15 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   const concurrency = wholeOption('concurrency', options.concurrency ?? 1, 1, 1024);
   const maxBatch = wholeOption('maxBatch', options.maxBatch ?? 128, 1, 10_000);
   const fastPath = booleanOption('fastPath', options.fastPath ?? true);
+  const permitsTable = validateIdentifier('permitsTable', options.permitsTable ?? 'floodgate_permits');
+  if (permitsTable.includes(RESERVED_INFIX) || permitsTable === table) {
+    throw invalid(
+      'ERR_INVALID_OPTION',
+      'permitsTable',
+      permitsTable,
+      `an identifier without "${RESERVED_INFIX}", other than the state table`,
+    );
+  }
   return new PostgresStoreImpl(
     client,
     sqlNames(schema, table, PORT_VERSION),
@@ -160,6 +194,7 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
     concurrency,
     maxBatch,
     fastPath,
+    permitSqlNames(schema, permitsTable),
   );
 }
 
@@ -196,6 +231,7 @@ class PostgresStoreImpl implements PostgresStore {
     concurrency: number,
     private readonly maxBatch: number,
     private readonly fastPath: boolean,
+    private readonly permitNames: PermitSqlNames,
   ) {
     this.schema = names.schema;
     this.table = names.table;
@@ -232,6 +268,72 @@ class PostgresStoreImpl implements PostgresStore {
   private async installedVersions(): Promise<string[]> {
     const rows = await this.client.query(INSTALLED_VERSIONS, [this.schema, this.table]);
     return rows.map((row) => String(row.version));
+  }
+
+  private ownPermits: PostgresPermitStore | undefined;
+  private holding: Statement | undefined;
+
+  get permits(): PostgresPermitStore {
+    this.ownPermits ??= postgresPermitStore({
+      client: this.client,
+      schema: this.schema,
+      table: this.permitNames.table,
+    });
+    return this.ownPermits;
+  }
+
+  /**
+   * One statement of its own, sent at once (holding.ts): the permit's acquire, the call's decision (a
+   * check when the permit was refused) and the lease's release when the decision is a denial.
+   */
+  async decideWithPermit(request: StoreRequest, claim: PermitClaim): Promise<HeldResult> {
+    if (this.closed) throw new FloodgateError('ERR_CLOSED', 'the postgres store is closed');
+    const permit = holdingPermitParams(request, claim);
+    const item = (op: Pending['op']): Pending => ({
+      op,
+      prefix: request.prefix,
+      key: request.key,
+      keys: stateKeys(request.prefix, request.key, request.policies),
+      policies: request.policies,
+      request,
+      resolve: () => {},
+      reject: () => {},
+    });
+    const [keys, locked, asLimit, policies] = encodeBatch([item(OP_LIMIT)]);
+    const asCheck = encodeBatch([item(OP_CHECK)])[2] as string;
+    const params = [...permit, keys, locked, asLimit, asCheck, policies] as string[];
+    this.holding ??= {
+      text: holdingStatement(this.names, this.permitNames),
+      name: holdingStatementName(this.names, this.permitNames),
+    };
+    const { text: statement, name } = this.holding;
+    this.sidesRunning++;
+    try {
+      let rows: readonly Record<string, unknown>[];
+      try {
+        rows = await this.send(statement, name, params, 0);
+      } catch (error) {
+        const code = (error as { code?: unknown } | null)?.code;
+        if (code !== '42883' && code !== '42P01' && code !== '3F000') throw error;
+        throw new FloodgateError(
+          'ERR_STORE_UNAVAILABLE',
+          `the postgres store's tables or functions, or those of its permits (${this.permitNames.leases}), are missing: call store.migrate() and store.permits.migrate() first`,
+          { cause: error },
+        );
+      }
+      const acquired = holdingPermitReply(rows[0]?.permit);
+      const text = rows[0]?.decided;
+      if (typeof text !== 'string') {
+        throw new FloodgateError('ERR_STORE_PROTOCOL', 'the postgres store got no decision from its holding statement');
+      }
+      const reply = new Reply(text);
+      const result = decodeCall(reply, request.policies, { ...request, commit: acquired.granted });
+      reply.end();
+      return { permit: acquired, result };
+    } finally {
+      this.sidesRunning--;
+      this.checkIdle();
+    }
   }
 
   decide(request: StoreRequest): Promise<StoreResult> {

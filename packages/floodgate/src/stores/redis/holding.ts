@@ -1,7 +1,6 @@
-import { describeValue, FloodgateError, invalid } from '../../errors.js';
+import { describeValue, FloodgateError } from '../../errors.js';
 import type { AcquireReply } from '../../permits/model.js';
-import { checkPermitCall } from '../../permits/store-args.js';
-import { recordKey } from '../kit/keys.js';
+import { checkClaim } from '../kit/holding.js';
 import type { PermitClaim, StoreRequest } from '../store.js';
 import { DECIDE_WIRE } from './wire.js';
 
@@ -16,13 +15,8 @@ const PUBLISH = 'PUBLISH';
  * decision's hash tag (one cluster slot), and a claim on another key is refused before any call.
  */
 function claimKey(request: StoreRequest, claim: PermitClaim): string {
-  if (typeof claim !== 'object' || claim === null) throw invalid('ERR_INVALID_OPTION', 'claim', claim, 'an object');
-  const key = claim.key;
-  checkPermitCall(key, claim.args, 'acquire');
-  if (!key.startsWith(`${recordKey(request.prefix, request.key)}:`)) {
-    throw invalid('ERR_INVALID_KEY', 'claim.key', key, "a permit storage key of the request's key and prefix");
-  }
-  return key;
+  checkClaim(request, claim);
+  return claim.key;
 }
 
 /**

@@ -267,8 +267,6 @@ class RedisStoreImpl implements RedisStore {
     if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
       throw invalid('ERR_INVALID_OPTION', 'clock.nowUs()', nowUs, 'a whole number of microseconds since the epoch');
     }
-    if (request.commit !== true)
-      throw invalid('ERR_INVALID_OPTION', 'request.commit', request.commit, 'true (a limit)');
     if (this.pending.closed) throw new FloodgateError('ERR_CLOSED', 'the redis store is closed');
     let result: StoreResult | undefined;
     let failed: unknown;

@@ -1,5 +1,6 @@
 import { resolve } from 'node:path';
 import { FloodgateError, invalid } from '../../errors.js';
+import { LocalWakes } from '../../permits/local-wakes.js';
 import {
   type AcquireReply,
   acquirePermit,
@@ -125,16 +126,7 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
   const rows = new SqlitePermitRows(database, table, busyTimeoutMs);
   const wakes = wakesOf(database, table);
   // Waiters are told after the call returned (never from inside its transaction), as a message would arrive.
-  const told = <R extends { wake?: number }>(key: string, reply: R): R => {
-    const ticket = reply.wake ?? 0;
-    const listeners = ticket > 0 ? wakes.get(key) : undefined;
-    if (listeners !== undefined) {
-      queueMicrotask(() => {
-        for (const listener of [...listeners]) listener(ticket);
-      });
-    }
-    return reply;
-  };
+  const told = <R extends { wake?: number }>(key: string, reply: R): R => wakes.tell(key, reply);
   return {
     name: 'sqlite',
     table,
@@ -170,36 +162,22 @@ export function sqlitePermitStore(options: SqlitePermitStoreOptions): SqlitePerm
       const reply = rows.run(key, a.nowUs, false, (state, nowUs) => leaveQueue(state, nowUs, a.limit, a.leaseId));
       return told(key, reply ?? { left: false, nowUs: rows.lastNowUs, wake: 0 });
     },
-    watch(key, listener) {
-      let listeners = wakes.get(key);
-      if (listeners === undefined) {
-        listeners = new Set();
-        wakes.set(key, listeners);
-      }
-      const set = listeners;
-      const entry = (ticket: number) => listener(ticket);
-      set.add(entry);
-      return () => {
-        set.delete(entry);
-        if (set.size === 0 && wakes.get(key) === set) wakes.delete(key);
-      };
-    },
+    watch: (key, listener) => wakes.watch(key, listener),
   };
 }
 
 /** The listeners of each key, per database file and table: shared by every store of this process on them. */
-type Wakes = Map<string, Set<(ticket: number) => void>>;
-const wakesByFile = new Map<string, Wakes>();
-const wakesByDatabase = new WeakMap<object, Map<string, Wakes>>();
+const wakesByFile = new Map<string, LocalWakes>();
+const wakesByDatabase = new WeakMap<object, Map<string, LocalWakes>>();
 
 /**
  * The wakes of `table` in `database`: by the file's absolute path for a file (two connections of this
  * process on one file hear each other), by the connection for an in-memory or temporary database.
  */
-function wakesOf(database: SqliteDatabase, table: string): Wakes {
+function wakesOf(database: SqliteDatabase, table: string): LocalWakes {
   const { name, memory } = database as { name?: unknown; memory?: unknown };
   const onFile = typeof name === 'string' && name !== '' && name !== ':memory:' && memory !== true;
-  let tables: Map<string, Wakes> | undefined;
+  let tables: Map<string, LocalWakes> | undefined;
   let id = table;
   if (onFile) {
     tables = wakesByFile;
@@ -213,7 +191,7 @@ function wakesOf(database: SqliteDatabase, table: string): Wakes {
   }
   let wakes = tables.get(id);
   if (wakes === undefined) {
-    wakes = new Map();
+    wakes = new LocalWakes();
     tables.set(id, wakes);
   }
   return wakes;
