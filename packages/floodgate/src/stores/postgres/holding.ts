@@ -12,7 +12,8 @@ import type { SqlNames } from './sql.js';
  * function, called in that order in one statement (one transaction), each step reading the one before
  * (LATERAL): the decision is the call's (`$8`, `$9`: its row keys locked, op limit) when the permit was
  * granted, a check (`0`, `$10`: nothing locked or written) when it was refused; the release runs, at the
- * acquire's time, only when the permit was granted and the decision is a denial (its first number 0).
+ * acquire's time, only when the permit was granted and the decision is a denial (its first number 0),
+ * with the limit, to wake the key's waiters (its NOTIFY, like the acquire's, is sent when the statement commits).
  * A function that raises (a row of another shape, a missing migration) fails the whole statement and
  * nothing of it is kept. The permit key's row is locked before the rate rows, in every such statement.
  *
@@ -27,7 +28,7 @@ FROM (SELECT ${permits.fn('acquire')}($1, NULLIF($2, '')::bigint, $3::bigint, $4
 CROSS JOIN LATERAL (SELECT ${rate.fn('decide')}($7::text[], CASE WHEN a.r[1] = 1 THEN $8::int ELSE 0 END,
   CASE WHEN a.r[1] = 1 THEN $9::float8[] ELSE $10::float8[] END, $11::float8[]) AS r) d
 CROSS JOIN LATERAL (SELECT CASE WHEN a.r[1] = 1 AND split_part(d.r, ',', 1) <> '1'
-  THEN ${permits.fn('release')}($1, a.r[5], $6) END AS r) g`;
+  THEN ${permits.fn('release')}($1, a.r[5], $6, $3::bigint) END AS r) g`;
 }
 
 /** The name `pg` prepares the holding statement under: unique per both tables and versions, within 63 bytes. */
@@ -54,7 +55,7 @@ export function holdingPermitParams(request: StoreRequest, claim: PermitClaim): 
 export function holdingPermitReply(value: unknown): AcquireReply {
   let list: unknown = value;
   if (typeof value === 'string' && /^\{[-0-9,]*\}$/.test(value)) list = value.slice(1, -1).split(',');
-  if (!Array.isArray(list) || list.length !== 7) {
+  if (!Array.isArray(list) || list.length !== 8) {
     throw new FloodgateError('ERR_STORE_PROTOCOL', `the holding statement answered ${describeValue(value)}`);
   }
   const r = list.map((item: unknown) => {
@@ -64,7 +65,7 @@ export function holdingPermitReply(value: unknown): AcquireReply {
     }
     return x;
   });
-  const [granted, inFlight, fence, expiresAtUs, nowUs, retryAfterUs, resetAfterUs] = r as number[];
+  const [granted, inFlight, fence, expiresAtUs, nowUs, retryAfterUs, resetAfterUs, wake] = r as number[];
   return {
     granted: granted === 1,
     inFlight: inFlight as number,
@@ -73,5 +74,6 @@ export function holdingPermitReply(value: unknown): AcquireReply {
     nowUs: nowUs as number,
     retryAfterUs: retryAfterUs as number,
     resetAfterUs: resetAfterUs as number,
+    wake: wake as number,
   };
 }
