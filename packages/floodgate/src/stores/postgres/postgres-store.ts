@@ -54,9 +54,9 @@ export interface PostgresStoreOptions {
   /** Most calls decided by one statement. @default 128 */
   maxBatch?: number;
   /**
-   * A call under a single meter policy (GCRA, token bucket with continuous refill, leaky bucket) that goes
-   * alone runs a plain statement that decides exactly the same with less work for the server than the
-   * decide function. @default true
+   * A call under a single meter policy (GCRA, token bucket with continuous refill, leaky bucket) or a
+   * single fixed window that goes alone runs a plain statement that decides exactly the same with less work
+   * for the server than the decide function. @default true
    */
   fastPath?: boolean;
   /**

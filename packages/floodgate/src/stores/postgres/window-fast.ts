@@ -58,7 +58,7 @@ export function windowWriteStatement(n: SqlNames, aligned: 0 | 1, clock: MeterCl
   const windowCount = `CASE WHEN ${counts} THEN m.nc ELSE m.cnt END`;
   return `INSERT INTO ${n.qualified} AS t (key, state, expires_at)
 SELECT $1::text, ARRAY[0, i.start, $2::float8], ${expiryAt(`i.start + ${a}`)}
-FROM (SELECT n.now, ${w.start(aligned, 'NULL', 'NULL', 'n.now', a)} AS start FROM (SELECT ${now} AS now) n) i
+FROM (SELECT n.now, ${w.fresh(aligned, 'n.now', a)} AS start FROM (SELECT ${now} AS now) n) i
 WHERE set_config('${INSERTED_AT}', i.now::bigint::text, true) IS NOT NULL
 ON CONFLICT (key) DO UPDATE SET (state, expires_at) = (
   SELECT

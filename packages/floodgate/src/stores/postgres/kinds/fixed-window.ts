@@ -13,6 +13,8 @@ export const FIXED_WINDOW_SQL = {
   /** Where the window `now` falls in starts: clock-aligned (`c = 0`) or from a key's first request (`c = 1`). */
   start: (aligned: 0 | 1, s2: string, s3: string, now: string, a: string): string =>
     aligned === 0 ? alignDown(now, a) : `CASE WHEN ${live(s2, s3, now, a)} THEN ${s2} ELSE ${now} END`,
+  /** The window a key that holds nothing starts at `now`. */
+  fresh: (aligned: 0 | 1, now: string, a: string): string => (aligned === 0 ? alignDown(now, a) : now),
   /** What that window has counted (`start` as `start` gives it). */
   count: (aligned: 0 | 1, s2: string, s3: string, now: string, a: string, start: string): string =>
     aligned === 0
