@@ -79,3 +79,17 @@ export interface PermitStore {
 
 /** Ends a {@link PermitStore.watch}. */
 export type PermitUnwatch = () => void;
+
+/**
+ * A permit store over a network connection (Redis, PostgreSQL): every operation answers a promise, it can
+ * wait, and it watches a key's wakes when given its notification connection.
+ */
+export interface NetworkPermitStore extends PermitStore {
+  acquire(key: string, args: PermitAcquireArgs): Promise<AcquireReply>;
+  refresh(key: string, args: PermitRefreshArgs): Promise<RefreshReply>;
+  release(key: string, args: PermitReleaseArgs): Promise<ReleaseReply>;
+  wait(key: string, args: PermitWaitArgs): Promise<WaitReply>;
+  leave(key: string, args: PermitLeaveArgs): Promise<LeaveReply>;
+  watch?(key: string, listener: (ticket: number) => void): Promise<PermitUnwatch>;
+  watching?(key: string, listener: (ticket: number) => void): PermitUnwatch | undefined;
+}

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import { describeValue, FloodgateError } from '../../errors.js';
 import type { AcquireReply } from '../../permits/model.js';
 import { checkClaim } from '../kit/holding.js';
+import { integerReply } from '../kit/integer-reply.js';
 import type { PermitClaim, StoreRequest } from '../store.js';
 import type { PermitSqlNames } from './permits-sql.js';
 import type { SqlNames } from './sql.js';
@@ -53,18 +53,7 @@ export function holdingPermitParams(request: StoreRequest, claim: PermitClaim): 
 
 /** The acquire's bigint[] (the drivers give an array of strings or numbers, or a '{…}' literal). */
 export function holdingPermitReply(value: unknown): AcquireReply {
-  let list: unknown = value;
-  if (typeof value === 'string' && /^\{[-0-9,]*\}$/.test(value)) list = value.slice(1, -1).split(',');
-  if (!Array.isArray(list) || list.length !== 8) {
-    throw new FloodgateError('ERR_STORE_PROTOCOL', `the holding statement answered ${describeValue(value)}`);
-  }
-  const r = list.map((item: unknown) => {
-    const x = Number(item);
-    if (!Number.isSafeInteger(x)) {
-      throw new FloodgateError('ERR_STORE_PROTOCOL', `the holding statement answered ${describeValue(item)}`);
-    }
-    return x;
-  });
+  const r = integerReply(value, 'the holding statement', 8);
   const [granted, inFlight, fence, expiresAtUs, nowUs, retryAfterUs, resetAfterUs, wake] = r as number[];
   return {
     granted: granted === 1,

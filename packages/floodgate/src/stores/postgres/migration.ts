@@ -1,6 +1,6 @@
 import { quoteIdentifier } from '../sql/common.js';
 import { PORT_VERSION, portFunctionNames, portFunctions } from './port.js';
-import { functionName, literal, type SqlNames } from './sql.js';
+import { functionName, literal, migrationOpening, type SqlNames } from './sql.js';
 
 /**
  * The whole schema in one idempotent statement: a DO block run under an advisory lock, so that several
@@ -10,13 +10,7 @@ import { functionName, literal, type SqlNames } from './sql.js';
  */
 export function migrationStatement(n: SqlNames, unlogged: boolean): string {
   const persistence = unlogged ? 'u' : 'p';
-  return `DO $migrate$
-BEGIN
-  PERFORM pg_advisory_xact_lock(hashtext('floodgate migrate'));
-  IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ${literal(n.schema)}) THEN
-    CREATE SCHEMA ${quoteIdentifier(n.schema)};
-  END IF;
-  -- The name may already be taken by another kind of relation (an index, a view): say so, never use it.
+  return `${migrationOpening(n.schema)}  -- The name may already be taken by another kind of relation (an index, a view): say so, never use it.
   IF EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace
       WHERE s.nspname = ${literal(n.schema)} AND c.relname = ${literal(n.table)} AND c.relkind <> 'r') THEN
     RAISE EXCEPTION 'floodgate: % exists in schema % and is not a table', ${literal(n.table)}, ${literal(n.schema)}

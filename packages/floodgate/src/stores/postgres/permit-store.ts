@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto';
-import { describeValue, FloodgateError, invalid } from '../../errors.js';
-import type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply } from '../../permits/model.js';
+import { FloodgateError, invalid } from '../../errors.js';
+import type { AcquireReply } from '../../permits/model.js';
 import type * as Port from '../../permits/store.js';
 import { checkPermitCall } from '../../permits/store-args.js';
 import { channelWatch } from '../kit/channel-watch.js';
+import { integerReply } from '../kit/integer-reply.js';
 import { checkOptionsObject, hasMethods } from '../kit/options.js';
 import { validateIdentifier } from '../sql/common.js';
 import type { PostgresListener } from './listener.js';
@@ -41,18 +42,12 @@ export interface PostgresPermitStoreOptions {
 }
 
 /** The PostgreSQL permit store. */
-export interface PostgresPermitStore extends Port.PermitStore {
+export interface PostgresPermitStore extends Port.NetworkPermitStore {
   readonly name: 'postgres';
   readonly schema: string;
   readonly table: string;
   /** The version of the PL/pgSQL functions (`v` and 8 hex digits of a digest of their code). */
   readonly version: string;
-  acquire(key: string, args: Port.PermitAcquireArgs): Promise<AcquireReply>;
-  refresh(key: string, args: Port.PermitRefreshArgs): Promise<RefreshReply>;
-  release(key: string, args: Port.PermitReleaseArgs): Promise<ReleaseReply>;
-  wait(key: string, args: Port.PermitWaitArgs): Promise<WaitReply>;
-  leave(key: string, args: Port.PermitLeaveArgs): Promise<LeaveReply>;
-  watch?(key: string, listener: (ticket: number) => void): Promise<Port.PermitUnwatch>;
   /**
    * Creates the schema, the tables, their index and this version's functions when missing. Idempotent
    * and safe to run from several processes at once; run it at startup or in your migrations.
@@ -115,7 +110,7 @@ export function postgresPermitStore(options: PostgresPermitStoreOptions): Postgr
     } catch (error) {
       throw explain(n, error);
     }
-    return numbers(rows[0]?.r, fields);
+    return integerReply(rows[0]?.r, 'a permit function', fields);
   };
   const now = (nowUs: number | undefined) => (nowUs === undefined ? '' : String(nowUs));
   // The arguments `acquire` and `wait` start with: a claim of `cost` under `limit` for a lease.
@@ -192,22 +187,6 @@ function explain(n: PermitSqlNames, error: unknown): unknown {
     `the postgres permit store's tables ${n.leases} and ${n.keys} or its functions of version ${n.version} are missing: call store.migrate() first`,
     { cause: error },
   );
-}
-
-/** The function's bigint[]: the drivers give an array of strings (or numbers, or a '{…}' literal). */
-function numbers(value: unknown, fields: number): number[] {
-  let list: unknown = value;
-  if (typeof value === 'string' && /^\{[-0-9,]*\}$/.test(value)) list = value.slice(1, -1).split(',');
-  if (!Array.isArray(list) || list.length !== fields) {
-    throw new FloodgateError('ERR_STORE_PROTOCOL', `a permit function answered ${describeValue(value)}`);
-  }
-  return list.map((item) => {
-    const x = Number(item);
-    if (!Number.isSafeInteger(x)) {
-      throw new FloodgateError('ERR_STORE_PROTOCOL', `a permit function answered ${describeValue(item)}`);
-    }
-    return x;
-  });
 }
 
 /** The name a driver prepares a statement under: unique per schema, table and version, within 63 bytes. */

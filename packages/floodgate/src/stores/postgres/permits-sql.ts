@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { EXPIRY_GRAIN_US, PRUNE_GRACE_US, quoteIdentifier } from '../sql/common.js';
-import { clockUs, literal, RESERVED_INFIX } from './sql.js';
+import { clockUs, literal, migrationOpening, RESERVED_INFIX } from './sql.js';
 
 // The permit model (src/permits/model.ts) ported to PL/pgSQL: one function per operation, each one
 // transaction on one key. (Line comments: this module is internal, and its declarations stay small.)
@@ -342,13 +342,7 @@ AND c.relname = ${literal(table)} AND c.relkind = 'r' AND a.attname = ${literal(
 // processes that run it). A table of the name that is not a permit table is refused, never used.
 export function permitMigrationStatement(n: PermitSqlNames): string {
   const keysName = `${n.table}${RESERVED_INFIX}keys`;
-  return `DO $migrate$
-BEGIN
-PERFORM pg_advisory_xact_lock(hashtext('floodgate migrate'));
-IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ${literal(n.schema)}) THEN
-  CREATE SCHEMA ${quoteIdentifier(n.schema)};
-END IF;
-CREATE TABLE IF NOT EXISTS ${n.leases} (key text COLLATE "C" NOT NULL, lease_id text COLLATE "C" NOT NULL,
+  return `${migrationOpening(n.schema)}CREATE TABLE IF NOT EXISTS ${n.leases} (key text COLLATE "C" NOT NULL, lease_id text COLLATE "C" NOT NULL,
   cost bigint NOT NULL, expires_at bigint NOT NULL,
   CONSTRAINT ${quoteIdentifier(`${n.table}${RESERVED_INFIX}pkey`)} PRIMARY KEY (key, lease_id));
 CREATE TABLE IF NOT EXISTS ${n.keys} (key text COLLATE "C" NOT NULL, fence bigint NOT NULL,

@@ -51,6 +51,21 @@ export function literal(s: string): string {
   return `'${s.replaceAll("'", "''")}'`;
 }
 
+/**
+ * The opening of a migration: a `DO` block that takes the one migration lock (the rate store's and the
+ * permit store's migrations never run at once) and creates the schema when missing. The caller goes on
+ * with its own statements and ends the block with `END $migrate$`.
+ */
+export function migrationOpening(schema: string): string {
+  return `DO $migrate$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtext('floodgate migrate'));
+  IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = ${literal(schema)}) THEN
+    CREATE SCHEMA ${quoteIdentifier(schema)};
+  END IF;
+`;
+}
+
 /*
  * Named expressions, repeated by the port exactly as the model writes them (same operations, same order),
  * so every use computes the same float8 as the TypeScript model.

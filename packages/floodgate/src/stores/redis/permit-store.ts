@@ -1,7 +1,8 @@
 import { describeValue, FloodgateError } from '../../errors.js';
-import type { AcquireReply, LeaveReply, RefreshReply, ReleaseReply, WaitReply } from '../../permits/model.js';
+import type { AcquireReply } from '../../permits/model.js';
 import type * as Port from '../../permits/store.js';
 import { channelWatch } from '../kit/channel-watch.js';
+import { integerReply } from '../kit/integer-reply.js';
 import { checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
 import { isNoScriptError, type RedisScriptClient } from './clients.js';
 import { PERMIT_SCRIPTS } from './permits-lua.js';
@@ -26,15 +27,8 @@ export interface RedisPermitStoreOptions {
 }
 
 /** The Redis and Redis Cluster permit store. */
-export interface RedisPermitStore extends Port.PermitStore {
+export interface RedisPermitStore extends Port.NetworkPermitStore {
   readonly name: 'redis';
-  acquire(key: string, args: Port.PermitAcquireArgs): Promise<AcquireReply>;
-  refresh(key: string, args: Port.PermitRefreshArgs): Promise<RefreshReply>;
-  release(key: string, args: Port.PermitReleaseArgs): Promise<ReleaseReply>;
-  wait(key: string, args: Port.PermitWaitArgs): Promise<WaitReply>;
-  leave(key: string, args: Port.PermitLeaveArgs): Promise<LeaveReply>;
-  watch?(key: string, listener: (ticket: number) => void): Promise<Port.PermitUnwatch>;
-  watching?(key: string, listener: (ticket: number) => void): Port.PermitUnwatch | undefined;
 }
 
 type Script = (typeof PERMIT_SCRIPTS)[keyof typeof PERMIT_SCRIPTS];
@@ -93,7 +87,7 @@ export function redisPermitStore(options: RedisPermitStoreOptions): RedisPermitS
       if (!isNoScriptError(error)) throw error;
       reply = await client.eval(script.source, keys, args);
     }
-    return numbers(reply);
+    return integerReply(reply, 'a permit script');
   };
   const now = (nowUs: number | undefined) => (nowUs === undefined ? '' : String(nowUs));
   // The arguments `acquire` and `wait` start with: a claim of `cost` under `limit` for a lease.
@@ -150,20 +144,6 @@ function acquireReply(r: readonly number[]): AcquireReply {
     resetAfterUs: at(r, 6),
     wake: at(r, 7),
   };
-}
-
-/** The script's reply: an array of integers (the drivers give numbers; some give strings or bigints). */
-function numbers(reply: unknown): number[] {
-  if (!Array.isArray(reply)) {
-    throw new FloodgateError('ERR_STORE_PROTOCOL', `a permit script answered ${describeValue(reply)}`);
-  }
-  return reply.map((value) => {
-    const n = Number(value);
-    if (!Number.isSafeInteger(n)) {
-      throw new FloodgateError('ERR_STORE_PROTOCOL', `a permit script answered ${describeValue(value)}`);
-    }
-    return n;
-  });
 }
 
 function at(reply: readonly number[], index: number): number {
