@@ -117,11 +117,34 @@ describe('sqlite meter statement', () => {
       state: number;
     };
     expect(row).toEqual({ type: 'real', state: SCENARIO_START_MS * 1000 + 2_000_000 });
-    // A denial: the statement writes nothing, and the general path decides it in its transaction.
+    // A denial: the statement writes nothing, and the row read alone decides it (nothing to write).
     limiter.limitSync('k');
     runs.length = 0;
     expect(limiter.limitSync('k')).toMatchObject({ allowed: false, remaining: 0 });
-    expect(runs).toEqual(['INSERT INTO', 'BEGIN IMMEDIATE', 'SELECT state,', 'COMMIT']);
+    expect(runs).toEqual(['INSERT INTO', 'SELECT state,']);
+  });
+
+  it('a denial that starts a penalty box goes the transaction, which writes it', () => {
+    const database = open('meter-box.db');
+    const { database: watched, runs } = counted(database);
+    const store = sqliteStore({ database: watched, table: 'box' });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [gcra({ limit: 1, periodMs: 1000, blockMs: 5000, name: 'g' })],
+    });
+    expect(limiter.limitSync('k').allowed).toBe(true);
+    runs.length = 0;
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: false, retryAfterMs: 5000 });
+    expect(runs).toEqual(['INSERT INTO', 'SELECT state,', 'BEGIN IMMEDIATE', 'SELECT state,', 'INSERT INTO', 'COMMIT']);
+    expect(database.prepare('SELECT typeof(state) AS type FROM box').get()).toEqual({ type: 'blob' });
+    // Blocked: the statement reads no BLOB; the row read alone denies, nothing to write.
+    clock.advance(2000);
+    runs.length = 0;
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: false, retryAfterMs: 3000 });
+    expect(runs).toEqual(['INSERT INTO', 'SELECT state,']);
   });
 
   it('a row an earlier version wrote (a BLOB of doubles) is decided by the general path, then kept as a number', () => {

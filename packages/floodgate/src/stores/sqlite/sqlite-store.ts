@@ -157,15 +157,35 @@ export function sqliteStore(options: SqliteStoreOptions): SqliteStore {
   };
 }
 
+/**
+ * A meter call the statement did not admit, most often a denial that writes nothing: the row read alone
+ * (one statement, consistent by itself, as a `check` reads it) and decided by the model. A denial that
+ * writes nothing is a decision at the time of that read; anything else (admitted after all, the state
+ * having changed meanwhile; a penalty box to start) is undefined, and the general path decides the call.
+ */
+function meterDenied(rows: SqliteRows, request: StoreRequest, key: string, requested: number): StoreResult | undefined {
+  const row = rows.read(key);
+  const nowUs = row === undefined || row.atUs <= requested ? requested : row.atUs;
+  const allowed = decide(
+    request.policies,
+    [row?.state],
+    nowUs,
+    request.cost,
+    { commit: true, maxDelayUs: request.maxDelayUs },
+    METER_OUTS,
+  );
+  if (allowed || (METER_OUTS[0] as Evaluation).next !== undefined) return undefined;
+  return nowUs === requested ? { allowed, evaluations: METER_OUTS } : { allowed, evaluations: METER_OUTS, nowUs };
+}
+
 /** The model's scratch room for the meter statement's report, reused: the limiter reads it before the next call. */
 const METER_OUTS: Evaluation[] = [emptyEvaluation()];
 
 /**
  * A `limit` under one meter policy, decided by the meter statement when it can: the result, or undefined
- * when the call is of another shape, or the meter does not admit it (a denial changes nothing, or starts
- * a penalty box, which the general path writes), or the row holds a state the statement does not read (a
- * penalty box; a row of an earlier version). The general path then decides the call, in a transaction of
- * its own: nothing was written.
+ * when the call is of another shape, or the statement did not admit it and it is no denial that writes
+ * nothing (`meterDenied`): a penalty box to start, a row of an earlier version (a BLOB) the meter admits.
+ * The general path then decides the call, in a transaction of its own: nothing was written.
  */
 function meterDecide(rows: SqliteRows, request: StoreRequest): StoreResult | undefined {
   const policies = request.policies;
@@ -178,7 +198,7 @@ function meterDecide(rows: SqliteRows, request: StoreRequest): StoreResult | und
   const room = c.b + (c.c === 1 ? 0 : request.maxDelayUs) - charge;
   const key = stateKey(request.prefix, encodeKey(request.key), c);
   const written = rows.meterWrite(key, requested, charge, room);
-  if (written === undefined) return undefined;
+  if (written === undefined) return meterDenied(rows, request, key, requested);
   const nowUs = written.atUs;
   // The state decided on: its TAT is the one written less the charge (the model's max(TAT, now), which
   // decides exactly as the TAT read).
