@@ -56,11 +56,117 @@ describe('sqlite store (file on disk)', () => {
   store.migrate();
   runConformanceSuite({ describe, it }, { store: () => store, randomRuns: 24 });
   runPlainDataSuite({ describe, it }, { store: () => store });
-  // No fast path of its own: the general path, with and without options objects, sync and promise methods.
+  // A limit alone under one meter policy takes the meter statement (and the general path when it does not
+  // admit); every call of the store with fastPath: false, the general path's transaction.
+  const general = sqliteStore({ database, table: 'conformance', fastPath: false });
   runFastPathSuite(
     { describe, it },
-    { variants: [{ name: 'sqlite store', store: () => store }], randomOperations: 120 },
+    {
+      variants: [
+        { name: 'meter statement', store: () => store },
+        { name: 'general path (fastPath: false)', store: () => general },
+      ],
+      randomOperations: 120,
+    },
   );
+});
+
+describe('sqlite meter statement', () => {
+  /** A database whose statements count their runs. */
+  function counted(database: Database.Database): { database: Database.Database; runs: string[] } {
+    const runs: string[] = [];
+    const proxy = new Proxy(database, {
+      get(target, property) {
+        if (property !== 'prepare') {
+          const value = Reflect.get(target, property, target);
+          return typeof value === 'function' ? value.bind(target) : value;
+        }
+        return (sql: string) => {
+          const statement = target.prepare(sql);
+          const label = sql.trim().split(/\s+/).slice(0, 2).join(' ');
+          const counting =
+            (method: 'run' | 'get' | 'all') =>
+            (...params: unknown[]): unknown => {
+              runs.push(label);
+              return statement[method](...params);
+            };
+          return { run: counting('run'), get: counting('get'), all: counting('all') };
+        };
+      },
+    });
+    return { database: proxy, runs };
+  }
+
+  it('an admitted limit alone is one statement; the TAT is kept as a number', () => {
+    const database = open('meter-one.db');
+    const { database: watched, runs } = counted(database);
+    const store = sqliteStore({ database: watched, table: 'one' });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 3, periodMs: 3000, name: 'g' })] });
+    // A new key: the statement inserts, then the sweep looks at a few rows (as the general path does).
+    runs.length = 0;
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: true, remaining: 2 });
+    expect(runs).toEqual(['INSERT INTO', 'SELECT key', 'DELETE FROM']);
+    runs.length = 0;
+    clock.advance(10);
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: true, remaining: 1 });
+    expect(runs).toEqual(['INSERT INTO']);
+    const row = database.prepare('SELECT typeof(state) AS type, state FROM one').get() as {
+      type: string;
+      state: number;
+    };
+    expect(row).toEqual({ type: 'real', state: SCENARIO_START_MS * 1000 + 2_000_000 });
+    // A denial: the statement writes nothing, and the row read alone decides it (nothing to write).
+    limiter.limitSync('k');
+    runs.length = 0;
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: false, remaining: 0 });
+    expect(runs).toEqual(['INSERT INTO', 'SELECT state,']);
+  });
+
+  it('a denial that starts a penalty box goes the transaction, which writes it', () => {
+    const database = open('meter-box.db');
+    const { database: watched, runs } = counted(database);
+    const store = sqliteStore({ database: watched, table: 'box' });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const limiter = createLimiter({
+      store,
+      clock,
+      policies: [gcra({ limit: 1, periodMs: 1000, blockMs: 5000, name: 'g' })],
+    });
+    expect(limiter.limitSync('k').allowed).toBe(true);
+    runs.length = 0;
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: false, retryAfterMs: 5000 });
+    expect(runs).toEqual(['INSERT INTO', 'SELECT state,', 'BEGIN IMMEDIATE', 'SELECT state,', 'INSERT INTO', 'COMMIT']);
+    expect(database.prepare('SELECT typeof(state) AS type FROM box').get()).toEqual({ type: 'blob' });
+    // Blocked: the statement reads no BLOB; the row read alone denies, nothing to write.
+    clock.advance(2000);
+    runs.length = 0;
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: false, retryAfterMs: 3000 });
+    expect(runs).toEqual(['INSERT INTO', 'SELECT state,']);
+  });
+
+  it('a row an earlier version wrote (a BLOB of doubles) is decided by the general path, then kept as a number', () => {
+    const database = open('meter-blob.db');
+    const store = sqliteStore({ database, table: 'blob' });
+    store.migrate();
+    const clock = manualClock({ startMs: SCENARIO_START_MS });
+    const policy = gcra({ limit: 3, periodMs: 3000, name: 'g' });
+    const key = stateKey('floodgate', encodeKey('k'), compilePolicy(policy));
+    const nowUs = SCENARIO_START_MS * 1000;
+    // Two calls' worth of TAT ahead, as [0, tat] in little-endian doubles.
+    const blob = Buffer.alloc(16);
+    blob.writeDoubleLE(0, 0);
+    blob.writeDoubleLE(nowUs + 2_000_000, 8);
+    database
+      .prepare('INSERT INTO blob (key, state, expires_at, at_us) VALUES (?, ?, ?, ?)')
+      .run(key, blob, nowUs + 60_000_000, nowUs);
+    const limiter = createLimiter({ store, clock, policies: [policy] });
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: true, remaining: 0 });
+    expect(database.prepare('SELECT typeof(state) AS type FROM blob').get()).toEqual({ type: 'real' });
+    expect(limiter.limitSync('k')).toMatchObject({ allowed: false });
+  });
 });
 
 describe('sqlite store', () => {

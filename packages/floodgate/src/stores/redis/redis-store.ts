@@ -498,7 +498,7 @@ class RedisStoreImpl implements RedisStore {
 
   /**
    * Sends what waits, as far as `maxInFlight` allows: a script call of heavy calls first when none is in
-   * flight, then light ones; forgets the lane once it is idle.
+   * flight, then light ones; forgets a cluster slot's lane once it is idle.
    */
   private drain(slot: number, lane: Lane): void {
     while (lane.inFlight < this.maxInFlight) {
@@ -515,7 +515,15 @@ class RedisStoreImpl implements RedisStore {
         break;
       }
     }
-    if (lane.inFlight === 0 && lane.queue.length === 0 && lane.heavy.length === 0 && this.lanes.get(slot) === lane) {
+    // A cluster's idle lanes go (one per hash slot would pile up); a single node's one lane stays, so that
+    // calls one at a time do not build and drop a lane each.
+    if (
+      this.client.cluster &&
+      lane.inFlight === 0 &&
+      lane.queue.length === 0 &&
+      lane.heavy.length === 0 &&
+      this.lanes.get(slot) === lane
+    ) {
       this.lanes.delete(slot);
     }
   }
