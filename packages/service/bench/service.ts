@@ -18,9 +18,10 @@
 // core would serve). Each scenario keeps its best of BENCH_ROUNDS rounds (default 2).
 //
 // Each round runs the gRPC scenarios on three transports, one after the other: the current one (`now`),
-// the one before the hostile-peer bounds (`earlier`: bench/earlier/h2.ts, loaded in place of the built
-// transport), and node:http2 running the same handler (`node:http2`: test/hostile/node-h2-server.ts,
-// memory store only); the summary gives now's figures as ratios of the other two, from the same run.
+// the one before the hostile-peer bounds (`earlier`: bench/earlier/h2.ts, compiled by TypeScript's
+// transpiler in a module hook and loaded in place of the built transport, on plain Node as `now`), and
+// node:http2 running the same handler (`node:http2`: test/hostile/node-h2-server.ts, memory store only);
+// the summary gives now's figures as ratios of the other two, from the same run.
 //
 // BENCH_SECONDS (5), BENCH_ROUNDS (2), BENCH_CONCURRENCY (64), BENCH_STORES (memory,redis) and
 // BENCH_TRANSPORTS (now,earlier,node:http2) override.
@@ -75,7 +76,9 @@ async function startService(store: string, transport: string): Promise<Running> 
     const port = (address: string) => Number(address.split(':').pop());
     return { child, httpPort: port(log.http), grpcPort: port(log.grpc ?? '') };
   }
-  const nodeArgs = transport === 'earlier' ? ['--import', 'tsx', '--import', EARLIER] : [];
+  // Plain Node for both builds of the service (see earlier/hooks.mjs): under tsx, the process collected
+  // garbage differently.
+  const nodeArgs = transport === 'earlier' ? ['--import', EARLIER] : [];
   const { child, log } = await spawnServe(
     CLI,
     ['--config', configFile, '--store', store, '--port', '0', '--grpc-port', '0', '--no-watch'],
