@@ -52,9 +52,15 @@ describe('StreamTable', () => {
 
   it('keeps its arrays while streams open and close, and gives back what it grew to when empty', () => {
     const table = new StreamTable<number>();
+    // A connection that never opens a stream holds no arrays.
+    expect(table.capacity).toBe(0);
+    expect(table.get(1)).toBeUndefined();
+    table.delete(1);
+    table.add(1, 1);
     const start = table.capacity;
+    expect(start).toBeGreaterThan(0);
     // A connection with up to 6 streams open at once, over 100,000 calls.
-    for (let id = 1; id < 200_000; id += 2) {
+    for (let id = 3; id < 200_000; id += 2) {
       table.add(id, id);
       if (id > 10) table.delete(id - 10);
     }

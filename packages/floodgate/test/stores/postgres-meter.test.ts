@@ -11,6 +11,7 @@ import { PRUNE_GRACE_US, stateKey } from '../../src/stores/sql/common.js';
 import type { StoreRequest, StoreResult } from '../../src/stores/store.js';
 import { modelStore, uniquePrefix } from '../../src/testing/index.js';
 import { type Connection, connect, DRIVERS, requirePostgres, uniqueSchema } from './sql/postgres-env.js';
+import { countingStatements, decisionFields, tableRows } from './sql/statement-kit.js';
 
 /**
  * The meter statements (meter-fast.ts) against the decide function and the model: the same random calls
@@ -36,35 +37,8 @@ const POLICIES: Policy[] = [
 const COMPILED = POLICIES.map(compilePolicy);
 const KEYS = ['a', 'b', 'ключ {c}'];
 
-/** Counts the statements a client runs, by the name it prepares them under (either clock's meter statements alike). */
-function counting(client: PostgresClient): { client: PostgresClient; counts: Record<string, number> } {
-  const counts: Record<string, number> = { meter: 0, meter_read: 0, decide: 0 };
-  return {
-    counts,
-    client: {
-      query(text, params, name) {
-        const what = /_(meter|meter_read|decide)(?:_at)?$/.exec(name ?? '')?.[1];
-        if (what !== undefined) counts[what] = (counts[what] ?? 0) + 1;
-        return client.query(text, params, name);
-      },
-    },
-  };
-}
-
-/** What a decision says, field by field (the meter statements hand over no `next`). */
-function strip(result: StoreResult) {
-  return {
-    allowed: result.allowed,
-    evaluations: result.evaluations.map((e) => ({
-      allowed: e.allowed,
-      reason: e.reason,
-      remaining: e.remaining,
-      retryAfterUs: e.retryAfterUs,
-      resetAfterUs: e.resetAfterUs,
-      delayUs: e.delayUs,
-    })),
-  };
-}
+const counting = (client: PostgresClient) => countingStatements(client, ['meter', 'meter_read']);
+const strip = decisionFields;
 
 describe.skipIf(!available)('postgres meter statements', () => {
   let connection: Connection;
@@ -76,19 +50,7 @@ describe.skipIf(!available)('postgres meter statements', () => {
     await connection?.close();
   });
 
-  /** The rows of a table under a prefix, by their key without it: `[state, expires_at]`. */
-  async function rows(table: string, prefix: string): Promise<Map<string, [number[], number]>> {
-    const found = await connection.sql(
-      `SELECT key, state, expires_at FROM "${schema}"."${table}" WHERE starts_with(key, $1) ORDER BY key`,
-      [`${prefix}:`],
-    );
-    return new Map(
-      found.map((r) => [
-        String(r.key).slice(prefix.length),
-        [(r.state as number[]).map(Number), Number(r.expires_at)] as [number[], number],
-      ]),
-    );
-  }
+  const rows = (table: string, prefix: string) => tableRows(connection, schema, table, prefix);
 
   it('random calls: meter statements, decide function and a mix of both agree with the model, row for row', async () => {
     const tables = { fast: 'm_fast', function: 'm_function', mixed: 'm_mixed' };

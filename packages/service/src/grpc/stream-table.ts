@@ -11,6 +11,8 @@
 
 /** The smallest table (a power of two); it doubles whenever it would be more than half full. */
 const MIN_CAPACITY = 16;
+/** The ids of a table that never held a stream: no slot. */
+const NO_IDS = new Int32Array(0);
 
 /**
  * A hash table of values by stream id (odd, 1 to 2^31 - 1), with linear probing over two arrays: ids
@@ -23,10 +25,12 @@ export class StreamTable<V> {
   private mask: number;
   private count = 0;
 
+  // No arrays until the first stream: a connection that never opens one (an idle or churned one, by the
+  // thousand under attack) allocates nothing here.
   constructor() {
-    this.ids = new Int32Array(MIN_CAPACITY);
-    this.values = new Array<V | undefined>(MIN_CAPACITY).fill(undefined);
-    this.mask = MIN_CAPACITY - 1;
+    this.ids = NO_IDS;
+    this.values = [];
+    this.mask = 0;
   }
 
   /** Entries held. */
@@ -45,6 +49,7 @@ export class StreamTable<V> {
   }
 
   get(id: number): V | undefined {
+    if (this.count === 0) return undefined;
     const ids = this.ids;
     const mask = this.mask;
     for (let at = this.home(id); ; at = (at + 1) & mask) {
@@ -56,7 +61,7 @@ export class StreamTable<V> {
 
   /** Adds `value` under `id`, which the table does not hold (stream ids are never reused). */
   add(id: number, value: V): void {
-    if ((this.count + 1) * 2 > this.ids.length) this.resize(this.ids.length * 2);
+    if ((this.count + 1) * 2 > this.ids.length) this.resize(Math.max(MIN_CAPACITY, this.ids.length * 2));
     this.place(id, value);
     this.count++;
   }
@@ -72,6 +77,7 @@ export class StreamTable<V> {
 
   /** Removes `id`'s entry, if held. */
   delete(id: number): void {
+    if (this.count === 0) return;
     const ids = this.ids;
     const values = this.values;
     const mask = this.mask;

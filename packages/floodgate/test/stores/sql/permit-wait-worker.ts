@@ -4,7 +4,6 @@
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import postgres from 'postgres';
-import { concurrency, createPermits, type Permits } from '../../../src/index.js';
 import type { PermitStore } from '../../../src/permits/store.js';
 import {
   fromPg,
@@ -14,18 +13,10 @@ import {
   postgresPermitStore,
 } from '../../../src/stores/postgres/index.js';
 import { sqlitePermitStore } from '../../../src/stores/sqlite/index.js';
+import { holdFor, serveWaitOrders, type WaitOrder } from '../wait-worker-kit.js';
 import { PG_CONFIG } from './postgres-env.js';
 
-export interface PermitWaitMessage {
-  prefix: string;
-  key: string;
-  label: string;
-  limit: number;
-  cost: number;
-  /** ms to hold the permit once granted. */
-  holdMs: number;
-  pollMs: number;
-}
+export type PermitWaitMessage = WaitOrder;
 
 export type PermitWaitReply =
   | { label: string; cost: number; fence: number; grantedMs: number; releasedMs: number }
@@ -53,39 +44,17 @@ if (kind === 'pg') {
     database.close();
   };
 }
-const sets = new Map<string, Permits>();
 // The machine's time, µs-precise, the same in every process: when a grant was seen and a release sent.
 const wallMs = () => performance.timeOrigin + performance.now();
 
-async function run(m: PermitWaitMessage): Promise<PermitWaitReply> {
-  const id = `${m.prefix} ${m.limit} ${m.pollMs}`;
-  let permits = sets.get(id);
-  if (permits === undefined) {
-    permits = createPermits({
-      store,
-      policy: concurrency({ limit: m.limit, leaseMs: 30_000 }),
-      prefix: m.prefix,
-      pollMs: m.pollMs,
-    });
-    sets.set(id, permits);
-  }
-  const { permit } = await permits.acquire(m.key, { cost: m.cost });
-  const grantedMs = wallMs();
-  await new Promise((resolve) => setTimeout(resolve, m.holdMs));
-  const releasedMs = wallMs();
-  await permit.release();
-  return { label: m.label, cost: m.cost, fence: permit.fence, grantedMs, releasedMs };
-}
-
-process.on('message', (message: PermitWaitMessage | 'exit') => {
-  if (message === 'exit') {
-    void close().then(() => process.exit(0));
-    return;
-  }
-  void run(message).then(
-    (reply) => process.send?.(reply),
-    (error: unknown) => process.send?.({ label: message.label, error: String(error) } satisfies PermitWaitReply),
-  );
-});
-
-process.send?.('ready');
+serveWaitOrders<PermitWaitReply>(
+  () => store,
+  async (m, permit) => {
+    const grantedMs = wallMs();
+    await holdFor(m.holdMs);
+    const releasedMs = wallMs();
+    await permit.release();
+    return { label: m.label, cost: m.cost, fence: permit.fence, grantedMs, releasedMs };
+  },
+  close,
+);
