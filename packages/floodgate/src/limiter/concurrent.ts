@@ -242,20 +242,33 @@ export class ConcurrencyPart {
 
   /** Releases the permit of a decision: the live one held here, or by lease id (one granted elsewhere). */
   release(decision: Decision | PermitGrant): Promise<boolean> {
-    const grant = grantOf(decision);
-    if (grant === undefined) return Promise.resolve(false);
-    const permit = this.#held.get(grant.leaseId);
-    if (permit !== undefined && permit.key === grant.key) return permit.release();
-    return this.permits.release(grant.key, grant.leaseId);
+    return this.#onGrant(
+      decision,
+      (permit) => permit.release(),
+      (key, leaseId) => this.permits.release(key, leaseId),
+    );
   }
 
   /** Extends the lease of a decision's permit (see `Permit.refresh`). */
   refresh(decision: Decision | PermitGrant): Promise<boolean> {
+    return this.#onGrant(
+      decision,
+      (permit) => permit.refresh(),
+      (key, leaseId) => this.permits.refresh(key, leaseId),
+    );
+  }
+
+  /** Acts on a decision's permit: on the live one held here, else by its key and lease id; false without one. */
+  #onGrant(
+    decision: Decision | PermitGrant,
+    held: (permit: Permit) => Promise<boolean>,
+    stored: (key: string, leaseId: string) => Promise<boolean>,
+  ): Promise<boolean> {
     const grant = grantOf(decision);
     if (grant === undefined) return Promise.resolve(false);
     const permit = this.#held.get(grant.leaseId);
-    if (permit !== undefined && permit.key === grant.key) return permit.refresh();
-    return this.permits.refresh(grant.key, grant.leaseId);
+    if (permit !== undefined && permit.key === grant.key) return held(permit);
+    return stored(grant.key, grant.leaseId);
   }
 
   /** A rate denial of a call whose permit was granted and given back: the permit's room is the caller's again. */

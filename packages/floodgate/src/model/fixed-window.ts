@@ -97,11 +97,13 @@ export const evaluateFixedWindow: Evaluate = (c, s, nowUs, cost, _maxDelayUs, ou
  * The state after a call is counted whatever its outcome (`countDenied`, model/decide.ts `settleDenied`):
  * the current window's count plus the cost, as Envoy's reference service adds each hit (`INCRBY`) before
  * it compares. The count stops at `MAX_COST`, the largest integer every store holds exactly: past the
- * limit, only the window's end lets calls through again.
+ * limit, only the window's end lets calls through again. A call is counted only when no block is live
+ * (`settleDenied` stops at a blocked call), so, as an admitted call does, it writes no block: a block that
+ * has ended is not kept, and a key reads the same whether its ended state was kept or pruned.
  */
 export function countFixedWindowHit(c: CompiledNumbers, s: State | undefined, nowUs: number, cost: number): State {
   windowAt(c, s, nowUs);
-  return [s === undefined ? 0 : (s[0] as number), current.start, Math.min(current.count + cost, MAX_COST)];
+  return [0, current.start, Math.min(current.count + cost, MAX_COST)];
 }
 
 /**

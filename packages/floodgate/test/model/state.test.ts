@@ -117,3 +117,23 @@ describe('readState: a state as the evaluation reads it', () => {
     );
   });
 });
+
+describe('what a denied call that counts writes', () => {
+  it('a fixed window counting denied calls keeps no block that has ended, as an admitted call keeps none', () => {
+    // Denied calls count and denials start a 1 s block: the block, once ended, must not stay in the state,
+    // or a store that pruned the ended state and one that kept it would hold different rows.
+    const c = compilePolicy(fixedWindow({ limit: 2, windowMs: 600, countDenied: true, blockMs: 1000 }));
+    const out = [emptyEvaluation()];
+    const ended: State = [T0 - 5_000_000, T0 - 9_000_000, 2];
+    for (const cost of [7, 3, 2.5]) {
+      decide([c], [ended], T0, cost, { commit: true }, out);
+      const e = out[0] as (typeof out)[0];
+      expect(e.allowed).toBe(false);
+      // Limit 2, cost above it: counted, no new block (exceeds-capacity); 3 and 2.5 likewise beyond 2.
+      expect(e.next?.slice(1)).toEqual([T0, cost]);
+      expect(e.next?.[0]).toBe(0);
+    }
+    decide([c], [undefined], T0, 7, { commit: true }, out);
+    expect((out[0] as (typeof out)[0]).next).toEqual([0, T0, 7]);
+  });
+});

@@ -34,8 +34,8 @@ const INSERTED_AT = 'floodgate.inserted_at';
  *
  * - blocked (`blockedUntil > now`): nothing changes;
  * - admitted (`count + cost ≤ limit` in the window `now` falls in): `[0, start, count + cost]`;
- * - denied: with countDenied, the window's count plus the cost (at most MAX_COST), `[blockedUntil, start,
- *   counted]`; with `blockMs`, the penalty box: `[now + blockUs, …]` on that state, or on the state read
+ * - denied: with countDenied, the window's count plus the cost (at most MAX_COST), `[0, start, counted]`
+ *   (no block is live, so none is kept); with `blockMs`, the penalty box: `[now + blockUs, …]` on that state, or on the state read
  *   (`[0, 0, 0]` for none); with neither, nothing changes.
  *
  * The expiry is the moment the state written is untouched (`FIXED_WINDOW_SQL.untouchedAt`): the window's
@@ -69,7 +69,7 @@ ON CONFLICT (key) DO UPDATE SET (state, expires_at) = (
       WHEN m.v = 1 THEN ${expiryAt(`m.start + ${a}`)}
       ELSE ${expiryAt(w.untouchedAt('m.nb', 'm.start', windowCount, 'm.now', a))} END
   FROM (SELECT x.*,
-      CASE WHEN $5::float8 > 0 THEN x.now + $5::float8 ELSE coalesce(x.b, 0) END AS nb,
+      CASE WHEN $5::float8 > 0 THEN x.now + $5::float8 ELSE 0 END AS nb,
       CASE WHEN ${counts} THEN ${w.counted('x.cnt', '$2::float8')} ELSE coalesce(x.s3, 0) END AS nc,
       CASE WHEN x.b > x.now THEN -1 WHEN ${w.admits('x.cnt', '$2::float8', '$3::float8')} THEN 1
         WHEN $5::float8 > 0 OR ${counts} THEN 0 ELSE -1 END AS v

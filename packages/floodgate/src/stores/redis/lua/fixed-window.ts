@@ -49,9 +49,7 @@ ${WINDOW_AT}
 ${WINDOW_AT}
     local after = count + cost
     if after > 9007199254740991 then after = 9007199254740991 end
-    local blocked = 0
-    if s then blocked = s[1] end
-    return { blocked, start, after }
+    return { 0, start, after }
   end
 end
 `;
