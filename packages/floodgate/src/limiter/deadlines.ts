@@ -1,9 +1,12 @@
+/** What a call's `expire` is given when its time is up: no store rejects with it. */
+export const TIMED_OUT: unique symbol = Symbol('timed out');
+
 /** A call waiting for the store, with the moment it times out. */
-interface Waiting {
+export interface Waiting {
   /** `performance.now()` ms at which the call times out. */
   readonly at: number;
-  /** Fails the call with the timeout; undefined once the call has an answer. */
-  expire: (() => void) | undefined;
+  /** Fails the call with the timeout (given `TIMED_OUT`); undefined once the call has an answer. */
+  expire: ((timedOut: typeof TIMED_OUT) => void) | undefined;
 }
 
 /**
@@ -18,9 +21,13 @@ interface Waiting {
  *
  * The timer is unreferenced whenever no call waits, so it never keeps the process alive on its own, and
  * referenced while one does, as a timer of each call's own would be. Answered calls behind one still
- * waiting are swept out once they are more than the calls still waiting, so the queue holds at most twice
- * the calls in flight (and 64 more).
+ * waiting are swept out once they are more than the calls still waiting, and those the front has passed
+ * are dropped once they are as many as the calls behind them, so the queue holds at most about twice the
+ * calls in flight (and a few hundred more), however long calls keep overlapping.
  */
+/** How many passed entries may wait at the front of the queue before they are dropped (`dropPassed`). */
+const PASSED = 256;
+
 export class Deadlines {
   private queue: Waiting[] = [];
   private head = 0;
@@ -32,7 +39,7 @@ export class Deadlines {
   constructor(private readonly timeoutMs: number) {}
 
   /** Starts a call's wait: `expire` runs once its time is up, unless `answered` is called first. */
-  start(expire: () => void): Waiting {
+  start(expire: (timedOut: typeof TIMED_OUT) => void): Waiting {
     const entry: Waiting = { at: performance.now() + this.timeoutMs, expire };
     this.queue.push(entry);
     if (this.waiting++ === 0) {
@@ -48,19 +55,34 @@ export class Deadlines {
     return entry;
   }
 
-  /** The call has its answer (or failed): it no longer times out. */
-  answered(entry: Waiting): void {
-    if (entry.expire === undefined) return;
+  /**
+   * The call has its answer (or failed): it no longer times out. False when its time was up first (it
+   * has failed with the timeout, and the answer comes too late).
+   */
+  answered(entry: Waiting): boolean {
+    if (entry.expire === undefined) return false;
     entry.expire = undefined;
     if (--this.waiting === 0) {
       this.queue = [];
       this.head = 0;
       this.timer?.unref();
-      return;
+      return true;
     }
     const queue = this.queue;
     while (this.head < queue.length && (queue[this.head] as Waiting).expire === undefined) this.head++;
     if (queue.length - this.head > 2 * this.waiting + 64) this.sweep();
+    else if (this.head >= PASSED && 2 * this.head >= queue.length) this.dropPassed();
+    return true;
+  }
+
+  /**
+   * Drops the entries the front has passed. Without it, calls that keep overlapping (the count waiting
+   * never back to 0) would keep every entry of every call since the last quiet moment, each one outliving
+   * young collections and copied into the old generation.
+   */
+  private dropPassed(): void {
+    this.queue = this.queue.slice(this.head);
+    this.head = 0;
   }
 
   /** Drops the answered calls from the queue. */
@@ -91,7 +113,7 @@ export class Deadlines {
         if (entry.at > now) break;
         entry.expire = undefined;
         this.waiting--;
-        expire();
+        expire(TIMED_OUT);
       }
       this.head++;
     }
@@ -103,6 +125,7 @@ export class Deadlines {
       }
       return;
     }
+    if (this.head >= PASSED && 2 * this.head >= this.queue.length) this.dropPassed();
     // Node fires a timer on the millisecond it is due, which may be a fraction before the time asked.
     this.arm(Math.max(1, (this.queue[this.head] as Waiting).at - now));
   }

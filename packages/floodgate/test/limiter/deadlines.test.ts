@@ -96,6 +96,28 @@ describe('store call timeouts, one timer for all calls', () => {
     expect(vi.getTimerCount()).toBe(0);
   });
 
+  it('an answer after the timeout does not tell the breaker the store is well', async () => {
+    const held = heldStore();
+    const limiter = createLimiter({
+      store: held.store,
+      policies: [gcra({ limit: 5, periodMs: 1000 })],
+      timeoutMs: 100,
+      breaker: { failureThreshold: 2, cooldownMs: 60_000 },
+    });
+    const first = watch(limiter.limit('a'));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(first.state).toBe('ERR_TIMEOUT');
+    // The first call's answer arrives late: the call has failed, and the store's failures still run.
+    held.answer(0);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(limiter.breakerState).toBe('closed');
+    const second = watch(limiter.limit('b'));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(second.state).toBe('ERR_TIMEOUT');
+    // Two failures in a row: the breaker opens.
+    expect(limiter.breakerState).toBe('open');
+  });
+
   it('calls one at a time set one timer per timeoutMs, not one each, and keep their timeouts', async () => {
     const held = heldStore();
     const limiter = createLimiter({
@@ -151,5 +173,28 @@ describe('store call timeouts, one timer for all calls', () => {
     expect(most).toBeLessThanOrEqual(2 * 2 + 64 + 1);
     vi.advanceTimersByTime(1000);
     expect(expired).toEqual([0]);
+  });
+
+  it('calls that keep overlapping, answered oldest first, do not pile up either', () => {
+    // 1000 in flight and never fewer: the count waiting never gets back to 0, where the queue is emptied.
+    const deadlines = new Deadlines(1000);
+    const queued = () => (deadlines as unknown as { queue: unknown[] }).queue.length;
+    const expired: number[] = [];
+    const inFlight: ReturnType<Deadlines['start']>[] = [];
+    for (let i = 0; i < 1000; i++) inFlight.push(deadlines.start(() => expired.push(i)));
+    let most = 0;
+    for (let i = 0; i < 100_000; i++) {
+      expect(deadlines.answered(inFlight.shift() as ReturnType<Deadlines['start']>)).toBe(true);
+      inFlight.push(deadlines.start(() => expired.push(i)));
+      most = Math.max(most, queued());
+    }
+    // The calls in flight and at most as many passed ones, with 256 more.
+    expect(most).toBeLessThanOrEqual(2 * 1000 + 256 + 1);
+    expect(expired).toEqual([]);
+    // The ones still in flight time out, and answering one then tells that it came too late.
+    vi.advanceTimersByTime(1000);
+    expect(expired.length).toBe(1000);
+    expect(deadlines.answered(inFlight[0] as ReturnType<Deadlines['start']>)).toBe(false);
+    expect(queued()).toBe(0);
   });
 });
