@@ -21,9 +21,9 @@ export interface Waiting {
  *
  * The timer is unreferenced whenever no call waits, so it never keeps the process alive on its own, and
  * referenced while one does, as a timer of each call's own would be. Answered calls behind one still
- * waiting are swept out once they are more than the calls still waiting, and those the front has passed
- * are dropped once they are as many as the calls behind them, so the queue holds at most about twice the
- * calls in flight (and a few hundred more), however long calls keep overlapping.
+ * waiting are swept out once they are more than twice the calls still waiting, and those the front has
+ * passed are dropped once they are as many as the calls behind them, so the queue holds at most about four
+ * times the calls in flight (and a few hundred more), however long calls keep overlapping.
  */
 /** How many passed entries may wait at the front of the queue before they are dropped (`dropPassed`). */
 const PASSED = 256;
@@ -35,6 +35,8 @@ export class Deadlines {
   private timer: ReturnType<typeof setTimeout> | undefined;
   /** When the timer fires, `performance.now()` ms; 0 when it is not set. */
   private firesAt = 0;
+  /** While `fire` fails calls: a call started by one of them is timed by the timer `fire` sets last. */
+  private firing = false;
 
   constructor(private readonly timeoutMs: number) {}
 
@@ -42,7 +44,7 @@ export class Deadlines {
   start(expire: (timedOut: typeof TIMED_OUT) => void): Waiting {
     const entry: Waiting = { at: performance.now() + this.timeoutMs, expire };
     this.queue.push(entry);
-    if (this.waiting++ === 0) {
+    if (this.waiting++ === 0 && !this.firing) {
       if (this.timer === undefined || this.firesAt === 0) this.arm(this.timeoutMs);
       else if (entry.at < this.firesAt) {
         // The timer was set for a call that has since been answered, later than this call's time: set it again.
@@ -106,16 +108,22 @@ export class Deadlines {
     this.firesAt = 0;
     const now = performance.now();
     const queue = this.queue;
-    while (this.head < queue.length) {
-      const entry = queue[this.head] as Waiting;
-      const expire = entry.expire;
-      if (expire !== undefined) {
-        if (entry.at > now) break;
-        entry.expire = undefined;
-        this.waiting--;
-        expire(TIMED_OUT);
+    this.firing = true;
+    try {
+      while (this.head < queue.length) {
+        const entry = queue[this.head] as Waiting;
+        const expire = entry.expire;
+        if (expire !== undefined) {
+          if (entry.at > now) break;
+          entry.expire = undefined;
+          this.waiting--;
+          // May start calls at once (a failure's listeners, its fallback): they join this queue.
+          expire(TIMED_OUT);
+        }
+        this.head++;
       }
-      this.head++;
+    } finally {
+      this.firing = false;
     }
     if (this.head >= this.queue.length) {
       // Every call has its answer (an expire may have started calls of its own: they are in this.queue).

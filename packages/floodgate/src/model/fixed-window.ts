@@ -97,13 +97,15 @@ export const evaluateFixedWindow: Evaluate = (c, s, nowUs, cost, _maxDelayUs, ou
  * The state after a call is counted whatever its outcome (`countDenied`, model/decide.ts `settleDenied`):
  * the current window's count plus the cost, as Envoy's reference service adds each hit (`INCRBY`) before
  * it compares. The count stops at `MAX_COST`, the largest integer every store holds exactly: past the
- * limit, only the window's end lets calls through again. A call is counted only when no block is live
- * (`settleDenied` stops at a blocked call), so, as an admitted call does, it writes no block: a block that
- * has ended is not kept, and a key reads the same whether its ended state was kept or pruned.
+ * limit, only the window's end lets calls through again. A live block is kept (a cost above the limit is
+ * counted even in a penalty box: `evaluatePolicy` finds it can never fit before it looks at the block); one
+ * that has ended is not, as an admitted call keeps none, so a key reads the same whether its ended state
+ * was kept or pruned.
  */
 export function countFixedWindowHit(c: CompiledNumbers, s: State | undefined, nowUs: number, cost: number): State {
   windowAt(c, s, nowUs);
-  return [0, current.start, Math.min(current.count + cost, MAX_COST)];
+  const blockedUntil = s === undefined ? 0 : (s[0] as number);
+  return [blockedUntil > nowUs ? blockedUntil : 0, current.start, Math.min(current.count + cost, MAX_COST)];
 }
 
 /**

@@ -175,6 +175,51 @@ describe('store call timeouts, one timer for all calls', () => {
     expect(expired).toEqual([0]);
   });
 
+  it("a call started by a timed-out call's failure is timed by the one timer, not by a second one", () => {
+    const deadlines = new Deadlines(100);
+    const expired: string[] = [];
+    deadlines.start(() => {
+      expired.push('first');
+      // A failure's listener (or its fallback) calling the limiter again, at once.
+      deadlines.start(() => expired.push('second'));
+    });
+    expect(vi.getTimerCount()).toBe(1);
+    vi.advanceTimersByTime(100);
+    expect(expired).toEqual(['first']);
+    expect(vi.getTimerCount()).toBe(1);
+    vi.advanceTimersByTime(99);
+    expect(expired).toEqual(['first']);
+    vi.advanceTimersByTime(1);
+    expect(expired).toEqual(['first', 'second']);
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
+  it('calls that keep timing out while new ones start, some answered out of order, do not pile up', () => {
+    // One call a millisecond, each waiting 100 ms: about 100 in flight; in the first half every third is
+    // answered 60 ms later, in the second half none is (only the timer's rounds then drop passed entries).
+    const deadlines = new Deadlines(100);
+    const queued = () => (deadlines as unknown as { queue: unknown[] }).queue.length;
+    const expired = new Set<number>();
+    const answered = new Set<number>();
+    let most = 0;
+    const answerLater: [number, ReturnType<Deadlines['start']>][] = [];
+    for (let i = 0; i < 10_000; i++) {
+      const entry = deadlines.start(() => expired.add(i));
+      if (i % 3 === 0 && i < 5_000) answerLater.push([i, entry]);
+      if (answerLater.length > 20) {
+        const [started, earlier] = answerLater.shift() as [number, typeof entry];
+        expect(deadlines.answered(earlier)).toBe(true);
+        answered.add(started);
+      }
+      vi.advanceTimersByTime(1);
+      most = Math.max(most, queued());
+    }
+    // Started at i ms, out at i + 100 ms: by 10,000 ms every call up to 9,900 not answered has timed out.
+    for (let i = 0; i <= 9_900; i++) expect(expired.has(i), `call ${i}`).toBe(!answered.has(i));
+    expect(expired.size).toBe(9_901 - [...answered].filter((i) => i <= 9_900).length);
+    expect(most).toBeLessThanOrEqual(4 * 101 + 320);
+  });
+
   it('calls that keep overlapping, answered oldest first, do not pile up either', () => {
     // 1000 in flight and never fewer: the count waiting never gets back to 0, where the queue is emptied.
     const deadlines = new Deadlines(1000);

@@ -119,7 +119,7 @@ describe('readState: a state as the evaluation reads it', () => {
 });
 
 describe('what a denied call that counts writes', () => {
-  it('a fixed window counting denied calls keeps no block that has ended, as an admitted call keeps none', () => {
+  it('a fixed window counting denied calls keeps a live block and none that has ended, as an admitted call keeps none', () => {
     // Denied calls count and denials start a 1 s block: the block, once ended, must not stay in the state,
     // or a store that pruned the ended state and one that kept it would hold different rows.
     const c = compilePolicy(fixedWindow({ limit: 2, windowMs: 600, countDenied: true, blockMs: 1000 }));
@@ -135,5 +135,10 @@ describe('what a denied call that counts writes', () => {
     }
     decide([c], [undefined], T0, 7, { commit: true }, out);
     expect((out[0] as (typeof out)[0]).next).toEqual([0, T0, 7]);
+    // A block still live is kept: a cost above the limit is counted even in a penalty box.
+    const live: State = [T0 + 30_000_000, T0, 3];
+    decide([c], [live], T0 + 100_000, 5, { commit: true }, out);
+    expect((out[0] as (typeof out)[0]).reason).toBe('exceeds-capacity');
+    expect((out[0] as (typeof out)[0]).next).toEqual([T0 + 30_000_000, T0, 8]);
   });
 });

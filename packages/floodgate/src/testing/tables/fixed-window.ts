@@ -72,6 +72,19 @@ export const fixedWindowTables: Scenario[] = [
     ],
   },
   {
+    // A cost above the limit is counted even in a penalty box (it can never fit, whatever the block), and
+    // the block stays: it ends when it was set to, not when the window does.
+    name: 'fixed window that counts denied calls: a cost above the limit counted in a penalty box keeps the box',
+    policies: [fixedWindow({ limit: 2, windowMs: 1000, countDenied: true, blockMs: 60_000 })],
+    steps: [
+      { at: 0, repeat: 2, expect: { allowed: true } },
+      { at: 0, expect: deny(60_000, { remaining: 0 }) },
+      { at: 100, cost: 5, expect: { allowed: false, reason: 'exceeds-capacity', retryAfterMs: Infinity } },
+      { at: 1000, expect: { allowed: false, reason: 'blocked', retryAfterMs: 59_000 } },
+      { at: 60_000, expect: { allowed: true, remaining: 1 } },
+    ],
+  },
+  {
     // A call another policy denies, or whose cost another policy can never admit, counts in the window
     // all the same; nothing else changes.
     name: 'fixed window that counts denied calls, beside a policy that denies first',

@@ -89,7 +89,7 @@ export const FIXED_WINDOW_PORT: SqlPort = {
         start float8; cnt float8 := 0;
       BEGIN
         ${windowAt('        ')}
-        nx := ARRAY[0, start, ${FIXED_WINDOW_SQL.counted('cnt', 'cost')}]::float8[];
+        nx := ARRAY[CASE WHEN s[1] > now THEN s[1] ELSE 0 END, start, ${FIXED_WINDOW_SQL.counted('cnt', 'cost')}]::float8[];
       END;`,
   },
 };

@@ -49,7 +49,9 @@ ${WINDOW_AT}
 ${WINDOW_AT}
     local after = count + cost
     if after > 9007199254740991 then after = 9007199254740991 end
-    return { 0, start, after }
+    local blocked = 0
+    if s and s[1] > now then blocked = s[1] end
+    return { blocked, start, after }
   end
 end
 `;
