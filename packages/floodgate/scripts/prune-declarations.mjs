@@ -1,10 +1,11 @@
 // Deletes the declaration files that no entry point of the package reaches. `exports` lets a user import
 // only the entry points, so a declaration that none of theirs imports, directly or through another, can
 // never be read by a compiler: the internals' types (the stores' ports, the memory store's tables) would
-// ship for nothing.
+// ship for nothing. In the ones kept, the TSDoc of private members goes too: no editor shows a private
+// member outside its class, and the member's declaration (which keeps the class nominal) stays.
 //
 //   node scripts/prune-declarations.mjs dist
-import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 
 const dist = resolve(process.argv[2] ?? 'dist');
@@ -25,7 +26,11 @@ while (pending.length > 0) {
   }
 }
 
+// A TSDoc comment (with no end of comment inside) right before a `private` member's declaration.
+const PRIVATE_DOC = /\n[ \t]*\/\*\*(?:(?!\*\/)[\s\S])*?\*\/(?=\n[ \t]*private\b)/g;
+
 let removed = 0;
+let privateDocs = 0;
 function walk(dir) {
   for (const entry of readdirSync(dir)) {
     const path = join(dir, entry);
@@ -33,8 +38,17 @@ function walk(dir) {
     else if (path.endsWith('.d.ts') && !reached.has(path)) {
       rmSync(path);
       removed++;
+    } else if (path.endsWith('.d.ts')) {
+      const text = readFileSync(path, 'utf8');
+      const kept = text.replace(PRIVATE_DOC, () => {
+        privateDocs++;
+        return '';
+      });
+      if (kept !== text) writeFileSync(path, kept);
     }
   }
 }
 walk(dist);
-console.error(`declarations: ${reached.size} reached from the entry points, ${removed} unreachable removed`);
+console.error(
+  `declarations: ${reached.size} reached from the entry points, ${removed} unreachable removed, ${privateDocs} private members' comments removed`,
+);

@@ -236,9 +236,9 @@ describe.skipIf(!enabled)('the overrides panel of the live view, in Chromium', (
     expect(new Set([...first, ...second].map(([, id]) => id)).size).toBe(21);
     // On a 390 px phone the panel, its table and its form fit: no sideways scrolling.
     await page.setViewportSize({ width: 390, height: 844 });
-    // The live charts redraw at the new width on their next frame.
+    // The live charts redraw at the new width on their next frame (on a loaded machine, seconds later).
     await page
-      .waitForFunction(() => document.documentElement.scrollWidth <= 390, undefined, { timeout: 5000 })
+      .waitForFunction(() => document.documentElement.scrollWidth <= 390, undefined, { timeout: 20_000 })
       .catch(() => {});
     const wide = await page.evaluate(() => document.documentElement.scrollWidth);
     await page.screenshot({ path: artifact('live-overrides-390.png'), fullPage: true });
