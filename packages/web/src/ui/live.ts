@@ -268,7 +268,7 @@ export function mountLive(root: HTMLElement): { start(): void; stop(): void } {
       ...definition(
         'latency (engine and store)',
         h0.latency.count === 0
-          ? 'no requests in the last second'
+          ? 'none in the last second'
           : `p50 ${duration(h0.latency.p50Ms)} · p99 ${duration(h0.latency.p99Ms)} · max ${duration(h0.latency.maxMs)}`,
       ),
     );
