@@ -36,8 +36,9 @@ const INSERTED_AT = 'floodgate.inserted_at';
  * - admitted (`count + cost ≤ limit` in the window `now` falls in): `[0, start, count + cost]`;
  * - denied: with countDenied, the window's count plus the cost (at most MAX_COST), `[0, start, counted]`
  *   (a blocked call changes nothing here, and a cost above the limit, which is counted even when blocked,
- *   goes to the decide function: so no block is live to keep); with `blockMs`, the penalty box: `[now + blockUs, …]` on that state, or on the state read
- *   (`[0, 0, 0]` for none); with neither, nothing changes.
+ *   goes to the decide function: so no block is live to keep); with `blockMs`, the penalty box:
+ *   `[now + blockUs, …]` on that state, or on the state read (`[0, 0, 0]` for none); with neither,
+ *   nothing changes.
  *
  * The expiry is the moment the state written is untouched (`FIXED_WINDOW_SQL.untouchedAt`): the window's
  * end when admitted, the later of the block's end and the end of a window with a count when denied. A call
