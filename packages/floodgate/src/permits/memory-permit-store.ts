@@ -44,6 +44,19 @@ export interface MemoryPermitStore extends Port.PermitStore {
   readonly size: number;
 }
 
+/**
+ * Whether a key's state can be forgotten, read without sweeping it: every lease and waiter expired, the
+ * clock past its fence. A sweep here would drop what a later call on that key must report as freed (its
+ * `wake`), so a waiter would not be told of the room.
+ */
+function expiredWhole(state: PermitState, nowUs: number): boolean {
+  if (state.fence >= nowUs) return false;
+  for (const lease of state.leases.values()) if (lease.expiresAtUs > nowUs) return false;
+  if (state.queue !== undefined)
+    for (const waiter of state.queue.values()) if (waiter.expiresAtUs > nowUs) return false;
+  return true;
+}
+
 /** Keys looked at for forgetting on each call: idle keys leave in a bounded number of calls. */
 const SWEEP_PER_CALL = 2;
 
@@ -75,7 +88,7 @@ export function memoryPermitStore(options: MemoryPermitStoreOptions = {}): Memor
         if (next.done === true) return;
       }
       const state = states.get(next.value);
-      if (state !== undefined && isForgettable(state, nowUs)) states.delete(next.value);
+      if (state !== undefined && expiredWhole(state, nowUs)) states.delete(next.value);
     }
   };
   const stateOf = (key: string, nowUs: number, create: boolean): PermitState | undefined => {
