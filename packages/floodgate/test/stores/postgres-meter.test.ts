@@ -164,6 +164,9 @@ describe.skipIf(!available)('postgres meter statements', () => {
     // The lone single-meter calls went through the meter statements, and only there.
     expect(fast.counts.decide).toBe(0);
     expect(fast.counts.meter).toBeGreaterThan(200);
+    // Both forms of the write statement were sent: with a penalty box and without.
+    expect(fast.counts.meter_box).toBeGreaterThan(20);
+    expect((fast.counts.meter ?? 0) - (fast.counts.meter_box ?? 0)).toBeGreaterThan(20);
     expect(fast.counts.meter_read).toBeGreaterThan(100);
     expect([slow.counts.meter, slow.counts.meter_read]).toEqual([0, 0]);
     expect(mixedFast.counts.meter).toBeGreaterThan(50);

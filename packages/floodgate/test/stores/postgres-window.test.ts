@@ -166,6 +166,15 @@ describe.skipIf(!available)('postgres fixed-window statements', () => {
     // window counting denied calls through the decide function), and with fastPath: false never there.
     expect(fast.counts.window).toBeGreaterThan(200);
     expect(fast.counts.window_read).toBeGreaterThan(100);
+    // Every form of the write statement was sent: plain (the rest), a box, denied calls counted, both.
+    for (const form of ['window_box', 'window_counted', 'window_box_counted'])
+      expect(fast.counts[form], form).toBeGreaterThan(20);
+    expect(
+      (fast.counts.window ?? 0) -
+        (fast.counts.window_box ?? 0) -
+        (fast.counts.window_counted ?? 0) -
+        (fast.counts.window_box_counted ?? 0),
+    ).toBeGreaterThan(20);
     expect(fast.counts.decide).toBeLessThan((fast.counts.window ?? 0) / 5);
     expect([slow.counts.window, slow.counts.window_read]).toEqual([0, 0]);
     expect(mixedFast.counts.window).toBeGreaterThan(50);

@@ -198,6 +198,11 @@ export function postgresStore(options: PostgresStoreOptions): PostgresStore {
   );
 }
 
+/** Where the fixed-window write statement of a form and clock (0 the server's, 1 the caller's) sits. */
+function windowId(aligned: 0 | 1, box: boolean, counts: boolean, clock: 0 | 1): number {
+  return aligned | (box ? 2 : 0) | (counts ? 4 : 0) | (clock << 3);
+}
+
 class PostgresStoreImpl implements PostgresStore {
   readonly name = 'postgres' as const;
   readonly hasOwnClock = true;
@@ -207,11 +212,17 @@ class PostgresStoreImpl implements PostgresStore {
   private readonly lanes: Lane[];
   private readonly statement: string;
   private readonly statementName: string;
-  /** The meter statements (meter-fast.ts) by clock: the server's, then the caller's. */
-  private readonly meterWrite: readonly [Statement, Statement];
+  /**
+   * The meter statements (meter-fast.ts) by clock: the server's, then the caller's; the write statements
+   * first by penalty box: without one, then with one.
+   */
+  private readonly meterWrite: readonly [readonly [Statement, Statement], readonly [Statement, Statement]];
   private readonly meterRead: readonly [Statement, Statement];
-  /** The fixed-window statements (window-fast.ts) by alignment (`c`), then clock as above. */
-  private readonly windowWrite: readonly [readonly [Statement, Statement], readonly [Statement, Statement]];
+  /**
+   * The fixed-window statements (window-fast.ts): the read statements by alignment (`c`), then clock as
+   * above; the write statements by `windowId` (form and clock).
+   */
+  private readonly windowWrite: readonly Statement[];
   private readonly windowRead: readonly [readonly [Statement, Statement], readonly [Statement, Statement]];
   private closed = false;
   private closing: Promise<void> | undefined;
@@ -238,21 +249,35 @@ class PostgresStoreImpl implements PostgresStore {
     this.lanes = Array.from({ length: concurrency }, () => ({ queue: [], sending: undefined, sides: [], busy: false }));
     this.statement = decideStatement(names);
     this.statementName = statementName(names, 'decide');
-    this.meterWrite = [
-      { text: meterWriteStatement(names, 'server'), name: statementName(names, 'meter') },
-      { text: meterWriteStatement(names, 'caller'), name: statementName(names, 'meter_at') },
-    ];
+    const meters = (penalty: boolean) => {
+      const what = penalty ? 'meter_box' : 'meter';
+      return [
+        { text: meterWriteStatement(names, 'server', penalty), name: statementName(names, what) },
+        { text: meterWriteStatement(names, 'caller', penalty), name: statementName(names, `${what}_at`) },
+      ] as const;
+    };
+    this.meterWrite = [meters(false), meters(true)];
     this.meterRead = [
       { text: meterReadStatement(names, 'server'), name: statementName(names, 'meter_read') },
       { text: meterReadStatement(names, 'caller'), name: statementName(names, 'meter_read_at') },
     ];
-    const windows = (make: typeof windowWriteStatement, what: 'window' | 'window_read', aligned: 0 | 1) =>
+    const windows = (aligned: 0 | 1) =>
       [
-        { text: make(names, aligned, 'server'), name: statementName(names, `${what}${aligned}`) },
-        { text: make(names, aligned, 'caller'), name: statementName(names, `${what}${aligned}_at`) },
+        { text: windowReadStatement(names, aligned, 'server'), name: statementName(names, `window_read${aligned}`) },
+        { text: windowReadStatement(names, aligned, 'caller'), name: statementName(names, `window_read${aligned}_at`) },
       ] as const;
-    this.windowWrite = [windows(windowWriteStatement, 'window', 0), windows(windowWriteStatement, 'window', 1)];
-    this.windowRead = [windows(windowReadStatement, 'window_read', 0), windows(windowReadStatement, 'window_read', 1)];
+    this.windowRead = [windows(0), windows(1)];
+    this.windowWrite = Array.from({ length: 16 }, (_, id) => {
+      const form = { aligned: (id & 1) as 0 | 1, box: (id & 2) !== 0, counts: (id & 4) !== 0 };
+      const clock = id & 8 ? 'caller' : 'server';
+      return {
+        text: windowWriteStatement(names, form, clock),
+        name: statementName(
+          names,
+          `window${form.aligned}${form.box ? '_box' : ''}${form.counts ? '_counted' : ''}${clock === 'caller' ? '_at' : ''}`,
+        ),
+      };
+    });
   }
 
   async migrate(): Promise<void> {
@@ -578,9 +603,11 @@ class PostgresStoreImpl implements PostgresStore {
     // The meter admits while TAT ≤ now + room (kinds/meter.ts); queue mode books no further ahead than τ.
     const room = exceeds ? '-Infinity' : String(policy.b + (policy.c === 1 ? 0 : request.maxDelayUs) - charge);
     if (write) {
-      const params = [key, String(charge), room, String(policy.blockUs)];
+      const penalty = policy.blockUs > 0 ? 1 : 0;
+      const params = [key, String(charge), room];
+      if (penalty === 1) params.push(String(policy.blockUs));
       if (clock === 1) params.push(String(request.nowUs));
-      const statement = this.meterWrite[clock];
+      const statement = this.meterWrite[penalty][clock];
       return this.send(statement.text, statement.name, params, 0);
     }
     const statement = this.meterRead[clock];
@@ -601,8 +628,9 @@ class PostgresStoreImpl implements PostgresStore {
     const params = [item.keys[0] as string, String(request.cost), String(policy.limit), String(policy.a)];
     let statement: Statement;
     if (write && !exceeds) {
-      params.push(String(policy.blockUs), String(policy.b));
-      statement = this.windowWrite[aligned][clock];
+      const box = policy.blockUs > 0;
+      if (box) params.push(String(policy.blockUs));
+      statement = this.windowWrite[windowId(aligned, box, policy.b === 1, clock)] as Statement;
     } else {
       statement = this.windowRead[aligned][clock];
     }
@@ -722,12 +750,10 @@ function statementName(
     | 'cancel'
     | 'refund'
     | 'settle_cost'
-    | 'meter'
-    | 'meter_at'
+    | `meter${'' | '_box'}${'' | '_at'}`
     | 'meter_read'
     | 'meter_read_at'
-    | `window${0 | 1}`
-    | `window${0 | 1}_at`
+    | `window${0 | 1}${'' | '_box'}${'' | '_counted'}${'' | '_at'}`
     | `window_read${0 | 1}`
     | `window_read${0 | 1}_at`,
 ): string {
