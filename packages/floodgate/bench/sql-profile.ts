@@ -15,7 +15,8 @@
 // `postgres` user.
 //
 // Contenders (ONLY=<regular expression> runs those it matches, and the peer): floodgate (`limiter.limit`,
-// GCRA, its meter statement on the server's clock), floodgate's fixed window (the peer's algorithm), floodgate with
+// GCRA, its meter statement on the server's clock), floodgate's fixed window (the peer's algorithm) on the
+// server's clock and on the caller's (the peer's whole work), floodgate with
 // `fastPath: false` (the decide function), rate-limiter-flexible's RateLimiterPostgres (`consume`, a fixed
 // window counted on the caller's clock), the minimal upsert of bench:sql, and the GCRA floor: the least a
 // statement deciding GCRA on the server's clock does on floodgate's table (read the clock, test and move
@@ -26,7 +27,7 @@ import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { createLimiter, fixedWindow, gcra } from 'floodgate';
+import { createLimiter, fixedWindow, gcra, systemClock } from 'floodgate';
 import { fromPg, postgresStore } from 'floodgate/postgres';
 import pg from 'pg';
 import { RateLimiterPostgres } from 'rate-limiter-flexible';
@@ -137,6 +138,19 @@ const contenders: { name: string; open: Open }[] = [
         store: postgresStore({ client: fromPg(pool), table: 'fg_fw' }),
         policies: [fixedWindow({ limit: LIMIT, windowMs: 1000 })],
         timeoutMs: SLOW,
+      });
+      return (key) => limiter.limit(key);
+    },
+  },
+  {
+    // The same work as the peer's statement, clock included: the caller's.
+    name: "floodgate fixed window, caller's clock",
+    open: async (pool) => {
+      const limiter = createLimiter({
+        store: postgresStore({ client: fromPg(pool), table: 'fg_fw' }),
+        policies: [fixedWindow({ limit: LIMIT, windowMs: 1000 })],
+        timeoutMs: SLOW,
+        clock: systemClock,
       });
       return (key) => limiter.limit(key);
     },

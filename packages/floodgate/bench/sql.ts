@@ -28,7 +28,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
-import { createLimiter, fixedWindow, gcra } from 'floodgate';
+import { createLimiter, fixedWindow, gcra, systemClock } from 'floodgate';
 import { fromPg, postgresStore } from 'floodgate/postgres';
 import { sqliteStore } from 'floodgate/sqlite';
 import pg from 'pg';
@@ -276,18 +276,25 @@ async function postgresFigures(): Promise<void> {
     const fixedStore = postgresStore({ client: fromPg(pool), schema: SCHEMA, table: 'fixed' });
     await fixedStore.migrate();
     const fixed = createLimiter({ store: fixedStore, policies: [fixedWindow({ limit: LIMIT, windowMs: 1000 })] });
+    // The same on the caller's clock, as the peer counts: its whole work, no more.
+    const fixedCaller = createLimiter({
+      store: fixedStore,
+      policies: [fixedWindow({ limit: LIMIT, windowMs: 1000 })],
+      clock: systemClock,
+    });
     // Every key once first: the other contenders' tables hold every key from their rounds, so that the
     // sample compares an update with an update, not a new row's insert with an update.
     for (let i = 0; i < DISTINCT; i += IN_FLIGHT) {
       await Promise.all(keys.slice(i, i + IN_FLIGHT).map((key) => fixed.limit(key)));
     }
-    const [fgSeq, rlfSeq, minSeq, asyncSeq, fixedSeq] = (await interleavedLatency([
+    const [fgSeq, rlfSeq, minSeq, asyncSeq, fixedSeq, fixedCallerSeq] = (await interleavedLatency([
       (key) => floodgate.limit(key),
       (key) => rlfLimiter.consume(key).catch(() => undefined),
       minimal,
       (key) => asyncCommit.limit(key),
       (key) => fixed.limit(key),
-    ])) as [Figures, Figures, Figures, Figures, Figures];
+      (key) => fixedCaller.limit(key),
+    ])) as [Figures, Figures, Figures, Figures, Figures, Figures];
     await fixedStore.close();
     await asyncStore.close();
     await asyncPool.end();
@@ -298,6 +305,7 @@ async function postgresFigures(): Promise<void> {
     seq('minimal upsert (node-postgres, prepared)', minSeq);
     seq('floodgate postgres, synchronous_commit=off', asyncSeq);
     seq('floodgate postgres, fixed window', fixedSeq);
+    seq("floodgate postgres, fixed window, caller's clock", fixedCallerSeq);
     console.log(
       `interleaved p50, floodgate / rate-limiter-flexible: ${ratio(fgSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1×)`,
     );
@@ -306,6 +314,9 @@ async function postgresFigures(): Promise<void> {
     );
     console.log(
       `same work, sequential p50, floodgate fixed window / rate-limiter-flexible: ${ratio(fixedSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1×)`,
+    );
+    console.log(
+      `same work and clock, sequential p50, floodgate fixed window on the caller's clock / rate-limiter-flexible: ${ratio(fixedCallerSeq.p50Ms, rlfSeq.p50Ms)}`,
     );
     console.log(
       `sequential p50, floodgate GCRA / rate-limiter-flexible's fixed window: ${ratio(fgSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1.1×)`,
