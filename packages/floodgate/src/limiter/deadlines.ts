@@ -5,8 +5,11 @@ export const TIMED_OUT: unique symbol = Symbol('timed out');
 export interface Waiting {
   /** `performance.now()` ms at which the call times out. */
   readonly at: number;
-  /** Fails the call with the timeout (given `TIMED_OUT`); undefined once the call has an answer. */
-  expire: ((timedOut: typeof TIMED_OUT) => void) | undefined;
+  /**
+   * Fails the call with the timeout (given `TIMED_OUT`; a store's own reject, `Store.decideTimed`);
+   * undefined once the call has an answer.
+   */
+  expire: ((timedOut: unknown) => void) | undefined;
 }
 
 /**
@@ -41,7 +44,7 @@ export class Deadlines {
   constructor(private readonly timeoutMs: number) {}
 
   /** Starts a call's wait: `expire` runs once its time is up, unless `answered` is called first. */
-  start(expire: (timedOut: typeof TIMED_OUT) => void): Waiting {
+  start(expire: (timedOut: unknown) => void): Waiting {
     const entry: Waiting = { at: performance.now() + this.timeoutMs, expire };
     this.queue.push(entry);
     if (this.waiting++ === 0 && !this.firing) {

@@ -9,6 +9,12 @@ import type { Breaker } from './breaker.js';
 import { Deadlines, TIMED_OUT } from './deadlines.js';
 import type { CallOptions, FailurePolicy, LimiterEvents } from './limiter.js';
 
+/**
+ * A timed call's `expire` until the store sets it (`Store.decideTimed`); a store that fails the call at
+ * once leaves it, and the call is answered before its time is up.
+ */
+const UNSET = (): void => undefined;
+
 /** How long a `'closed'` failure tells callers to wait. */
 const DEGRADED_RETRY_MS = 1000;
 
@@ -110,8 +116,11 @@ export class StoreCall {
     gate: Breaker | undefined,
     instead: { request: StoreRequest; options: CallOptions } | undefined,
   ): Promise<Outcome> {
-    const pending = this.store.decide(request);
     const deadlines = this.deadlines;
+    if (deadlines !== undefined && this.store.decideTimed !== undefined) {
+      return this.timedOnStore(request, options, gate, instead, deadlines);
+    }
+    const pending = this.store.decide(request);
     if (deadlines === undefined) {
       return pending.then(
         (result) => {
@@ -144,6 +153,35 @@ export class StoreCall {
         },
       );
     });
+  }
+
+  /**
+   * `asynchronously` on a store that keeps the deadline on its own record of the call
+   * (`Store.decideTimed`): its promise is the call's, rejected with `TIMED_OUT` when the time is up first
+   * (the store's answer then comes to a settled promise and is dropped, so a late answer is never a
+   * success for the breaker).
+   */
+  private timedOnStore(
+    request: StoreRequest,
+    options: CallOptions | undefined,
+    gate: Breaker | undefined,
+    instead: { request: StoreRequest; options: CallOptions } | undefined,
+    deadlines: Deadlines,
+  ): Promise<Outcome> {
+    const entry = deadlines.start(UNSET);
+    return (this.store.decideTimed as NonNullable<Store['decideTimed']>)(request, entry).then(
+      (result) => {
+        deadlines.answered(entry);
+        gate?.success();
+        return result;
+      },
+      (error: unknown) => {
+        // Timed out: the deadlines have let the call go already.
+        if (error !== TIMED_OUT) deadlines.answered(entry);
+        const failure = this.failed(request.key, error === TIMED_OUT ? this.timedOut() : error, true);
+        return this.instead(request, options, failure, true, instead);
+      },
+    );
   }
 
   /** The failure policy's answer to a call the store did not decide (for `instead` when given). */

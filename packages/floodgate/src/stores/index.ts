@@ -52,5 +52,6 @@ export {
   type StoreRequest,
   type StoreResult,
   type SyncStore,
+  type TimedCall,
 } from './store.js';
 export { classifyStoreError, isPermanentStoreError, type StoreErrorClass } from './store-errors.js';

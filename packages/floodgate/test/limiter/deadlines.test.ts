@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createLimiter, type FloodgateError, gcra, isFloodgateError } from '../../src/index.js';
 import { Deadlines } from '../../src/limiter/deadlines.js';
-import type { Store, StoreRequest, StoreResult } from '../../src/stores/store.js';
+import type { Store, StoreRequest, StoreResult, TimedCall } from '../../src/stores/store.js';
 
 /**
  * One timer for the timeouts of all of a limiter's store calls (`Deadlines`): each call still fails at the
@@ -15,20 +15,26 @@ describe('store call timeouts, one timer for all calls', () => {
     vi.useRealTimers();
   });
 
-  /** A store whose calls wait until the test answers them, in any order. */
-  function heldStore(): { store: Store; answer: (i: number) => void; calls: number } {
+  /**
+   * A store whose calls wait until the test answers them, in any order; `timed`, one that keeps the
+   * limiter's deadline on its own call (`decideTimed`, as the Redis store does).
+   */
+  function heldStore(timed = false): { store: Store; answer: (i: number) => void; calls: number } {
     const waiting: ((result: StoreResult) => void)[] = [];
+    const decide = (request: StoreRequest, deadline?: TimedCall) =>
+      new Promise<StoreResult>((resolve, reject) => {
+        held.calls++;
+        waiting.push(resolve);
+        if (deadline !== undefined) deadline.expire = reject;
+        void request;
+      });
     const held = {
       calls: 0,
       store: {
         name: 'held',
         hasOwnClock: false,
-        decide: (request: StoreRequest) =>
-          new Promise<StoreResult>((resolve) => {
-            held.calls++;
-            waiting.push(resolve);
-            void request;
-          }),
+        decide: (request: StoreRequest) => decide(request),
+        ...(timed ? { decideTimed: decide } : {}),
         reset: async () => undefined,
       } as unknown as Store,
       answer: (i: number) =>
@@ -66,56 +72,95 @@ describe('store call timeouts, one timer for all calls', () => {
     return seen;
   }
 
-  it('each call fails timeoutMs after its own start, not before, and an answered call never does', async () => {
-    const held = heldStore();
-    const limiter = createLimiter({
-      store: held.store,
-      policies: [gcra({ limit: 5, periodMs: 1000 })],
-      timeoutMs: 1000,
-      breaker: false,
+  for (const timed of [false, true]) {
+    const on = timed ? ", the deadline kept on the store's own call" : '';
+    it(`each call fails timeoutMs after its own start, not before, and an answered call never does${on}`, async () => {
+      const held = heldStore(timed);
+      const limiter = createLimiter({
+        store: held.store,
+        policies: [gcra({ limit: 5, periodMs: 1000 })],
+        timeoutMs: 1000,
+        breaker: false,
+      });
+      const first = watch(limiter.limit('a'));
+      await vi.advanceTimersByTimeAsync(300);
+      const second = watch(limiter.limit('b'));
+      const third = watch(limiter.limit('c'));
+      await vi.advanceTimersByTimeAsync(100);
+      // The second call is answered in time; the other two never are.
+      held.answer(1);
+      await vi.advanceTimersByTimeAsync(599);
+      expect([first.state, second.state, third.state]).toEqual(['pending', 'ok', 'pending']);
+      await vi.advanceTimersByTimeAsync(1);
+      expect([first.state, third.state]).toEqual(['ERR_TIMEOUT', 'pending']);
+      await vi.advanceTimersByTimeAsync(299);
+      expect(third.state).toBe('pending');
+      await vi.advanceTimersByTimeAsync(1);
+      expect(third.state).toBe('ERR_TIMEOUT');
+      // An answer after the timeout changes nothing.
+      held.answer(0);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(first.state).toBe('ERR_TIMEOUT');
+      expect(vi.getTimerCount()).toBe(0);
     });
-    const first = watch(limiter.limit('a'));
-    await vi.advanceTimersByTimeAsync(300);
-    const second = watch(limiter.limit('b'));
-    const third = watch(limiter.limit('c'));
-    await vi.advanceTimersByTimeAsync(100);
-    // The second call is answered in time; the other two never are.
-    held.answer(1);
-    await vi.advanceTimersByTimeAsync(599);
-    expect([first.state, second.state, third.state]).toEqual(['pending', 'ok', 'pending']);
-    await vi.advanceTimersByTimeAsync(1);
-    expect([first.state, third.state]).toEqual(['ERR_TIMEOUT', 'pending']);
-    await vi.advanceTimersByTimeAsync(299);
-    expect(third.state).toBe('pending');
-    await vi.advanceTimersByTimeAsync(1);
-    expect(third.state).toBe('ERR_TIMEOUT');
-    // An answer after the timeout changes nothing.
-    held.answer(0);
-    await vi.advanceTimersByTimeAsync(0);
-    expect(first.state).toBe('ERR_TIMEOUT');
-    expect(vi.getTimerCount()).toBe(0);
-  });
 
-  it('an answer after the timeout does not tell the breaker the store is well', async () => {
-    const held = heldStore();
+    it(`an answer after the timeout does not tell the breaker the store is well${on}`, async () => {
+      const held = heldStore(timed);
+      const limiter = createLimiter({
+        store: held.store,
+        policies: [gcra({ limit: 5, periodMs: 1000 })],
+        timeoutMs: 100,
+        breaker: { failureThreshold: 2, cooldownMs: 60_000 },
+      });
+      const first = watch(limiter.limit('a'));
+      await vi.advanceTimersByTimeAsync(100);
+      expect(first.state).toBe('ERR_TIMEOUT');
+      // The first call's answer arrives late: the call has failed, and the store's failures still run.
+      held.answer(0);
+      await vi.advanceTimersByTimeAsync(0);
+      expect(limiter.breakerState).toBe('closed');
+      const second = watch(limiter.limit('b'));
+      await vi.advanceTimersByTimeAsync(100);
+      expect(second.state).toBe('ERR_TIMEOUT');
+      // Two failures in a row: the breaker opens.
+      expect(limiter.breakerState).toBe('open');
+    });
+  }
+
+  it('a store that fails a timed call at once, before it keeps the deadline, fails only that call', async () => {
+    let fail = true;
+    const held = heldStore(true);
+    const timed = held.store.decideTimed as NonNullable<Store['decideTimed']>;
+    const store = {
+      ...held.store,
+      decideTimed: (request: StoreRequest, deadline: TimedCall) =>
+        fail ? Promise.reject(new Error('closed')) : timed(request, deadline),
+    } as Store;
     const limiter = createLimiter({
-      store: held.store,
+      store,
       policies: [gcra({ limit: 5, periodMs: 1000 })],
       timeoutMs: 100,
-      breaker: { failureThreshold: 2, cooldownMs: 60_000 },
+      breaker: false,
+      failure: 'throw',
     });
     const first = watch(limiter.limit('a'));
-    await vi.advanceTimersByTimeAsync(100);
-    expect(first.state).toBe('ERR_TIMEOUT');
-    // The first call's answer arrives late: the call has failed, and the store's failures still run.
-    held.answer(0);
     await vi.advanceTimersByTimeAsync(0);
-    expect(limiter.breakerState).toBe('closed');
-    const second = watch(limiter.limit('b'));
+    expect(first.state).toBe('ERR_STORE_UNAVAILABLE');
+    // Nothing waits on its deadline any more (the timer no longer holds the process), and a later call
+    // keeps its own timeout.
+    const deadlines = (
+      limiter as unknown as { calls: { deadlines: { waiting: number; timer: { hasRef(): boolean } } } }
+    ).calls.deadlines;
+    expect(deadlines.waiting).toBe(0);
+    expect(deadlines.timer.hasRef()).toBe(false);
     await vi.advanceTimersByTimeAsync(100);
+    expect(first.state).toBe('ERR_STORE_UNAVAILABLE');
+    fail = false;
+    const second = watch(limiter.limit('b'));
+    await vi.advanceTimersByTimeAsync(99);
+    expect(second.state).toBe('pending');
+    await vi.advanceTimersByTimeAsync(1);
     expect(second.state).toBe('ERR_TIMEOUT');
-    // Two failures in a row: the breaker opens.
-    expect(limiter.breakerState).toBe('open');
   });
 
   it('calls one at a time set one timer per timeoutMs, not one each, and keep their timeouts', async () => {

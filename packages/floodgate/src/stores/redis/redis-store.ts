@@ -15,6 +15,7 @@ import type {
   Store,
   StoreRequest,
   StoreResult,
+  TimedCall,
 } from '../store.js';
 import { toStoreError } from '../store-errors.js';
 import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './clients.js';
@@ -310,6 +311,11 @@ class RedisStoreImpl implements RedisStore {
   }
 
   decide(request: StoreRequest): Promise<StoreResult> {
+    return this.decideTimed(request, undefined);
+  }
+
+  /** `decide`, the limiter's deadline kept on the call's own record (`Store.decideTimed`). */
+  decideTimed(request: StoreRequest, deadline: TimedCall | undefined): Promise<StoreResult> {
     this.serverPolicy.onDecide(this.client);
     const nowUs = request.nowUs;
     if (nowUs !== undefined && !(Number.isSafeInteger(nowUs) && nowUs >= 0)) {
@@ -325,6 +331,8 @@ class RedisStoreImpl implements RedisStore {
       request.cost,
       nowUs,
       request.maxDelayUs,
+      undefined,
+      deadline,
     ) as Promise<StoreResult>;
   }
 
@@ -390,6 +398,7 @@ class RedisStoreImpl implements RedisStore {
     nowUs: number | undefined,
     maxDelayUs: number,
     tatUs?: readonly number[],
+    deadline?: TimedCall,
   ): Promise<StoreResult | boolean | undefined> {
     if (this.pending.closed) return Promise.reject(new FloodgateError('ERR_CLOSED', 'the redis store is closed'));
     const encoded = encodeKey(key);
@@ -413,6 +422,7 @@ class RedisStoreImpl implements RedisStore {
     this.pending.count++;
     const weight = weightOf(policies);
     return new Promise((resolve, reject) => {
+      if (deadline !== undefined) deadline.expire = reject;
       const call: Call = {
         op,
         prefix,
