@@ -6,10 +6,15 @@ export interface Waiting {
   /** `performance.now()` ms at which the call times out. */
   readonly at: number;
   /**
-   * Fails the call with the timeout (given `TIMED_OUT`; a store's own reject, `Store.decideTimed`);
-   * undefined once the call has an answer.
+   * Fails the call with the timeout (given `TIMED_OUT`; a store's own reject, `Store.decideTimed`, which
+   * the store sets); let go (undefined) once the call has an answer.
    */
   expire: ((timedOut: unknown) => void) | undefined;
+  /**
+   * Whether the call has an answer or has timed out: kept by the deadlines alone, so that a store writing
+   * `expire` late cannot make a call wait twice.
+   */
+  done: boolean;
 }
 
 /**
@@ -45,7 +50,7 @@ export class Deadlines {
 
   /** Starts a call's wait: `expire` runs once its time is up, unless `answered` is called first. */
   start(expire: (timedOut: unknown) => void): Waiting {
-    const entry: Waiting = { at: performance.now() + this.timeoutMs, expire };
+    const entry: Waiting = { at: performance.now() + this.timeoutMs, expire, done: false };
     this.queue.push(entry);
     if (this.waiting++ === 0 && !this.firing) {
       if (this.timer === undefined || this.firesAt === 0) this.arm(this.timeoutMs);
@@ -65,7 +70,8 @@ export class Deadlines {
    * has failed with the timeout, and the answer comes too late).
    */
   answered(entry: Waiting): boolean {
-    if (entry.expire === undefined) return false;
+    if (entry.done) return false;
+    entry.done = true;
     entry.expire = undefined;
     if (--this.waiting === 0) {
       this.queue = [];
@@ -74,7 +80,7 @@ export class Deadlines {
       return true;
     }
     const queue = this.queue;
-    while (this.head < queue.length && (queue[this.head] as Waiting).expire === undefined) this.head++;
+    while (this.head < queue.length && (queue[this.head] as Waiting).done) this.head++;
     if (queue.length - this.head > 2 * this.waiting + 64) this.sweep();
     else if (this.head >= PASSED && 2 * this.head >= queue.length) this.dropPassed();
     return true;
@@ -95,7 +101,7 @@ export class Deadlines {
     const left: Waiting[] = [];
     for (let i = this.head; i < this.queue.length; i++) {
       const entry = this.queue[i] as Waiting;
-      if (entry.expire !== undefined) left.push(entry);
+      if (!entry.done) left.push(entry);
     }
     this.queue = left;
     this.head = 0;
@@ -115,13 +121,14 @@ export class Deadlines {
     try {
       while (this.head < queue.length) {
         const entry = queue[this.head] as Waiting;
-        const expire = entry.expire;
-        if (expire !== undefined) {
+        if (!entry.done) {
           if (entry.at > now) break;
+          const expire = entry.expire;
+          entry.done = true;
           entry.expire = undefined;
           this.waiting--;
           // May start calls at once (a failure's listeners, its fallback): they join this queue.
-          expire(TIMED_OUT);
+          expire?.(TIMED_OUT);
         }
         this.head++;
       }

@@ -130,6 +130,18 @@ export class StoreCall {
         (error: unknown) => this.instead(request, options, this.failed(request.key, error, true), true, instead),
       );
     }
+    return this.wrapped(pending, request, options, gate, instead, deadlines);
+  }
+
+  /** A store call bounded by a promise of the limiter's own, which the answer or the deadline settles. */
+  private wrapped(
+    pending: Promise<StoreResult>,
+    request: StoreRequest,
+    options: CallOptions | undefined,
+    gate: Breaker | undefined,
+    instead: { request: StoreRequest; options: CallOptions } | undefined,
+    deadlines: Deadlines,
+  ): Promise<Outcome> {
     return new Promise<Outcome>((resolve, reject) => {
       // The store failed, or did not answer in time: the failure policy answers (an input error is thrown).
       const fail = (error: unknown): void => {
@@ -169,16 +181,32 @@ export class StoreCall {
     deadlines: Deadlines,
   ): Promise<Outcome> {
     const entry = deadlines.start(UNSET);
-    return (this.store.decideTimed as NonNullable<Store['decideTimed']>)(request, entry).then(
+    let pending: Promise<StoreResult>;
+    try {
+      pending = (this.store.decideTimed as NonNullable<Store['decideTimed']>)(request, entry);
+    } catch (error) {
+      deadlines.answered(entry);
+      throw error;
+    }
+    if (entry.expire === UNSET) {
+      // The store did not keep the deadline (it failed the call at once, or does not set it as it should):
+      // the limiter bounds the call itself.
+      deadlines.answered(entry);
+      return this.wrapped(pending, request, options, gate, instead, deadlines);
+    }
+    return pending.then(
       (result) => {
-        deadlines.answered(entry);
-        gate?.success();
-        return result;
+        // False: the time was up first, and the store's reject did not end the call: it has timed out.
+        if (deadlines.answered(entry)) {
+          gate?.success();
+          return result;
+        }
+        return this.instead(request, options, this.failed(request.key, this.timedOut(), true), true, instead);
       },
       (error: unknown) => {
-        // Timed out: the deadlines have let the call go already.
-        if (error !== TIMED_OUT) deadlines.answered(entry);
-        const failure = this.failed(request.key, error === TIMED_OUT ? this.timedOut() : error, true);
+        // TIMED_OUT: the deadlines have let the call go already; a failure after the time was up is a timeout.
+        const late = error === TIMED_OUT || !deadlines.answered(entry);
+        const failure = this.failed(request.key, late ? this.timedOut() : error, true);
         return this.instead(request, options, failure, true, instead);
       },
     );

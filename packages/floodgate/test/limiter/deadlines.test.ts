@@ -163,6 +163,56 @@ describe('store call timeouts, one timer for all calls', () => {
     expect(second.state).toBe('ERR_TIMEOUT');
   });
 
+  it('a store that keeps the deadline late, or throws, cannot make calls wait past their time', async () => {
+    const held = heldStore(true);
+    const timed = held.store.decideTimed as NonNullable<Store['decideTimed']>;
+    let mode: 'late' | 'throw' = 'late';
+    const store = {
+      ...held.store,
+      // Sets `expire` only after it has returned (it should before), and after the time is up: the limiter
+      // bounds the call itself.
+      decideTimed: (request: StoreRequest, deadline: TimedCall) => {
+        if (mode === 'throw') throw new Error('broken');
+        return new Promise((resolve) => setTimeout(resolve, 150)).then(() => timed(request, deadline));
+      },
+    } as Store;
+    const limiter = createLimiter({
+      store,
+      policies: [gcra({ limit: 5, periodMs: 1000 })],
+      timeoutMs: 100,
+      breaker: { failureThreshold: 2, cooldownMs: 60_000 },
+    });
+    const deadlines = (
+      limiter as unknown as { calls: { deadlines: { waiting: number; timer: { hasRef(): boolean } } } }
+    ).calls.deadlines;
+    const first = watch(limiter.limit('a'));
+    await vi.advanceTimersByTimeAsync(99);
+    expect(first.state).toBe('pending');
+    await vi.advanceTimersByTimeAsync(1);
+    expect(first.state).toBe('ERR_TIMEOUT');
+    // Its late answer changes nothing: no success for the breaker, no call counted twice.
+    await vi.advanceTimersByTimeAsync(50);
+    held.answer(0);
+    await vi.advanceTimersByTimeAsync(0);
+    expect(first.state).toBe('ERR_TIMEOUT');
+    expect(deadlines.waiting).toBe(0);
+    // The next call still times out on time: one more timeout opens the breaker.
+    const second = watch(limiter.limit('b'));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(second.state).toBe('ERR_TIMEOUT');
+    expect(limiter.breakerState).toBe('open');
+    await vi.advanceTimersByTimeAsync(100);
+    expect(deadlines.waiting).toBe(0);
+    // A store that throws leaves nothing waiting.
+    mode = 'throw';
+    const throwing = createLimiter({ store, policies: [gcra({ limit: 5, periodMs: 1000 })], timeoutMs: 100 });
+    await expect(throwing.limit('c')).rejects.toThrow();
+    const after = (throwing as unknown as { calls: { deadlines: { waiting: number; timer: { hasRef(): boolean } } } })
+      .calls.deadlines;
+    expect(after.waiting).toBe(0);
+    expect(after.timer.hasRef()).toBe(false);
+  });
+
   it('calls one at a time set one timer per timeoutMs, not one each, and keep their timeouts', async () => {
     const held = heldStore();
     const limiter = createLimiter({

@@ -12,7 +12,7 @@ export function countingStatements(
 ): { client: PostgresClient; counts: Record<string, number> } {
   const counts: Record<string, number> = Object.fromEntries([...kinds, 'decide'].map((k) => [k, 0]));
   // A statement's kind, its alignment (windows), its form (a penalty box, denied calls counted) and clock.
-  const pattern = new RegExp(`_(${[...kinds, 'decide'].join('|')})[01]?(_box)?(_counted)?(?:_at)?$`);
+  const pattern = new RegExp(`_(${[...kinds, 'decide'].join('|')})([01]?)(_box)?(_counted)?(?:_at)?$`);
   return {
     counts,
     client: {
@@ -20,8 +20,8 @@ export function countingStatements(
         const match = pattern.exec(name ?? '');
         const what = match?.[1];
         if (what !== undefined) counts[what] = (counts[what] ?? 0) + 1;
-        // And by form, to show each was sent: `meter_box`, `window_counted`, `window_box_counted`.
-        const form = `${what}${match?.[2] ?? ''}${match?.[3] ?? ''}`;
+        // And by alignment and form, to show each was sent: `meter_box`, `window1`, `window0_box_counted`.
+        const form = `${what}${match?.[2] ?? ''}${match?.[3] ?? ''}${match?.[4] ?? ''}`;
         if (what !== undefined && form !== what) counts[form] = (counts[form] ?? 0) + 1;
         return client.query(text, params, name);
       },
