@@ -305,7 +305,7 @@ async function postgresFigures(): Promise<void> {
     seq('minimal upsert (node-postgres, prepared)', minSeq);
     seq('floodgate postgres, synchronous_commit=off', asyncSeq);
     seq('floodgate postgres, fixed window', fixedSeq);
-    seq("floodgate postgres, fixed window, caller clock", fixedCallerSeq);
+    seq('floodgate postgres, fixed window, caller clock', fixedCallerSeq);
     console.log(
       `interleaved p50, floodgate / rate-limiter-flexible: ${ratio(fgSeq.p50Ms, rlfSeq.p50Ms)} (target ≤ 1×)`,
     );
