@@ -3,8 +3,8 @@ export const TIMED_OUT: unique symbol = Symbol('timed out');
 
 /** A call waiting for the store, with the moment it times out. */
 export interface Waiting {
-  /** `performance.now()` ms at which the call times out. */
-  readonly at: number;
+  /** `performance.now()` ms at which the call times out (set when its wait starts). */
+  at: number;
   /**
    * Fails the call with the timeout (given `TIMED_OUT`; a store's own reject, `Store.decideTimed`, which
    * the store sets); let go (undefined) once the call has an answer.
@@ -50,7 +50,15 @@ export class Deadlines {
 
   /** Starts a call's wait: `expire` runs once its time is up, unless `answered` is called first. */
   start(expire: (timedOut: unknown) => void): Waiting {
-    const entry: Waiting = { at: performance.now() + this.timeoutMs, expire, done: false };
+    return this.track({ at: 0, expire, done: false });
+  }
+
+  /**
+   * Starts the wait of a call made already, whose entry a store filled in (`Store.decideTimed`: the
+   * store sets `expire` as it takes the call, and the call is sent before the deadline's bookkeeping).
+   */
+  track(entry: Waiting): Waiting {
+    entry.at = performance.now() + this.timeoutMs;
     this.queue.push(entry);
     if (this.waiting++ === 0 && !this.firing) {
       if (this.timer === undefined || this.firesAt === 0) this.arm(this.timeoutMs);

@@ -6,7 +6,7 @@ import { emptyEvaluation } from '../model/types.js';
 import type { Store, StoreRequest, StoreResult, SyncStore } from '../stores/store.js';
 import { classifyStoreError, toStoreError } from '../stores/store-errors.js';
 import type { Breaker } from './breaker.js';
-import { Deadlines, TIMED_OUT } from './deadlines.js';
+import { Deadlines, TIMED_OUT, type Waiting } from './deadlines.js';
 import type { CallOptions, FailurePolicy, LimiterEvents } from './limiter.js';
 
 /**
@@ -180,20 +180,15 @@ export class StoreCall {
     instead: { request: StoreRequest; options: CallOptions } | undefined,
     deadlines: Deadlines,
   ): Promise<Outcome> {
-    const entry = deadlines.start(UNSET);
-    let pending: Promise<StoreResult>;
-    try {
-      pending = (this.store.decideTimed as NonNullable<Store['decideTimed']>)(request, entry);
-    } catch (error) {
-      deadlines.answered(entry);
-      throw error;
-    }
+    // The call goes out first: the deadline's bookkeeping runs while it travels.
+    const entry: Waiting = { at: 0, expire: UNSET, done: false };
+    const pending = (this.store.decideTimed as NonNullable<Store['decideTimed']>)(request, entry);
     if (entry.expire === UNSET) {
       // The store did not keep the deadline (it failed the call at once, or does not set it as it should):
       // the limiter bounds the call itself.
-      deadlines.answered(entry);
       return this.wrapped(pending, request, options, gate, instead, deadlines);
     }
+    deadlines.track(entry);
     return pending.then(
       (result) => {
         // False: the time was up first, and the store's reject did not end the call: it has timed out.
