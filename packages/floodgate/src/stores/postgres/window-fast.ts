@@ -76,8 +76,9 @@ export function windowWriteStatement(n: SqlNames, form: WindowForm, clock: Meter
   const w = FIXED_WINDOW_SQL;
   const a = '$4::float8';
   const read = `SELECT ${now} AS now, t.state[1] AS b, t.state[2] AS s2, t.state[3] AS s3 OFFSET 0`;
-  // The state decided on and the verdict, kept for the RETURNING (`m` in scope, its verdict `m.v`).
-  const stash = `WHERE set_config('${STASH}', ARRAY[m.now, m.b, m.s2, ${countBits('m.s3')}, m.v]::bigint[]::text, true)
+  // The state decided on and the verdict (1 admitted, else 0), kept for the RETURNING (`m` in scope).
+  const stash = (verdict: string) =>
+    `WHERE set_config('${STASH}', ARRAY[m.now, m.b, m.s2, ${countBits('m.s3')}, ${verdict}]::bigint[]::text, true)
     IS NOT NULL`;
   let update: string;
   if (!box && !counts) {
@@ -90,7 +91,7 @@ export function windowWriteStatement(n: SqlNames, form: WindowForm, clock: Meter
   FROM (SELECT z.*, ${start} AS start, ${count} AS cnt,
       CASE WHEN z.b > z.now THEN 0 WHEN ${w.admits(count, '$2::float8', '$3::float8')} THEN 1 ELSE 0 END AS v
     FROM (${read}) z OFFSET 0) m
-  ${stash}`;
+  ${stash('m.v')}`;
   } else {
     const windowCount = counts ? 'm.nc' : 'm.cnt';
     update = `SELECT
@@ -108,7 +109,7 @@ export function windowWriteStatement(n: SqlNames, form: WindowForm, clock: Meter
       FROM (SELECT z.*, ${w.start(aligned, 'z.s2', 'z.s3', 'z.now', a)} AS start
         FROM (${read}) z OFFSET 0) y
       OFFSET 0) x OFFSET 0) m
-  ${stash.replace('m.v]', 'greatest(m.v, 0)]')}`;
+  ${stash('greatest(m.v, 0)')}`;
   }
   return `INSERT INTO ${n.qualified} AS t (key, state, expires_at)
 SELECT $1::text, ARRAY[0, i.start, $2::float8], ${expiryAt(`i.start + ${a}`)}
