@@ -63,7 +63,7 @@ export const SERVER_NOW = `(extract(epoch FROM clock_timestamp()) * 1000000)::bi
  *
  * Two forms by penalty box: with `penalty`, `$4` is blockUs (> 0) and a denial writes the box; without, a
  * denial changes nothing and the statement has no such branch (each branch's expressions are built again on
- * every execution, taken or not: the plain form costs the server about 10 % less per call,
+ * every execution, taken or not: the plain form costs the server about 5 % less per call,
  * bench/sql-profile.ts).
  *
  * Parameters: `$1` the row key, `$2` the charge (`meterCharge(cost, T)`), `$3` room, with `penalty` `$4`

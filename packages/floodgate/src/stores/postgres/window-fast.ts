@@ -54,7 +54,7 @@ export interface WindowForm {
  * PostgreSQL builds the executor's state of every expression of a prepared statement again on each
  * execution, taken or not (meter-fast.ts), so each form carries only its own branches. The plain form (no
  * box, denials not counted, the default and the commonest) decides in one subquery level over the row read;
- * the others keep the levels their denial needs. The plain form costs the server about 30 % less per call
+ * the others keep the levels their denial needs. The plain form costs the server about 14 % less per call
  * than one statement for every form did (bench/sql-profile.ts).
  *
  * The expiry is the moment the state written is untouched (`FIXED_WINDOW_SQL.untouchedAt`): the window's
