@@ -16,9 +16,13 @@ export interface CompiledNumbers {
 /**
  * A key's state under a kind, after the penalty slot (index 0): named fields of a fixed-size state, or a
  * list of `(time, amount)` pairs oldest first, at most `maxPairs(c)` of them.
+ *
+ * `untouchedAtLatest`: every field is a time, µs, and from the latest of them on (the penalty's end
+ * included) the state decides every call exactly as no state would. A store may then keep no expiry beside
+ * the state: the state is its own (the memory store's meter tables do).
  */
 export type StateLayout =
-  | { readonly fields: readonly string[] }
+  | { readonly fields: readonly string[]; readonly untouchedAtLatest?: true }
   | { readonly pairs: readonly [string, string]; maxPairs(c: CompiledNumbers): number };
 
 /** One field of a {@link StateReading}: µs since the epoch (`time`), µs (`duration`), or a plain number. */

@@ -96,7 +96,7 @@ export const METER: KindDescriptor<1, 'meter'> = {
   id: 1,
   name: 'meter',
   tag: '',
-  layout: { fields: ['tat'] },
+  layout: { fields: ['tat'], untouchedAtLatest: true },
   params: {
     a: 'T: whole µs per unit of cost',
     b: 'τ: tolerance, whole µs (the charge of `burst`)',

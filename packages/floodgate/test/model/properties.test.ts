@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createLimiter, type Decision, memoryStore, type Policy } from '../../src/index.js';
+import { compilePolicy, decide, emptyEvaluation, kindOf, type State } from '../../src/model/index.js';
 import { manualClock } from '../../src/testing/index.js';
 import { policyArbitrary } from './arbitraries.js';
 
@@ -204,6 +205,45 @@ describe('model properties', () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it("a kind whose state is its own expiry (`untouchedAtLatest`) decides from the state's latest time on as from no state", () => {
+    let reached = 0;
+    fc.assert(
+      fc.property(
+        policyArb,
+        trafficArb,
+        fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 3_000_000 })),
+        fc.constantFrom(0, 0.5, 1, 3, 40),
+        fc.boolean(),
+        fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 2_000_000 })),
+        (policy, calls, afterUs, cost, commit, maxDelayUs) => {
+          const c = compilePolicy(policy);
+          const layout = kindOf(c).layout;
+          if (!('fields' in layout) || layout.untouchedAtLatest !== true) return;
+          let state: State | undefined;
+          let nowUs = START_MS * 1000;
+          for (const call of calls) {
+            nowUs += call.gapUs;
+            const out = [emptyEvaluation()];
+            decide([c], [state], nowUs, call.cost, { commit: true }, out);
+            if (out[0]?.next !== undefined) state = [...out[0].next];
+          }
+          if (state === undefined) return;
+          reached++;
+          const atUs = Math.max(...state) + afterUs;
+          const fromState = [emptyEvaluation()];
+          const fromNone = [emptyEvaluation()];
+          const options = { commit, maxDelayUs };
+          expect(decide([c], [state], atUs, cost, options, fromState)).toBe(
+            decide([c], [undefined], atUs, cost, options, fromNone),
+          );
+          expect(fromState).toEqual(fromNone);
+        },
+      ),
+      { numRuns: 600 },
+    );
+    expect(reached).toBeGreaterThan(100);
   });
 
   it('check predicts limit exactly', () => {

@@ -191,21 +191,63 @@ describe("memory store: whenFull 'refuse'", () => {
   it('never drops a key before its expiry, however far from the first expiry it lies (32-bit expiries round up)', () => {
     const clock = manualClock();
     const store = memoryStore({ maxKeys: 2, whenFull: 'refuse' });
-    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 3, periodMs: 1000 })] });
-    const periodUs = 1000 * 1000;
-    // The first key's expiry is the table's epoch; the second's lies 2^35 + 1000 µs after it, where a
-    // 32-bit float steps by 4096 µs: the nearest one is 1000 µs early, the next one up 3096 µs late.
+    const limiter = createLimiter({ store, clock, policies: [fixedWindow({ limit: 3, windowMs: 1000 })] });
+    const windowUs = 1000 * 1000;
+    // The first key's expiry (its window's end) is the table's epoch; the second key's window ends
+    // 34,359,000,000 µs after it, where a 32-bit float steps by 2048 µs: the nearest float is 970 µs
+    // early, the next one up 1078 µs late.
     limiter.limitSync('first');
-    clock.advanceUs(2 ** 35 + 1000);
+    const secondEndUs = clock.nowUs() + windowUs + 34_359_000_000;
+    clock.advanceUs(secondEndUs - windowUs / 2 - clock.nowUs());
     limiter.limitSync('second');
-    clock.advanceUs(Math.floor(periodUs / 3) - 1);
+    clock.advanceUs(secondEndUs - 1 - clock.nowUs());
     // Before the second key's expiry: a new key needs room, the sweep drops the first key only.
     limiter.limitSync('third');
     expect(store.expiredRemoved).toBe(1);
     expect(store.size).toBe(2);
-    // Past the second key's expiry by more than one step of the float, it goes.
-    clock.advanceUs(4097);
+    // Past the second key's expiry by one step of the float, it goes (and the third key, whose window
+    // ended with it).
+    clock.advanceUs(2049);
+    limiter.limitSync('fourth');
+    expect(store.expiredRemoved).toBe(3);
+  });
+
+  it("keeps no expiry beside a meter's state: a key goes at its TAT or its penalty's end, whichever is later, not before", () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 2, whenFull: 'refuse' });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 2, periodMs: 1000, blockMs: 5000 })] });
+    const startUs = clock.nowUs();
+    // 'boxed' is denied on its third call and boxed for 5 s: its TAT is 1 s away, its penalty 5 s.
+    for (let i = 0; i < 3; i++) limiter.limitSync('boxed');
+    // 'far' lies 2^35 µs on (where a 32-bit float steps by 4096 µs): its TAT is 500,000 µs after its call.
+    clock.advanceUs(2 ** 35);
+    limiter.limitSync('far');
+    const farTatUs = clock.nowUs() + 500_000;
+    expect(store.expiredRemoved).toBe(0);
+    // Long past the box: the sweep for a new key drops 'boxed', and not 'far' 1 µs before its TAT.
+    clock.advanceUs(farTatUs - 1 - clock.nowUs());
+    limiter.limitSync('third');
+    expect(store.expiredRemoved).toBe(1);
+    expect(limiter.checkSync('far').remaining).toBe(0);
+    // At its TAT exactly, 'far' holds nothing and goes.
+    clock.advanceUs(1);
     limiter.limitSync('fourth');
     expect(store.expiredRemoved).toBe(2);
+    expect(clock.nowUs() - startUs).toBeGreaterThan(2 ** 35);
+  });
+
+  it("drops a boxed meter key at its penalty's end, not at its TAT", () => {
+    const clock = manualClock();
+    const store = memoryStore({ maxKeys: 1, whenFull: 'refuse' });
+    const limiter = createLimiter({ store, clock, policies: [gcra({ limit: 2, periodMs: 1000, blockMs: 5000 })] });
+    for (let i = 0; i < 3; i++) limiter.limitSync('boxed');
+    // Its TAT has passed (1 s) but not its penalty (5 s): a new key is refused, the key stays boxed.
+    clock.advanceUs(5_000_000 - 1);
+    expect(() => limiter.limitSync('other')).toThrow(/the memory store is full/);
+    expect(store.refusedKeys).toBe(1);
+    expect(limiter.checkSync('boxed').allowed).toBe(false);
+    clock.advanceUs(1);
+    expect(limiter.limitSync('other').allowed).toBe(true);
+    expect(store.expiredRemoved).toBe(1);
   });
 });

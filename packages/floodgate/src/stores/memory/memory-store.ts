@@ -365,7 +365,11 @@ class MemoryStoreImpl implements MemoryStore, MeterWriter {
       const n = this.tableList.length;
       // Fixed-size states go in a slab; lists of pairs (the sliding log) get an array per key.
       const kind = kindOf(c);
-      table = 'fields' in kind.layout ? new SlabTable(n, c, emptyStateLength(kind)) : new LogTable(n, c);
+      const layout = kind.layout;
+      table =
+        'fields' in layout
+          ? new SlabTable(n, c, emptyStateLength(kind), layout.untouchedAtLatest === true)
+          : new LogTable(n, c);
       this.tables.set(id, table);
       this.tableList.push(table);
     }

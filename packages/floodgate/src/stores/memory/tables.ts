@@ -27,7 +27,9 @@ abstract class SlotIndex {
  * An expiry is kept as a 32-bit float relative to the table's first one, rounded up: exact within 2^24 µs
  * (16 s) of it, and beyond that late by less than 2^-23 of the distance (an hour away: 0.5 ms), never early.
  * Expiries only let the store drop keys that hold nothing; a state read after its expiry decides like
- * an absent one.
+ * an absent one. A table whose kind's states are their own expiry (`untouchedAtLatest`: the meter's
+ * `[blockedUntil, tat]`, untouched from the later of the two on) keeps none: a key costs 4 bytes less, and
+ * a write touches the slab alone.
  */
 export class SlabTable extends SlotIndex {
   /** The key of each slot, as long as the slab (grown with it, rather than by a half, as a push would). */
@@ -35,7 +37,7 @@ export class SlabTable extends SlotIndex {
   /** Keys held: slots 0 to size − 1. */
   size = 0;
   private slab: Float64Array;
-  private expiries = new Float32Array(INITIAL_SLOTS);
+  private expiries: Float32Array;
   /** Expiries are stored relative to this (NaN until the first key). */
   private epoch = Number.NaN;
   private readonly scratch: number[];
@@ -45,9 +47,12 @@ export class SlabTable extends SlotIndex {
     readonly id: number,
     public policy: CompiledPolicy,
     readonly stateLength: number,
+    /** The state's latest field is its expiry: no expiry is stored (see `untouchedAtLatest`). */
+    readonly untouchedAtLatest = false,
   ) {
     super();
     this.slab = new Float64Array(INITIAL_SLOTS * stateLength);
+    this.expiries = new Float32Array(untouchedAtLatest ? 0 : INITIAL_SLOTS);
     this.scratch = new Array<number>(stateLength).fill(0);
     this.sampled = new Array<number>(stateLength).fill(0);
   }
@@ -79,6 +84,7 @@ export class SlabTable extends SlotIndex {
     const base = slot * 2;
     this.slab[base] = a;
     this.slab[base + 1] = b;
+    if (this.untouchedAtLatest) return;
     const d = expiresAt - this.epoch;
     const expiries = this.expiries;
     expiries[slot] = d;
@@ -97,6 +103,7 @@ export class SlabTable extends SlotIndex {
     const n = this.stateLength;
     const base = slot * n;
     for (let i = 0; i < n; i++) this.slab[base + i] = state[i] as number;
+    if (this.untouchedAtLatest) return added;
     const d = expiresAt - this.epoch;
     const expiries = this.expiries;
     expiries[slot] = d;
@@ -107,7 +114,7 @@ export class SlabTable extends SlotIndex {
   /** A slot for a new key (out of `write`, which mostly rewrites a held key: small code compiles better). */
   private insert(key: string, expiresAt: number): number {
     const slot = this.size++;
-    if (slot === this.expiries.length) this.grow();
+    if (slot === this.keys.length) this.grow();
     // The first expiry: those that follow are near it, and so kept to within a few µs.
     if (Number.isNaN(this.epoch)) this.epoch = Number.isFinite(expiresAt) ? expiresAt : 0;
     this.index.set(key, slot);
@@ -117,7 +124,12 @@ export class SlabTable extends SlotIndex {
 
   /** When the key in `slot` is untouched again, µs: never earlier than the expiry written. */
   expiresAt(slot: number): number {
-    return this.epoch + (this.expiries[slot] as number);
+    if (!this.untouchedAtLatest) return this.epoch + (this.expiries[slot] as number);
+    const n = this.stateLength;
+    const base = slot * n;
+    let latest = this.slab[base] as number;
+    for (let i = 1; i < n; i++) latest = Math.max(latest, this.slab[base + i] as number);
+    return latest;
   }
 
   /** A slot's state, copied into an array of its own (a sample must not clobber what `read` returned). */
@@ -140,7 +152,7 @@ export class SlabTable extends SlotIndex {
       this.index.set(moved, slot);
       const n = this.stateLength;
       this.slab.copyWithin(slot * n, last * n, last * n + n);
-      this.expiries[slot] = this.expiries[last] as number;
+      if (!this.untouchedAtLatest) this.expiries[slot] = this.expiries[last] as number;
     }
     keys[last] = undefined;
     this.lastKey = undefined;
@@ -153,17 +165,19 @@ export class SlabTable extends SlotIndex {
     this.lastKey = undefined;
     this.epoch = Number.NaN;
     this.slab = new Float64Array(INITIAL_SLOTS * this.stateLength);
-    this.expiries = new Float32Array(INITIAL_SLOTS);
+    if (!this.untouchedAtLatest) this.expiries = new Float32Array(INITIAL_SLOTS);
   }
 
   private grow(): void {
-    const slots = this.expiries.length * 2;
+    const slots = this.keys.length * 2;
     const slab = new Float64Array(slots * this.stateLength);
     slab.set(this.slab);
     this.slab = slab;
-    const expiries = new Float32Array(slots);
-    expiries.set(this.expiries);
-    this.expiries = expiries;
+    if (!this.untouchedAtLatest) {
+      const expiries = new Float32Array(slots);
+      expiries.set(this.expiries);
+      this.expiries = expiries;
+    }
     const keys = new Array<string | undefined>(slots);
     for (let i = 0; i < this.size; i++) keys[i] = this.keys[i];
     this.keys = keys;
