@@ -1,6 +1,6 @@
 // Instructions redis-server spends per decision, counted by callgrind (deterministic, whatever the load):
 //
-//   node --import tsx packages/floodgate/bench/redis-profile.ts [floodgate|rate-limiter-flexible|set] [decisions]
+//   node --import tsx packages/floodgate/bench/redis-profile.ts [floodgate|rate-limiter-flexible|minimal|set] [decisions]
 //
 // Starts its own redis-server under `valgrind --tool=callgrind` on a spare port, warms it up with the real
 // client (IN_FLIGHT closed loops of GCRA decisions over 100k keys, as bench:redis runs them), zeroes the
@@ -12,10 +12,11 @@ import { mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { createLimiter, gcra } from 'floodgate';
+import { createLimiter, fixedWindow, gcra } from 'floodgate';
 import { fromIoredis, type RedisScriptClient, redisStore } from 'floodgate/redis';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
+import { MINIMAL_GCRA } from './redis-server.js';
 
 const run = promisify(execFile);
 const who = process.argv[2] ?? 'floodgate';
@@ -28,6 +29,10 @@ const PERIOD_MS = Number(process.env.PERIOD_MS ?? 1000);
 const LIMIT = Number(process.env.LIMIT ?? 100);
 /** SEQUENTIAL=1: keys in turn instead of bench:redis's pseudo-random sequence (no key twice in a batch). */
 const SEQUENTIAL = process.env.SEQUENTIAL === '1';
+const ALGORITHM = process.env.ALGORITHM ?? 'gcra';
+if (ALGORITHM !== 'gcra' && ALGORITHM !== 'fixed-window') {
+  throw new Error(`ALGORITHM must be 'gcra' or 'fixed-window', got ${JSON.stringify(ALGORITHM)}`);
+}
 
 const dir = await mkdtemp(join(tmpdir(), 'floodgate-callgrind-'));
 const server = spawn(
@@ -72,10 +77,19 @@ if (who === 'floodgate') {
   };
   const limiter = createLimiter({
     store: redisStore({ client: counted }),
-    policies: [gcra({ limit: LIMIT, periodMs: PERIOD_MS })],
+    policies: [
+      ALGORITHM === 'gcra'
+        ? gcra({ limit: LIMIT, periodMs: PERIOD_MS })
+        : fixedWindow({ limit: LIMIT, windowMs: PERIOD_MS }),
+    ],
     prefix: 'bench',
   });
   decide = (key) => limiter.limit(key);
+} else if (who === 'minimal') {
+  const sha = (await admin.script('LOAD', MINIMAL_GCRA)) as string;
+  const t = String((PERIOD_MS * 1000) / LIMIT);
+  const tau = String(PERIOD_MS * 1000);
+  decide = (key) => client.evalsha(sha, 1, `raw:{${key}}`, t, tau);
 } else if (who === 'rate-limiter-flexible') {
   const rlf = new RateLimiterRedis({ storeClient: client, points: LIMIT, duration: PERIOD_MS / 1000 });
   decide = (key) => rlf.consume(key).catch((denied: unknown) => denied);
@@ -116,7 +130,9 @@ const annotate = (await run('callgrind_annotate', ['--inclusive=yes', dump], { m
 const total = Number(/([\d,]+)\s+\(100\.0%\)\s+PROGRAM TOTALS/.exec(annotate)?.[1]?.replaceAll(',', ''));
 const stats = await admin.info('stats');
 const commands = await admin.info('commandstats');
-console.log(`${who}: ${DECISIONS} decisions, ${IN_FLIGHT} in flight, ${DISTINCT} keys, period ${PERIOD_MS} ms`);
+console.log(
+  `${who}${who === 'floodgate' ? ` ${ALGORITHM}` : ''}: ${DECISIONS} decisions, ${IN_FLIGHT} in flight, ${DISTINCT} keys, period ${PERIOD_MS} ms`,
+);
 console.log(
   `  keyspace hits ${/keyspace_hits:(\d+)/.exec(stats)?.[1]}, misses ${/keyspace_misses:(\d+)/.exec(stats)?.[1]}, expired ${/expired_keys:(\d+)/.exec(stats)?.[1]} (measured part), SET calls ${/cmdstat_set:calls=(\d+)/.exec(commands)?.[1] ?? 0}`,
 );

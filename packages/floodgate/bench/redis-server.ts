@@ -9,6 +9,18 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 export const HOST = '127.0.0.1';
 
+/** The least a GCRA script can do: read the clock, GET, compare, SET with an expiry. */
+export const MINIMAL_GCRA = `
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local new = tat + tonumber(ARGV[1])
+if new - now > tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000))
+return 1
+`;
+
 async function freePort(from: number, to: number): Promise<number> {
   for (let port = from; port < to; port++) {
     const free = await new Promise<boolean>((resolve) => {

@@ -7,7 +7,7 @@
 // 2. Throughput from one Node process with 1000 decisions in flight (1000 closed loops over 100k keys):
 //    floodgate's GCRA and rate-limiter-flexible's RateLimiterRedis, on the same ioredis client kind.
 // 3. Sequential latency (one call at a time): p50 / p99 of a raw EVALSHA of the minimal script,
-//    floodgate, rate-limiter-flexible.
+//    floodgate, rate-limiter-flexible, in blocks of 250 calls taken in turn.
 // 4. Memory per key: INFO memory delta over 100k keys, per algorithm, rate-limiter-flexible, and a bare
 //    `SET <floodgate's key> <integer> PX <ttl>` (the floor).
 // 5. The fleet: 4 client processes at once against one redis-server (redis-fleet.ts), floodgate and
@@ -46,7 +46,7 @@ import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
 import { type FleetRound, fleetRound } from './redis-fleet.js';
 import { recordingsDir, replayRound } from './redis-replay.js';
-import { HOST, startRedisServer } from './redis-server.js';
+import { HOST, MINIMAL_GCRA, startRedisServer } from './redis-server.js';
 
 const run = promisify(execFile);
 const ROUND_MS = Number(process.env.BENCH_MS ?? 2000);
@@ -60,17 +60,6 @@ const PERIOD_MS = 1000;
 /** Client processes in the fleet row. */
 const FLEET = Number(process.env.BENCH_FLEET ?? 4);
 
-/** The least a GCRA script can do: read the clock, GET, compare, SET with an expiry. */
-const MINIMAL_GCRA = `
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-local new = tat + tonumber(ARGV[1])
-if new - now > tonumber(ARGV[2]) then return 0 end
-redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000))
-return 1
-`;
 const T_US = String((PERIOD_MS * 1000) / LIMIT);
 const TAU_US = String(PERIOD_MS * 1000);
 
@@ -117,21 +106,39 @@ async function throughput(decide: Decide, admin: Redis): Promise<Round> {
   return { rate, nodeUs: (used.user + used.system) / decided, redisUs: redisUs / decided };
 }
 
-/** p50 and p99 of one call at a time, µs. */
-async function latency(decide: Decide): Promise<{ p50: number; p99: number }> {
-  for (let i = 0; i < 500; i++) await decide(`warm-${i % 100}`);
-  const samples = new Float64Array(SEQUENTIAL);
-  for (let i = 0; i < SEQUENTIAL; i++) {
-    const key = `seq-${i % DISTINCT}`;
-    const start = process.hrtime.bigint();
-    await decide(key);
-    samples[i] = Number(process.hrtime.bigint() - start) / 1000;
+interface Latency {
+  p50: number;
+  p99: number;
+}
+
+/** Calls of one contender in a row, between the others' (`latencies`). */
+const SEQUENTIAL_BLOCK = 250;
+
+/**
+ * p50 and p99 of one call at a time, µs, for each contender: SEQUENTIAL calls each, in blocks of
+ * SEQUENTIAL_BLOCK taken in turn (A B C A B C …, the order rotating each turn), so that a quieter or
+ * busier spell of the machine falls on every contender alike.
+ */
+async function latencies(decides: Decide[]): Promise<Latency[]> {
+  for (const decide of decides) for (let i = 0; i < 500; i++) await decide(`warm-${i % 100}`);
+  const samples = decides.map(() => new Float64Array(SEQUENTIAL));
+  for (let done = 0, turn = 0; done < SEQUENTIAL; done += SEQUENTIAL_BLOCK, turn++) {
+    for (let j = 0; j < decides.length; j++) {
+      const who = (j + turn) % decides.length;
+      const decide = decides[who] as Decide;
+      const own = samples[who] as Float64Array;
+      for (let i = done; i < Math.min(done + SEQUENTIAL_BLOCK, SEQUENTIAL); i++) {
+        const key = `seq-${i % DISTINCT}`;
+        const start = process.hrtime.bigint();
+        await decide(key);
+        own[i] = Number(process.hrtime.bigint() - start) / 1000;
+      }
+    }
   }
-  samples.sort();
-  return {
-    p50: samples[Math.floor(SEQUENTIAL * 0.5)] as number,
-    p99: samples[Math.floor(SEQUENTIAL * 0.99)] as number,
-  };
+  return samples.map((own) => {
+    own.sort();
+    return { p50: own[Math.floor(SEQUENTIAL * 0.5)] as number, p99: own[Math.floor(SEQUENTIAL * 0.99)] as number };
+  });
 }
 
 async function usedMemory(redis: Redis): Promise<number> {
@@ -230,9 +237,11 @@ async function main(): Promise<void> {
     const rlfRate = rlfBest.rate;
 
     // 3. Sequential latency.
-    const rawLatency = await latency(rawDecide);
-    const floodgateLatency = await latency(floodgateDecide);
-    const rlfLatency = await latency(rlfDecide);
+    const [rawLatency, floodgateLatency, rlfLatency] = (await latencies([rawDecide, floodgateDecide, rlfDecide])) as [
+      Latency,
+      Latency,
+      Latency,
+    ];
 
     console.log('\nthroughput, decisions per second');
     console.log(`  ceiling: redis-benchmark EVALSHA minimal GCRA, 50 clients, pipeline 32   ${fmt(ceiling)}`);
