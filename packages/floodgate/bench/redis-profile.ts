@@ -3,7 +3,7 @@
 //   node --import tsx packages/floodgate/bench/redis-profile.ts [floodgate|rate-limiter-flexible|minimal|set] [decisions]
 //
 // Starts its own redis-server under `valgrind --tool=callgrind` on a spare port, warms it up with the real
-// client (IN_FLIGHT closed loops of GCRA decisions over 100k keys, as bench:redis runs them), zeroes the
+// client (IN_FLIGHT closed loops of decisions over 100k keys, as bench:redis runs them), zeroes the
 // counters, runs `decisions` more, dumps, and prints instructions per decision, script calls and calls per
 // script call, and where the instructions went (callgrind_annotate, inclusive, top functions). `set` is
 // the floor: `SET key value PX ttl`, pipelined, same keys.

@@ -116,8 +116,8 @@ const SEQUENTIAL_BLOCK = 250;
 
 /**
  * p50 and p99 of one call at a time, µs, for each contender: SEQUENTIAL calls each, in blocks of
- * SEQUENTIAL_BLOCK taken in turn (A B C A B C …, the order rotating each turn), so that a quieter or
- * busier spell of the machine falls on every contender alike.
+ * SEQUENTIAL_BLOCK taken in turn, the order rotating each turn (A B C, B C A, C A B, …), so that a quieter
+ * or busier spell of the machine falls on every contender alike.
  */
 async function latencies(decides: Decide[]): Promise<Latency[]> {
   for (const decide of decides) for (let i = 0; i < 500; i++) await decide(`warm-${i % 100}`);

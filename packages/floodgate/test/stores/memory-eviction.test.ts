@@ -194,8 +194,8 @@ describe("memory store: whenFull 'refuse'", () => {
     const limiter = createLimiter({ store, clock, policies: [fixedWindow({ limit: 3, windowMs: 1000 })] });
     const windowUs = 1000 * 1000;
     // The first key's expiry (its window's end) is the table's epoch; the second key's window ends
-    // 34,359,000,000 µs after it, where a 32-bit float steps by 2048 µs: the nearest float is 970 µs
-    // early, the next one up 1078 µs late.
+    // 34,359,000,000 µs after it, where a 32-bit float steps by 2048 µs: the nearest float is 960 µs
+    // early, the next one up 1088 µs late.
     limiter.limitSync('first');
     const secondEndUs = clock.nowUs() + windowUs + 34_359_000_000;
     clock.advanceUs(secondEndUs - windowUs / 2 - clock.nowUs());
@@ -219,8 +219,8 @@ describe("memory store: whenFull 'refuse'", () => {
     const startUs = clock.nowUs();
     // 'boxed' is denied on its third call and boxed for 5 s: its TAT is 1 s away, its penalty 5 s.
     for (let i = 0; i < 3; i++) limiter.limitSync('boxed');
-    // 'far' lies 2^35 µs on (where a 32-bit float steps by 4096 µs): its TAT is 500,000 µs after its call.
-    clock.advanceUs(2 ** 35);
+    // 'far' lies 2^35 + 1000 µs on, far from the other key's times; its TAT is 500,000 µs after its call.
+    clock.advanceUs(2 ** 35 + 1000);
     limiter.limitSync('far');
     const farTatUs = clock.nowUs() + 500_000;
     expect(store.expiredRemoved).toBe(0);

@@ -50,7 +50,10 @@ export class Eviction {
   /** The table and slot `pick` found. */
   private pickedTable: Table | undefined;
   private pickedSlot = 0;
-  /** No held key expires before this (a lower bound: the least expiry at the last sweep and since). */
+  /**
+   * No held key expires before this, but one that had expired when it was written (a lower bound: the
+   * least expiry at the last sweep and since; a meter's state may expire at a time before its write).
+   */
   earliestExpiry = Number.POSITIVE_INFINITY;
   /** New keys (stored or refused) since the last sweep; the first time the store fills, a sweep is due. */
   private newSinceSweep: number;

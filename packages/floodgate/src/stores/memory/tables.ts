@@ -19,7 +19,7 @@ abstract class SlotIndex {
 
 /**
  * Fixed-size states packed in one Float64Array, slot `i` holding the state of key `keys[i]`, and each
- * slot's expiry in a Float32Array. A key costs a Map entry with a small-integer value, a place in `keys`
+ * slot's expiry in a Float32Array (but a meter's, below). A key costs a Map entry with a small-integer value, a place in `keys`
  * and a few numbers, and no object of its own. The slots are dense: slot `i` for `i < size` holds a key,
  * and a key that leaves takes the last one in its place (`removeSlot`), so a uniform sample of the
  * table's keys is one random slot, with no list beside them.
@@ -122,7 +122,10 @@ export class SlabTable extends SlotIndex {
     return slot;
   }
 
-  /** When the key in `slot` is untouched again, µs: never earlier than the expiry written. */
+  /**
+   * When the key in `slot` is untouched again, µs: never earlier than the expiry written, or for a state
+   * that is its own expiry, the latest of its times (which may lie before the time it was written at).
+   */
   expiresAt(slot: number): number {
     if (!this.untouchedAtLatest) return this.epoch + (this.expiries[slot] as number);
     const n = this.stateLength;
