@@ -17,9 +17,8 @@ export interface CompiledNumbers {
  * A key's state under a kind, after the penalty slot (index 0): named fields of a fixed-size state, or a
  * list of `(time, amount)` pairs oldest first, at most `maxPairs(c)` of them.
  *
- * `untouchedAtLatest`: every field is a time, µs, and from the latest of them on (the penalty's end
- * included) the state decides every call exactly as no state would. A store may then keep no expiry beside
- * the state: the state is its own (the memory store's meter tables do).
+ * `untouchedAtLatest`: every field is a time (µs), and from the latest, the penalty's end included, the
+ * state decides as no state would: it is its own expiry.
  */
 export type StateLayout =
   | { readonly fields: readonly string[]; readonly untouchedAtLatest?: true }
