@@ -7,7 +7,8 @@
 // 2. Throughput from one Node process with 1000 decisions in flight (1000 closed loops over 100k keys):
 //    floodgate's GCRA and rate-limiter-flexible's RateLimiterRedis, on the same ioredis client kind.
 // 3. Sequential latency (one call at a time): p50 / p99 of a raw EVALSHA of the minimal script,
-//    floodgate, rate-limiter-flexible, in blocks of 250 calls taken in turn.
+//    floodgate, rate-limiter-flexible and floodgate's fixed window (the peer's algorithm: the same work),
+//    in blocks of 250 calls taken in turn.
 // 4. Memory per key: INFO memory delta over 100k keys, per algorithm, rate-limiter-flexible, and a bare
 //    `SET <floodgate's key> <integer> PX <ttl>` (the floor).
 // 5. The fleet: 4 client processes at once against one redis-server (redis-fleet.ts), floodgate and
@@ -219,6 +220,13 @@ async function main(): Promise<void> {
     const rlfDecide: Decide = (key) => rlf.consume(key).catch((denied: unknown) => denied);
     const rawClient = new Redis({ host: HOST, port });
     const rawDecide: Decide = (key) => rawClient.evalsha(sha, 1, `raw:{${key}}`, T_US, TAU_US);
+    // The peer's algorithm: a fixed window of LIMIT per PERIOD_MS, for the same work one call at a time.
+    const windowed = createLimiter({
+      store,
+      policies: [fixedWindow({ limit: LIMIT, windowMs: PERIOD_MS })],
+      prefix: 'bench-window',
+    });
+    const windowDecide: Decide = (key) => windowed.limit(key);
 
     let floodgateBest: Round = { rate: 0, nodeUs: 0, redisUs: 0 };
     let rlfBest: Round = { rate: 0, nodeUs: 0, redisUs: 0 };
@@ -237,11 +245,12 @@ async function main(): Promise<void> {
     const rlfRate = rlfBest.rate;
 
     // 3. Sequential latency.
-    const [rawLatency, floodgateLatency, rlfLatency] = (await latencies([rawDecide, floodgateDecide, rlfDecide])) as [
-      Latency,
-      Latency,
-      Latency,
-    ];
+    const [rawLatency, floodgateLatency, rlfLatency, windowLatency] = (await latencies([
+      rawDecide,
+      floodgateDecide,
+      rlfDecide,
+      windowDecide,
+    ])) as [Latency, Latency, Latency, Latency];
 
     console.log('\nthroughput, decisions per second');
     console.log(`  ceiling: redis-benchmark EVALSHA minimal GCRA, 50 clients, pipeline 32   ${fmt(ceiling)}`);
@@ -265,7 +274,14 @@ async function main(): Promise<void> {
     console.log(
       `  rate-limiter-flexible RateLimiterRedis    ${rlfLatency.p50.toFixed(0)} / ${rlfLatency.p99.toFixed(0)}`,
     );
+    console.log(
+      `  floodgate redisStore fixed window         ${windowLatency.p50.toFixed(0)} / ${windowLatency.p99.toFixed(0)}`,
+    );
     console.log(`  floodgate p50 / raw EVALSHA p50: ${(floodgateLatency.p50 / rawLatency.p50).toFixed(2)}×`);
+    console.log(`  floodgate p50 / rate-limiter-flexible p50: ${(floodgateLatency.p50 / rlfLatency.p50).toFixed(2)}×`);
+    console.log(
+      `  same work, sequential p50, floodgate fixed window / rate-limiter-flexible: ${(windowLatency.p50 / rlfLatency.p50).toFixed(2)}×`,
+    );
 
     // 4. Memory per key.
     console.log(`\nRedis memory per key, bytes (INFO memory used_memory delta over ${fmt(MEMORY_KEYS)} keys)`);

@@ -18,7 +18,7 @@ import { KIND_LIST } from '../../src/model/kinds.js';
 import type { State } from '../../src/model/types.js';
 import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
-import { METER_BATCH_SHA, meterCallScript } from '../../src/stores/redis/script.js';
+import { METER_BATCH_SHA, singleCallScript } from '../../src/stores/redis/script.js';
 import type { Store, StoreRequest } from '../../src/stores/store.js';
 import { uniquePrefix } from '../../src/testing/index.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
@@ -70,27 +70,30 @@ describe.skipIf(!available)('Redis port: the script decides the verdict, the cli
     };
   }
 
-  it('a single-call reply whose verdict the model does not reach is ERR_STORE_PROTOCOL, never a decision', async () => {
-    let forged = 0;
-    const client = forging((sha, reply) => {
-      if (sha !== meterCallScript(GCRA).sha) return reply;
-      forged++;
-      // Flip the verdict (the reply's first field), keep the state and the time.
-      const text = reply as string;
-      return (text.startsWith('1') ? '0' : '1') + text.slice(1);
+  // Under each kind's single-call script: a meter's, and a fixed window's (denied on its third call).
+  for (const policy of [GCRA, compilePolicy(fixedWindow({ limit: 2, windowMs: 60_000, name: 'w' }))]) {
+    it(`a single-call reply whose verdict the model does not reach is ERR_STORE_PROTOCOL, never a decision (${policy.name})`, async () => {
+      let forged = 0;
+      const client = forging((sha, reply) => {
+        if (sha !== singleCallScript(policy)?.sha) return reply;
+        forged++;
+        // Flip the verdict (the reply's first field), keep the state and the time.
+        const text = reply as string;
+        return (text.startsWith('1') ? '0' : '1') + text.slice(1);
+      });
+      const store = redisStore({ client });
+      const prefix = uniquePrefix('portforge');
+      for (let i = 0; i < 4; i++) {
+        // Allowed twice, then denied: each flip is caught, whichever way it goes.
+        expect(await rejection(store.decide(request(prefix, [policy])))).toMatchObject({ code: 'ERR_STORE_PROTOCOL' });
+      }
+      expect(forged).toBe(4);
+      // The same calls, honestly answered, decide as the model: two of three allowed (the script did write).
+      const honest = redisStore({ client: fromIoredis(redis) });
+      expect((await honest.decide(request(prefix, [policy]))).allowed).toBe(false);
+      await Promise.all([store.close(), honest.close()]);
     });
-    const store = redisStore({ client });
-    const prefix = uniquePrefix('portforge');
-    for (let i = 0; i < 4; i++) {
-      // Allowed twice, then denied: each flip is caught, whichever way it goes.
-      expect(await rejection(store.decide(request(prefix, [GCRA])))).toMatchObject({ code: 'ERR_STORE_PROTOCOL' });
-    }
-    expect(forged).toBe(4);
-    // The same calls, honestly answered, decide as the model: two of three allowed (the script did write).
-    const honest = redisStore({ client: fromIoredis(redis) });
-    expect((await honest.decide(request(prefix, [GCRA]))).allowed).toBe(false);
-    await Promise.all([store.close(), honest.close()]);
-  });
+  }
 
   it('a batch reply that denies an allowed call, or allows a denied one, fails those calls with ERR_STORE_PROTOCOL', async () => {
     const mode = { drop: false };
@@ -190,8 +193,9 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
   const redis = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
   afterAll(() => redis.quit());
 
-  /** Every kind, with the variants that write on a denial: counted calls, penalty boxes. */
+  /** Every kind, with the variants that write on a denial (counted calls, penalty boxes) and a plain fixed window. */
   const POLICIES: Policy[] = [
+    fixedWindow({ limit: 3, windowMs: 400, name: 'fw' }),
     fixedWindow({ limit: 3, windowMs: 400, align: 'first-request', countDenied: true, name: 'fwf' }),
     fixedWindow({ limit: 3, windowMs: 400, countDenied: true, blockMs: 700, name: 'fwc' }),
     slidingLog({ limit: 3, windowMs: 500, countDenied: true, name: 'log' }),

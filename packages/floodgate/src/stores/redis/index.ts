@@ -16,6 +16,7 @@ export {
   METER_SCRIPT,
   METER_SCRIPT_SHA,
   meterScriptFor,
+  singleCallScriptFor,
 } from './script.js';
 export { hashSlot } from './slot.js';
 export {

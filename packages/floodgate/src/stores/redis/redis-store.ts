@@ -22,10 +22,17 @@ import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './c
 import { holdingArguments, holdingReply, OWN_PERMIT_GRACE_MS } from './holding.js';
 import { HOLDING_SCRIPT, HOLDING_SCRIPT_SHA } from './holding-lua.js';
 import { type RedisPermitStore, redisPermitStore } from './permit-store.js';
-import { DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, METER_BATCH, METER_BATCH_SHA, meterCallScript } from './script.js';
+import {
+  DECIDE_SCRIPT,
+  DECIDE_SCRIPT_SHA,
+  METER_BATCH,
+  METER_BATCH_SHA,
+  type SingleCallScript,
+  singleCallScript,
+} from './script.js';
 import { ServerPolicyWatch } from './server-policy.js';
 import { hashSlot } from './slot.js';
-import { DECIDE_WIRE, METER_BATCH_WIRE, METER_CALL_WIRE, OP, REASON_CODES } from './wire.js';
+import { DECIDE_WIRE, METER_BATCH_WIRE, METER_CALL_WIRE, OP, REASON_CODES, WINDOW_CALL_WIRE } from './wire.js';
 
 /** Options of {@link redisStore}. */
 export interface RedisStoreOptions {
@@ -466,7 +473,7 @@ class RedisStoreImpl implements RedisStore {
   private async run(slot: number, lane: Lane, calls: Call[], at: number, heavy: boolean): Promise<void> {
     try {
       const call = calls[0] as Call;
-      const single = this.fastPath && calls.length === 1 ? meterArguments(call, this.grace) : undefined;
+      const single = this.fastPath && calls.length === 1 ? singleArguments(call, this.grace) : undefined;
       const meters = this.fastPath && single === undefined ? meterBatchArguments(calls, this.grace) : undefined;
       const [script, sha, { keys, args }] =
         single !== undefined
@@ -488,7 +495,7 @@ class RedisStoreImpl implements RedisStore {
           () => this.drain(slot, lane),
         );
       }
-      if (single !== undefined) settleMeter(call, reply);
+      if (single !== undefined) settleSingle(call, single.kind, reply);
       else if (meters !== undefined) settleMeters(calls, reply);
       else settle(calls, reply);
     } catch (error) {
@@ -566,25 +573,50 @@ class RedisStoreImpl implements RedisStore {
 /** No ARGV: what a baked single-call script takes for the commonest call (see lua/meter-fast.ts). */
 const NO_ARGS: readonly string[] = [];
 
+/** A call alone that a single-call script decides: its script, KEYS and ARGV. */
+interface SingleCall {
+  readonly keys: string[];
+  readonly args: readonly string[];
+  readonly script: string;
+  readonly sha: string;
+  readonly kind: SingleCallScript['kind'];
+}
+
 /**
- * The single-meter script for a call (lua/meter-fast.ts) with its KEYS and ARGV, or undefined when the
- * call is another kind. A `limit` of cost 1 with no delay on Redis's clock sends no ARGV to its policy's
- * baked script; other calls send the call's five numbers, and the shared script the policy's four after them.
+ * The single-call script for a call (lua/meter-fast.ts, lua/window-fast.ts) with its KEYS and ARGV, or
+ * undefined when its policies take the full script. A `limit` of cost 1 (with no delay, under a meter) on
+ * Redis's clock sends no ARGV to its policy's baked script; other calls send the call's numbers, and the
+ * shared script the policy's after them.
  */
-function meterArguments(
-  call: Call,
-  grace: string,
-): { keys: string[]; args: readonly string[]; script: string; sha: string } | undefined {
-  if (!isMeterCall(call)) return undefined;
+function singleArguments(call: Call, grace: string): SingleCall | undefined {
+  if (call.policies.length !== 1 || (call.op !== OP_LIMIT && call.op !== OP_CHECK)) return undefined;
   const c = call.policies[0] as CompiledPolicy;
-  const { script, sha, baked } = meterCallScript(c);
+  const found = singleCallScript(c);
+  if (found === undefined) return undefined;
+  const { script, sha, baked, kind } = found;
   const keys = [storageKey(call.prefix, call.encoded, c.name)];
   if (baked && call.nowUs === undefined && call.op === OP_LIMIT && call.cost === 1 && call.maxDelayUs === 0) {
-    return { keys, args: NO_ARGS, script, sha };
+    return { keys, args: NO_ARGS, script, sha, kind };
+  }
+  const nowUs = call.nowUs === undefined ? '' : String(call.nowUs);
+  if (kind === 'window') {
+    const W = WINDOW_CALL_WIRE.argv;
+    const args = new Array<string>(baked ? W.cost : W.aligned);
+    args[W.nowUs - 1] = nowUs;
+    args[W.graceMs - 1] = grace;
+    args[W.op - 1] = call.op;
+    args[W.cost - 1] = String(call.cost);
+    if (!baked) {
+      const p = argsOf(c);
+      args[W.limit - 1] = p[DECIDE_WIRE.policy.limit] as string;
+      args[W.window - 1] = p[DECIDE_WIRE.policy.a] as string;
+      args[W.aligned - 1] = p[DECIDE_WIRE.policy.c] as string;
+    }
+    return { keys, args, script, sha, kind };
   }
   const A = METER_CALL_WIRE.argv;
   const args = new Array<string>(baked ? A.maxDelayUs : A.queue);
-  args[A.nowUs - 1] = call.nowUs === undefined ? '' : String(call.nowUs);
+  args[A.nowUs - 1] = nowUs;
   args[A.graceMs - 1] = grace;
   args[A.op - 1] = call.op;
   args[A.cost - 1] = String(call.cost);
@@ -596,7 +628,7 @@ function meterArguments(
     args[A.tau - 1] = p[DECIDE_WIRE.policy.b] as string;
     args[A.queue - 1] = p[DECIDE_WIRE.policy.c] as string;
   }
-  return { keys, args, script, sha };
+  return { keys, args, script, sha, kind };
 }
 
 /**
@@ -748,32 +780,63 @@ function meterState(value: unknown): State | undefined {
   return Number.isNaN(tat) ? undefined : [0, tat];
 }
 
-const METER_OUT = emptyEvaluation();
-const METER_OUTS = [METER_OUT];
+/**
+ * A fixed window's state as the scripts store it (lua/prelude.ts `decode`): `f[!<blockedUntil> ]<start>
+ * <count>`; anything else reads as untouched.
+ */
+function windowState(value: unknown): State | undefined {
+  if (typeof value !== 'string' || value.charCodeAt(0) !== 102) return undefined;
+  let body = value.slice(1);
+  const s: number[] = [];
+  if (body.charCodeAt(0) === 33) body = body.slice(1);
+  else s.push(0);
+  for (const word of body.match(/\S+/g) ?? []) {
+    const x = Number(word);
+    if (Number.isNaN(x)) return undefined;
+    s.push(x);
+  }
+  return s.length === 3 ? s : undefined;
+}
+
+const SINGLE_OUT = emptyEvaluation();
+const SINGLE_OUTS = [SINGLE_OUT];
+
+/** A meter call's result (lua/meter-fast.ts, lua/meter-batch.ts): see `stateResult`. */
+function meterResult(call: Call, value: unknown, nowUs: number, serverAllowed: boolean): StoreResult {
+  return stateResult(call, 'meter', meterState(value), value, nowUs, serverAllowed);
+}
 
 /**
- * A meter call's result: the model run on the state the script decided it on (the report is the
- * client's), checked against the script's verdict. The two ran the same model on the same state, so
- * they agree unless the script, its arguments or the reply are not what this client expects (an older
- * or newer script under the same name, a proxy that rewrites replies): a free check on every call, which
- * fails the call rather than report a decision the server did not make.
+ * The result of a call a state-port script decided (`kind`'s, see wire.ts): the model run on the state
+ * the script decided it on (`value` as read, `state` decoded; the report is the client's), checked
+ * against the script's verdict. The two ran the same model on the same state, so they agree unless the
+ * script, its arguments or the reply are not what this client expects (an older or newer script under
+ * the same name, a proxy that rewrites replies): a free check on every call, which fails the call rather
+ * than report a decision the server did not make.
  */
-function meterResult(call: Call, state: unknown, nowUs: number, serverAllowed: boolean): StoreResult {
+function stateResult(
+  call: Call,
+  kind: SingleCallScript['kind'],
+  state: State | undefined,
+  value: unknown,
+  nowUs: number,
+  serverAllowed: boolean,
+): StoreResult {
   const allowed = decide(
     call.policies,
-    [meterState(state)],
+    [state],
     nowUs,
     call.cost,
     { commit: call.op === OP_LIMIT, maxDelayUs: call.maxDelayUs },
-    METER_OUTS,
+    SINGLE_OUTS,
   );
   if (allowed !== serverAllowed) {
     throw new FloodgateError(
       'ERR_STORE_PROTOCOL',
-      `the meter script ${serverAllowed ? 'allowed' : 'denied'} a call the model ${allowed ? 'allows' : 'denies'} on the state it read (${describeValue(state)} at ${String(nowUs)} µs)`,
+      `the ${kind === 'meter' ? 'meter' : 'fixed-window'} script ${serverAllowed ? 'allowed' : 'denied'} a call the model ${allowed ? 'allows' : 'denies'} on the state it read (${describeValue(value)} at ${String(nowUs)} µs)`,
     );
   }
-  const e = METER_OUT;
+  const e = SINGLE_OUT;
   return {
     allowed,
     evaluations: [
@@ -793,21 +856,28 @@ function meterResult(call: Call, state: unknown, nowUs: number, serverAllowed: b
 }
 
 /**
- * Hands a call alone under one meter policy its decision (see lua/meter-fast.ts, `METER_CALL_WIRE.reply`):
- * `<verdict> <seconds> <µs> <state>`, read with three `indexOf`s.
+ * Hands a call alone its decision from its single-call script (see lua/meter-fast.ts, lua/window-fast.ts,
+ * `METER_CALL_WIRE.reply`): `<verdict> <seconds> <µs> <state>`, read with three `indexOf`s.
  */
-function settleMeter(call: Call, reply: unknown): void {
+function settleSingle(call: Call, kind: SingleCallScript['kind'], reply: unknown): void {
   const at = typeof reply === 'string' ? meterReplyFields(reply) : undefined;
+  const name = kind === 'meter' ? 'meter' : 'fixed-window';
   if (at === undefined) {
     call.reject(
-      new FloodgateError('ERR_STORE_PROTOCOL', `unexpected reply from the meter script: ${describeValue(reply)}`),
+      new FloodgateError('ERR_STORE_PROTOCOL', `unexpected reply from the ${name} script: ${describeValue(reply)}`),
     );
     return;
   }
   const text = reply as string;
   const nowUs = Number(text.slice(2, at.micros - 1)) * 1e6 + Number(text.slice(at.micros, at.state - 1));
+  const value = text.slice(at.state);
+  const allowed = text.charCodeAt(0) === 49;
   try {
-    call.resolve(meterResult(call, text.slice(at.state), nowUs, text.charCodeAt(0) === 49));
+    call.resolve(
+      kind === 'meter'
+        ? meterResult(call, value, nowUs, allowed)
+        : stateResult(call, kind, windowState(value), value, nowUs, allowed),
+    );
   } catch (error) {
     call.reject(error);
   }

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { type CompiledPolicy, compilePolicy } from '../../model/compile.js';
-import { KIND_METER } from '../../model/kinds.js';
+import { KIND_METER, KINDS } from '../../model/kinds.js';
 import type { Policy } from '../../model/policy.js';
 import { BUCKETED_WINDOW_PORT } from './lua/bucketed-window.js';
 import { decideLua } from './lua/decide.js';
@@ -19,6 +19,7 @@ import { SETTLE_LUA } from './lua/settle.js';
 import { SLIDING_LOG_PORT } from './lua/sliding-log.js';
 import { SLIDING_WINDOW_PORT } from './lua/sliding-window.js';
 import { TOKEN_INTERVAL_PORT } from './lua/token-interval.js';
+import { WINDOW_FAST_SCRIPT, windowFastScript } from './lua/window-fast.js';
 
 /** The Lua port of each kind of the model (model/kinds.ts): one per kind, or this does not build. */
 export const LUA_PORTS: LuaPorts = {
@@ -56,52 +57,95 @@ export const DECIDE_SCRIPT_SHA = createHash('sha1').update(DECIDE_SCRIPT).digest
 export const METER_SCRIPT = METER_FAST_SCRIPT;
 
 /** SHA-1 of {@link METER_SCRIPT}. */
-export const METER_SCRIPT_SHA = createHash('sha1').update(METER_SCRIPT).digest('hex');
+export const METER_SCRIPT_SHA = sha1(METER_SCRIPT);
 
-/** A single-call meter script and its SHA-1; `baked` when the policy's numbers are in its text. */
-export interface MeterCallScript {
+/** The single-call script for one fixed-window policy (see lua/window-fast.ts). */
+const WINDOW_SCRIPT_SHA = sha1(WINDOW_FAST_SCRIPT);
+
+/**
+ * A single-call script and its SHA-1: `kind` says which (lua/meter-fast.ts, lua/window-fast.ts), `baked`
+ * whether the policy's numbers are in its text.
+ */
+export interface SingleCallScript {
   readonly script: string;
   readonly sha: string;
+  readonly kind: 'meter' | 'window';
   readonly baked: boolean;
 }
 
-/** The shared single-call script, for a policy shape that has no baked script. */
-const SHARED_METER_CALL: MeterCallScript = { script: METER_SCRIPT, sha: METER_SCRIPT_SHA, baked: false };
+/** The shared single-call scripts, for a policy shape that has no baked script. */
+const SHARED_METER_CALL: SingleCallScript = {
+  script: METER_SCRIPT,
+  sha: METER_SCRIPT_SHA,
+  kind: 'meter',
+  baked: false,
+};
+const SHARED_WINDOW_CALL: SingleCallScript = {
+  script: WINDOW_FAST_SCRIPT,
+  sha: WINDOW_SCRIPT_SHA,
+  kind: 'window',
+  baked: false,
+};
 
 /**
- * The most policy shapes (T, τ, blockUs, queue flag) that get a baked single-call script in one process;
- * policies of further shapes run the shared one. Each script Redis is sent stays in its script cache
- * (until `SCRIPT FLUSH`), so an application that makes policies of many shapes (limits per tenant, say)
- * loads at most this many there per process.
+ * The most policy shapes (a meter's T, τ, blockUs and queue flag; a fixed window's limit, window and
+ * alignment) that get a baked single-call script in one process; policies of further shapes run the
+ * shared one of their kind. Each script Redis is sent stays in its script cache (until `SCRIPT FLUSH`), so
+ * an application that makes policies of many shapes (limits per tenant, say) loads at most this many
+ * there per process.
  */
 export const MAX_BAKED_METER_SCRIPTS = 64;
 
-const bakedByPolicy = new WeakMap<CompiledPolicy, MeterCallScript>();
-const bakedByShape = new Map<string, MeterCallScript>();
+const byPolicy = new WeakMap<CompiledPolicy, SingleCallScript | null>();
+const bakedByShape = new Map<string, SingleCallScript>();
 
-/**
- * The single-call script for a meter policy (lua/meter-fast.ts): baked for its shape, one script per
- * shape, for the first {@link MAX_BAKED_METER_SCRIPTS} shapes; the shared {@link METER_SCRIPT} after
- * them, and for numbers that are not whole (a compiled meter's are; a forged policy's may not be).
- */
-export function meterCallScript(c: CompiledPolicy): MeterCallScript {
-  let found = bakedByPolicy.get(c);
-  if (found === undefined) {
-    found = bake(c);
-    bakedByPolicy.set(c, found);
-  }
-  return found;
+function sha1(text: string): string {
+  return createHash('sha1').update(text).digest('hex');
 }
 
-function bake(c: CompiledPolicy): MeterCallScript {
+/**
+ * The single-call script for a policy alone, or undefined when its calls take the full script: a meter's
+ * (lua/meter-fast.ts), or a fixed window's that neither counts denied calls nor has a penalty box
+ * (lua/window-fast.ts). Baked for its shape, one script per shape, for the first
+ * {@link MAX_BAKED_METER_SCRIPTS} shapes; the shared one after them, and for numbers a baked script cannot
+ * hold (a compiled policy's can; a forged one's may not).
+ */
+export function singleCallScript(c: CompiledPolicy): SingleCallScript | undefined {
+  let found = byPolicy.get(c);
+  if (found === undefined) {
+    found = c.kind === KIND_METER ? bakeMeter(c) : isPlainWindow(c) ? bakeWindow(c) : null;
+    byPolicy.set(c, found);
+  }
+  return found ?? undefined;
+}
+
+/** A fixed window that neither counts denied calls nor has a penalty box: what lua/window-fast.ts decides. */
+function isPlainWindow(c: CompiledPolicy): boolean {
+  return c.kind === KINDS['fixed-window'].id && c.b === 0 && c.blockUs === 0;
+}
+
+function bakeMeter(c: CompiledPolicy): SingleCallScript {
   const numbers = [c.a, c.b, c.c, c.blockUs];
   if (!numbers.every((n) => Number.isSafeInteger(n))) return SHARED_METER_CALL;
-  const shape = numbers.join(' ');
+  return baked(`m ${numbers.join(' ')}`, SHARED_METER_CALL, () =>
+    meterFastScript({ a: c.a, b: c.b, c: c.c, blockUs: c.blockUs }),
+  );
+}
+
+function bakeWindow(c: CompiledPolicy): SingleCallScript {
+  if (!Number.isFinite(c.limit) || !Number.isSafeInteger(c.a) || !Number.isSafeInteger(c.c)) return SHARED_WINDOW_CALL;
+  return baked(`f ${c.limit} ${c.a} ${c.c}`, SHARED_WINDOW_CALL, () =>
+    windowFastScript({ limit: c.limit, a: c.a, c: c.c }),
+  );
+}
+
+/** The baked script of a shape, made once; the shared one when the process has baked its most. */
+function baked(shape: string, shared: SingleCallScript, make: () => string): SingleCallScript {
   let found = bakedByShape.get(shape);
   if (found === undefined) {
-    if (bakedByShape.size >= MAX_BAKED_METER_SCRIPTS) return SHARED_METER_CALL;
-    const script = meterFastScript({ a: c.a, b: c.b, c: c.c, blockUs: c.blockUs });
-    found = { script, sha: createHash('sha1').update(script).digest('hex'), baked: true };
+    if (bakedByShape.size >= MAX_BAKED_METER_SCRIPTS) return shared;
+    const script = make();
+    found = { script, sha: sha1(script), kind: shared.kind, baked: true };
     bakedByShape.set(shape, found);
   }
   return found;
@@ -109,13 +153,21 @@ function bake(c: CompiledPolicy): MeterCallScript {
 
 /**
  * The single-call script a call alone under this meter policy runs, for `SCRIPT LOAD` ahead of time or
- * inspection (see {@link meterCallScript}); undefined for a policy of another kind.
+ * inspection (see {@link singleCallScriptFor}); undefined for a policy of another kind.
  */
 export function meterScriptFor(policy: Policy): { script: string; sha: string } | undefined {
   const c = compilePolicy(policy);
-  if (c.kind !== KIND_METER) return undefined;
-  const { script, sha } = meterCallScript(c);
-  return { script, sha };
+  return c.kind === KIND_METER ? singleCallScriptFor(policy) : undefined;
+}
+
+/**
+ * The single-call script a call alone under this policy runs (a meter's, or a fixed window's that
+ * neither counts denied calls nor has a penalty box), for `SCRIPT LOAD` ahead of time or inspection;
+ * undefined for a policy whose calls take the full script ({@link DECIDE_SCRIPT}).
+ */
+export function singleCallScriptFor(policy: Policy): { script: string; sha: string } | undefined {
+  const found = singleCallScript(compilePolicy(policy));
+  return found === undefined ? undefined : { script: found.script, sha: found.sha };
 }
 
 /** The batch script for calls under one meter policy each (see lua/meter-batch.ts). */

@@ -6,9 +6,10 @@
  * hands the array over).
  *
  * Two port shapes:
- * - **State port** (the meter scripts): the script decides the verdict, writes the next state with the
- *   expiry of that state, and replies the state it read and the Redis time; the client runs the model
- *   (`decide`) on that state to write the report, and checks the script's verdict against its own.
+ * - **State port** (the meter scripts, the single-call fixed-window script): the script decides the
+ *   verdict, writes the next state with the expiry of that state, and replies the state it read and the
+ *   Redis time; the client runs the model (`decide`) on that state to write the report, and checks the
+ *   script's verdict against its own.
  * - **Report port** (the full script: several policies, every kind, cancels and refunds): the script
  *   also computes each policy's report. The list kinds (sliding log, bucketed window) keep their report
  *   on the server: their state is up to `2·(limit + 1)` numbers, which a reply would have to carry back
@@ -43,6 +44,28 @@ export const METER_CALL_WIRE = {
    * (the rest of the string, which may hold spaces; empty when none). Field numbers, 0-based.
    */
   reply: { verdict: 0, seconds: 1, micros: 2, state: 3 },
+} as const;
+
+/**
+ * The single-call fixed-window script (lua/window-fast.ts): one call, one fixed-window policy that does not
+ * count denied calls and has no penalty box. Its reply is the meter's (`METER_CALL_WIRE.reply`).
+ */
+export const WINDOW_CALL_WIRE = {
+  /** KEYS[1] is the storage key. */
+  argv: {
+    /** The caller's clock, µs; '' = Redis TIME. */
+    nowUs: 1,
+    /** ms added to the expiry of keys written on the caller's clock. */
+    graceMs: 2,
+    op: 3,
+    cost: 4,
+    limit: 5,
+    /** The window, µs (compiled `a`). */
+    window: 6,
+    /** The alignment (compiled `c`): 0 clock, 1 a key's first request. */
+    aligned: 7,
+  },
+  reply: METER_CALL_WIRE.reply,
 } as const;
 
 /** The batch meter script (lua/meter-batch.ts): many calls, one meter policy each. */

@@ -3,11 +3,14 @@ import { type LuaPort, lazyEvaluate } from './port.js';
 
 /**
  * The window `now` falls in (`start`) and what it has counted (`count`), as the model's `windowAt` finds
- * them; `window` is in scope. Shared by the decision and the count of a denied call.
+ * them; `window` and the state `s` (a table, or nil) are in scope, `aligned` is the policy's `c` (0 clock,
+ * 1 first request). Shared by the decision, the count of a denied call and the single-call script
+ * (lua/window-fast.ts).
  */
-const WINDOW_AT = `    local start
+export function windowAtLua(aligned: string): string {
+  return `    local start
     local count = 0
-    if c.c == 0 then
+    if ${aligned} == 0 then
       start = now - fmod(now, window)
       if s and s[2] == start then count = s[3] end
     elseif s and s[3] > 0 and now < s[2] + window then
@@ -16,6 +19,9 @@ const WINDOW_AT = `    local start
     else
       start = now
     end`;
+}
+
+const WINDOW_AT = windowAtLua('c.c');
 
 /**
  * Lua port of `evaluateFixedWindow` and `countFixedWindowHit` (model/fixed-window.ts): at most `limit`

@@ -46,3 +46,12 @@ end
 export function meterFlagGuard(c: string): string {
   return flagGuards(KINDS.meter, (param) => (param === 'c' ? c : undefined));
 }
+
+/**
+ * The fixed window's guard, for its single-call script, which receives its alignment `c` as the number
+ * `c` and serves only policies that do not count denied calls (`b` = 0: the client sends no other there).
+ */
+export function windowFlagGuard(c: string): string {
+  const kind = KINDS['fixed-window'];
+  return flagGuards({ ...kind, flags: { c: kind.flags.c ?? [] } }, (param) => (param === 'c' ? c : undefined));
+}
