@@ -19,6 +19,38 @@ function literal(n: number): string {
   return String(n);
 }
 
+/** Reads the stored value into `s`, as lua/prelude.ts `decode` reads a fixed window's (`value` in scope). */
+const READ_STATE = `-- The state, as lua/prelude.ts decodes a fixed window's: 'f[!<blockedUntil> ]<start> <count>'; anything
+-- else reads as untouched.
+local s = nil
+if value then
+  -- The common value first: two whole numbers, which the loop below would read the same.
+  local x, y = match(value, '^f(%d+) (%d+)$')
+  if x then
+    s = { 0, tonumber(x), tonumber(y) }
+  elseif byte(value, 1) == 102 then
+    local body, n = sub(value, 2), 0
+    s = {}
+    if byte(body, 1) == 33 then
+      body = sub(body, 2)
+    else
+      n = 1
+      s[1] = 0
+    end
+    for word in gmatch(body, '%S+') do
+      local w = tonumber(word)
+      if w == nil then
+        n = 0
+        break
+      end
+      n = n + 1
+      s[n] = w
+    end
+    if n ~= 3 then s = nil end
+  end
+end
+`;
+
 /**
  * The single-call script of a fixed window, as lua/meter-fast.ts is the meter's: one `limit` or `check`
  * under one fixed-window policy that neither counts denied calls nor has a penalty box (the commonest
@@ -85,36 +117,7 @@ else
 end
 cost = tonumber(argv[${A.cost}])
 writes = argv[${A.op}] == '1' and cost ~= 0
-${shape === undefined ? '' : 'end\n'}-- The state, as lua/prelude.ts decodes a fixed window's: 'f[!<blockedUntil> ]<start> <count>'; anything
--- else reads as untouched.
-local s = nil
-if value then
-  -- The common value first: two whole numbers, which the loop below would read the same.
-  local x, y = match(value, '^f(%d+) (%d+)$')
-  if x then
-    s = { 0, tonumber(x), tonumber(y) }
-  elseif byte(value, 1) == 102 then
-    local body, n = sub(value, 2), 0
-    s = {}
-    if byte(body, 1) == 33 then
-      body = sub(body, 2)
-    else
-      n = 1
-      s[1] = 0
-    end
-    for word in gmatch(body, '%S+') do
-      local w = tonumber(word)
-      if w == nil then
-        n = 0
-        break
-      end
-      n = n + 1
-      s[n] = w
-    end
-    if n ~= 3 then s = nil end
-  end
-end
-${windowAtLua('aligned')}
+${shape === undefined ? '' : 'end\n'}${READ_STATE}${windowAtLua('aligned')}
 local after = count + cost
 -- Admitted: not over the limit (exceeds-capacity), not blocked, and the count after within the limit.
 local allowed = cost <= limit and not (s and s[1] > now) and after <= limit
