@@ -140,6 +140,70 @@ describe.skipIf(!available)('Redis port: the script decides the verdict, the cli
   });
 });
 
+describe.skipIf(!available)(
+  "Redis port: a fixed window's single-call script reads every stored value as the full script does",
+  () => {
+    const redis = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
+    afterAll(() => redis.quit());
+
+    for (const align of ['clock', 'first-request'] as const) {
+      it(`values of every form, limit and check, whole and fractional costs (${align})`, async () => {
+        const policy = compilePolicy(fixedWindow({ limit: 3, windowMs: 60_000, align, name: 'w' }));
+        expect(singleCallScript(policy)?.kind).toBe('window');
+        const single = redisStore({ client: fromIoredis(redis) });
+        const full = redisStore({ client: fromIoredis(redis), fastPath: false });
+        const start = NOW_US - (NOW_US % 60_000_000_000);
+        const values = [
+          `f${start} 2`,
+          `f${start} 3`,
+          `f${start - 60_000_000_000} 2`,
+          `f${start} 2.5`,
+          `f${start}  2`,
+          `f ${start} 2`,
+          `f!${NOW_US + 5_000_000} ${start} 1`,
+          `f!${NOW_US - 5_000_000} ${start} 1`,
+          `f!0 ${start} 2`,
+          `f${start} 2 7`,
+          `f${start}`,
+          `fx 2`,
+          `f${start} 0x2`,
+          `g${start} 2`,
+          `${start}`,
+          '',
+        ];
+        let compared = 0;
+        for (const value of values) {
+          for (const [commit, cost] of [
+            [true, 1],
+            [true, 0.5],
+            [true, 0],
+            [true, 4],
+            [false, 1],
+          ] as const) {
+            const outcome = async (store: Store) => {
+              const prefix = uniquePrefix('portwin');
+              const key = storageKey(prefix, encodeKey('k'), policy.name);
+              if (value !== '') await redis.set(key, value);
+              const result = await store.decide({ ...request(prefix, [policy], 'k', cost), commit });
+              const {
+                next: _next,
+                buffers: _buffers,
+                ...evaluation
+              } = result.evaluations[0] as Record<string, unknown>;
+              return { allowed: result.allowed, evaluation, stored: await redis.get(key) };
+            };
+            const viaSingle = await outcome(single);
+            expect(viaSingle, `${JSON.stringify(value)}, cost ${cost}, commit ${commit}`).toEqual(await outcome(full));
+            compared++;
+          }
+        }
+        expect(compared).toBe(values.length * 5);
+        await Promise.all([single.close(), full.close()]);
+      });
+    }
+  },
+);
+
 describe.skipIf(!available)('Redis port: a flag value its kind does not declare raises in Lua', () => {
   const redis = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
   afterAll(() => redis.quit());

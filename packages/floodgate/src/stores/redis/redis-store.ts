@@ -780,12 +780,18 @@ function meterState(value: unknown): State | undefined {
   return Number.isNaN(tat) ? undefined : [0, tat];
 }
 
+/** A fixed window's commonest value, `f<start> <count>` (lua/window-fast.ts reads it with the same pattern). */
+const COMMON_WINDOW = /^f(\d+) (\d+)$/;
+
 /**
  * A fixed window's state as the scripts store it (lua/prelude.ts `decode`): `f[!<blockedUntil> ]<start>
  * <count>`; anything else reads as untouched.
  */
 function windowState(value: unknown): State | undefined {
   if (typeof value !== 'string' || value.charCodeAt(0) !== 102) return undefined;
+  // The common value first, as the script reads it: two whole numbers.
+  const common = COMMON_WINDOW.exec(value);
+  if (common !== null) return [0, Number(common[1]), Number(common[2])];
   let body = value.slice(1);
   const s: number[] = [];
   if (body.charCodeAt(0) === 33) body = body.slice(1);
