@@ -15,7 +15,7 @@ import {
 import { type CompiledPolicy, compilePolicy } from '../../src/model/compile.js';
 import { inspect } from '../../src/model/decide.js';
 import { KIND_LIST } from '../../src/model/kinds.js';
-import type { State } from '../../src/model/types.js';
+import type { Evaluation, State } from '../../src/model/types.js';
 import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
 import { METER_BATCH_SHA, singleCallScript } from '../../src/stores/redis/script.js';
@@ -185,11 +185,7 @@ describe.skipIf(!available)(
               const key = storageKey(prefix, encodeKey('k'), policy.name);
               if (value !== '') await redis.set(key, value);
               const result = await store.decide({ ...request(prefix, [policy], 'k', cost), commit });
-              const {
-                next: _next,
-                buffers: _buffers,
-                ...evaluation
-              } = result.evaluations[0] as Record<string, unknown>;
+              const { next: _next, buffers: _buffers, ...evaluation } = result.evaluations[0] as Evaluation;
               return { allowed: result.allowed, evaluation, stored: await redis.get(key) };
             };
             const viaSingle = await outcome(single);
