@@ -70,8 +70,12 @@ describe.skipIf(!available)('Redis port: the script decides the verdict, the cli
     };
   }
 
-  // Under each kind's single-call script: a meter's, and a fixed window's (denied on its third call).
-  for (const policy of [GCRA, compilePolicy(fixedWindow({ limit: 2, windowMs: 60_000, name: 'w' }))]) {
+  // Under each kind's single-call script: a meter's, a fixed window's, a sliding window's (each denies its third call).
+  for (const policy of [
+    GCRA,
+    compilePolicy(fixedWindow({ limit: 2, windowMs: 60_000, name: 'w' })),
+    compilePolicy(slidingWindow({ limit: 2, windowMs: 60_000, name: 's' })),
+  ]) {
     it(`a single-call reply whose verdict the model does not reach is ERR_STORE_PROTOCOL, never a decision (${policy.name})`, async () => {
       let forged = 0;
       const client = forging((sha, reply) => {
@@ -141,33 +145,41 @@ describe.skipIf(!available)('Redis port: the script decides the verdict, the cli
 });
 
 describe.skipIf(!available)(
-  "Redis port: a fixed window's single-call script reads every stored value as the full script does",
+  "Redis port: a window's single-call script reads every stored value as the full script does",
   () => {
     const redis = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
     afterAll(() => redis.quit());
+    const WINDOW_US = 60_000_000_000;
+    const start = NOW_US - (NOW_US % WINDOW_US);
+    const cases = [
+      ['fixed-window', fixedWindow({ limit: 3, windowMs: 60_000, name: 'w' }), 'f', ['2']],
+      ['fixed-window', fixedWindow({ limit: 3, windowMs: 60_000, align: 'first-request', name: 'w' }), 'f', ['2']],
+      ['sliding-window', slidingWindow({ limit: 3, windowMs: 60_000, name: 'w' }), 's', ['2', '1']],
+    ] as const;
 
-    for (const align of ['clock', 'first-request'] as const) {
-      it(`values of every form, limit and check, whole and fractional costs (${align})`, async () => {
-        const policy = compilePolicy(fixedWindow({ limit: 3, windowMs: 60_000, align, name: 'w' }));
-        expect(singleCallScript(policy)?.kind).toBe('window');
+    for (const [kind, source, tag, counts] of cases) {
+      it(`${kind}, ${'align' in source ? source.align : 'clock'}: values of every form, limit and check, whole and fractional costs`, async () => {
+        const policy = compilePolicy(source);
+        expect(singleCallScript(policy)?.kind).toBe(kind);
         const single = redisStore({ client: fromIoredis(redis) });
         const full = redisStore({ client: fromIoredis(redis), fastPath: false });
-        const start = NOW_US - (NOW_US % 60_000_000_000);
+        const n = counts.join(' ');
         const values = [
-          `f${start} 2`,
-          `f${start} 3`,
-          `f${start - 60_000_000_000} 2`,
-          `f${start} 2.5`,
-          `f${start}  2`,
-          `f ${start} 2`,
-          `f!${NOW_US + 5_000_000} ${start} 1`,
-          `f!${NOW_US - 5_000_000} ${start} 1`,
-          `f!0 ${start} 2`,
-          `f${start} 2 7`,
-          `f${start}`,
-          `fx 2`,
-          `f${start} 0x2`,
-          `g${start} 2`,
+          `${tag}${start} ${n}`,
+          `${tag}${start} ${counts.map(() => '3').join(' ')}`,
+          `${tag}${start - WINDOW_US} ${n}`,
+          `${tag}${start - 2 * WINDOW_US} ${n}`,
+          `${tag}${start} ${counts.map(() => '1.5').join(' ')}`,
+          `${tag}${start}  ${n}`,
+          `${tag} ${start} ${n}`,
+          `${tag}!${NOW_US + 5_000_000} ${start} ${n}`,
+          `${tag}!${NOW_US - 5_000_000} ${start} ${n}`,
+          `${tag}!0 ${start} ${n}`,
+          `${tag}${start} ${n} 7`,
+          `${tag}${start}`,
+          `${tag}x ${n}`,
+          `${tag}${start} 0x2${counts.length > 1 ? ' 1' : ''}`,
+          `${tag === 'f' ? 's' : 'f'}${start} ${n}`,
           `${start}`,
           '',
         ];
@@ -256,6 +268,7 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
   /** Every kind, with the variants that write on a denial (counted calls, penalty boxes) and a plain fixed window. */
   const POLICIES: Policy[] = [
     fixedWindow({ limit: 3, windowMs: 400, name: 'fw' }),
+    slidingWindow({ limit: 4, windowMs: 600, name: 'swp' }),
     fixedWindow({ limit: 3, windowMs: 400, align: 'first-request', countDenied: true, name: 'fwf' }),
     fixedWindow({ limit: 3, windowMs: 400, countDenied: true, blockMs: 700, name: 'fwc' }),
     slidingLog({ limit: 3, windowMs: 500, countDenied: true, name: 'log' }),

@@ -21,6 +21,7 @@ import { toStoreError } from '../store-errors.js';
 import { explainUnreachable, isNoScriptError, type RedisScriptClient } from './clients.js';
 import { holdingArguments, holdingReply, OWN_PERMIT_GRACE_MS } from './holding.js';
 import { HOLDING_SCRIPT, HOLDING_SCRIPT_SHA } from './holding-lua.js';
+import type { WindowKind } from './lua/window-fast.js';
 import { type RedisPermitStore, redisPermitStore } from './permit-store.js';
 import {
   DECIDE_SCRIPT,
@@ -599,9 +600,9 @@ function singleArguments(call: Call, grace: string): SingleCall | undefined {
     return { keys, args: NO_ARGS, script, sha, kind };
   }
   const nowUs = call.nowUs === undefined ? '' : String(call.nowUs);
-  if (kind === 'window') {
+  if (kind !== 'meter') {
     const W = WINDOW_CALL_WIRE.argv;
-    const args = new Array<string>(baked ? W.cost : W.aligned);
+    const args = new Array<string>(baked ? W.cost : kind === 'fixed-window' ? W.aligned : W.window);
     args[W.nowUs - 1] = nowUs;
     args[W.graceMs - 1] = grace;
     args[W.op - 1] = call.op;
@@ -610,7 +611,7 @@ function singleArguments(call: Call, grace: string): SingleCall | undefined {
       const p = argsOf(c);
       args[W.limit - 1] = p[DECIDE_WIRE.policy.limit] as string;
       args[W.window - 1] = p[DECIDE_WIRE.policy.a] as string;
-      args[W.aligned - 1] = p[DECIDE_WIRE.policy.c] as string;
+      if (kind === 'fixed-window') args[W.aligned - 1] = p[DECIDE_WIRE.policy.c] as string;
     }
     return { keys, args, script, sha, kind };
   }
@@ -780,18 +781,26 @@ function meterState(value: unknown): State | undefined {
   return Number.isNaN(tat) ? undefined : [0, tat];
 }
 
-/** A fixed window's commonest value, `f<start> <count>` (lua/window-fast.ts reads it with the same pattern). */
-const COMMON_WINDOW = /^f(\d+) (\d+)$/;
+/** A window kind's tag, its state's length and its commonest value (whole numbers, no box), by kind. */
+const WINDOW_STATES: Record<WindowKind, { tag: number; length: number; common: RegExp }> = {
+  'fixed-window': { tag: 102, length: 3, common: /^f(\d+) (\d+)$/ },
+  'sliding-window': { tag: 115, length: 4, common: /^s(\d+) (\d+) (\d+)$/ },
+};
 
 /**
- * A fixed window's state as the scripts store it (lua/prelude.ts `decode`): `f[!<blockedUntil> ]<start>
- * <count>`; anything else reads as untouched.
+ * A window's state as the scripts store it (lua/prelude.ts `decode`): `<tag>[!<blockedUntil> ]<number> …`;
+ * anything else reads as untouched. The commonest value first, with the pattern lua/window-fast.ts reads
+ * it with.
  */
-function windowState(value: unknown): State | undefined {
-  if (typeof value !== 'string' || value.charCodeAt(0) !== 102) return undefined;
-  // The common value first, as the script reads it: two whole numbers.
-  const common = COMMON_WINDOW.exec(value);
-  if (common !== null) return [0, Number(common[1]), Number(common[2])];
+function windowState(kind: WindowKind, value: unknown): State | undefined {
+  const { tag, length, common } = WINDOW_STATES[kind];
+  if (typeof value !== 'string' || value.charCodeAt(0) !== tag) return undefined;
+  const whole = common.exec(value);
+  if (whole !== null) {
+    const s = [0];
+    for (let i = 1; i < length; i++) s.push(Number(whole[i]));
+    return s;
+  }
   let body = value.slice(1);
   const s: number[] = [];
   if (body.charCodeAt(0) === 33) body = body.slice(1);
@@ -801,7 +810,7 @@ function windowState(value: unknown): State | undefined {
     if (Number.isNaN(x)) return undefined;
     s.push(x);
   }
-  return s.length === 3 ? s : undefined;
+  return s.length === length ? s : undefined;
 }
 
 const SINGLE_OUT = emptyEvaluation();
@@ -839,7 +848,7 @@ function stateResult(
   if (allowed !== serverAllowed) {
     throw new FloodgateError(
       'ERR_STORE_PROTOCOL',
-      `the ${kind === 'meter' ? 'meter' : 'fixed-window'} script ${serverAllowed ? 'allowed' : 'denied'} a call the model ${allowed ? 'allows' : 'denies'} on the state it read (${describeValue(value)} at ${String(nowUs)} µs)`,
+      `the ${kind} script ${serverAllowed ? 'allowed' : 'denied'} a call the model ${allowed ? 'allows' : 'denies'} on the state it read (${describeValue(value)} at ${String(nowUs)} µs)`,
     );
   }
   const e = SINGLE_OUT;
@@ -867,10 +876,9 @@ function stateResult(
  */
 function settleSingle(call: Call, kind: SingleCallScript['kind'], reply: unknown): void {
   const at = typeof reply === 'string' ? meterReplyFields(reply) : undefined;
-  const name = kind === 'meter' ? 'meter' : 'fixed-window';
   if (at === undefined) {
     call.reject(
-      new FloodgateError('ERR_STORE_PROTOCOL', `unexpected reply from the ${name} script: ${describeValue(reply)}`),
+      new FloodgateError('ERR_STORE_PROTOCOL', `unexpected reply from the ${kind} script: ${describeValue(reply)}`),
     );
     return;
   }
@@ -882,7 +890,7 @@ function settleSingle(call: Call, kind: SingleCallScript['kind'], reply: unknown
     call.resolve(
       kind === 'meter'
         ? meterResult(call, value, nowUs, allowed)
-        : stateResult(call, kind, windowState(value), value, nowUs, allowed),
+        : stateResult(call, kind, windowState(kind, value), value, nowUs, allowed),
     );
   } catch (error) {
     call.reject(error);

@@ -19,7 +19,7 @@ import { SETTLE_LUA } from './lua/settle.js';
 import { SLIDING_LOG_PORT } from './lua/sliding-log.js';
 import { SLIDING_WINDOW_PORT } from './lua/sliding-window.js';
 import { TOKEN_INTERVAL_PORT } from './lua/token-interval.js';
-import { WINDOW_FAST_SCRIPT, windowFastScript } from './lua/window-fast.js';
+import { WINDOW_FAST_SCRIPTS, type WindowKind, windowFastScript } from './lua/window-fast.js';
 
 /** The Lua port of each kind of the model (model/kinds.ts): one per kind, or this does not build. */
 export const LUA_PORTS: LuaPorts = {
@@ -59,17 +59,14 @@ export const METER_SCRIPT = METER_FAST_SCRIPT;
 /** SHA-1 of {@link METER_SCRIPT}. */
 export const METER_SCRIPT_SHA = sha1(METER_SCRIPT);
 
-/** The single-call script for one fixed-window policy (see lua/window-fast.ts). */
-const WINDOW_SCRIPT_SHA = sha1(WINDOW_FAST_SCRIPT);
-
 /**
- * A single-call script and its SHA-1: `kind` says which (lua/meter-fast.ts, lua/window-fast.ts), `baked`
- * whether the policy's numbers are in its text.
+ * A single-call script and its SHA-1: `kind` says which (lua/meter-fast.ts, or lua/window-fast.ts for a
+ * fixed or sliding window), `baked` whether the policy's numbers are in its text.
  */
 export interface SingleCallScript {
   readonly script: string;
   readonly sha: string;
-  readonly kind: 'meter' | 'window';
+  readonly kind: 'meter' | WindowKind;
   readonly baked: boolean;
 }
 
@@ -80,15 +77,15 @@ const SHARED_METER_CALL: SingleCallScript = {
   kind: 'meter',
   baked: false,
 };
-const SHARED_WINDOW_CALL: SingleCallScript = {
-  script: WINDOW_FAST_SCRIPT,
-  sha: WINDOW_SCRIPT_SHA,
-  kind: 'window',
-  baked: false,
-};
+const SHARED_WINDOW_CALLS = Object.fromEntries(
+  (Object.entries(WINDOW_FAST_SCRIPTS) as [WindowKind, string][]).map(([kind, script]) => [
+    kind,
+    { script, sha: sha1(script), kind, baked: false },
+  ]),
+) as Record<WindowKind, SingleCallScript>;
 
 /**
- * The most policy shapes (a meter's T, τ, blockUs and queue flag; a fixed window's limit, window and
+ * The most policy shapes (a meter's T, τ, blockUs and queue flag; a window's limit, window and
  * alignment) that get a baked single-call script in one process; policies of further shapes run the
  * shared one of their kind. Each script Redis is sent stays in its script cache (until `SCRIPT FLUSH`), so
  * an application that makes policies of many shapes (limits per tenant, say) loads at most this many
@@ -105,23 +102,27 @@ function sha1(text: string): string {
 
 /**
  * The single-call script for a policy alone, or undefined when its calls take the full script: a meter's
- * (lua/meter-fast.ts), or a fixed window's that neither counts denied calls nor has a penalty box
- * (lua/window-fast.ts). Baked for its shape, one script per shape, for the first
- * {@link MAX_BAKED_METER_SCRIPTS} shapes; the shared one after them, and for numbers a baked script cannot
- * hold (a compiled policy's can; a forged one's may not).
+ * (lua/meter-fast.ts), or a counting window's whose denial changes nothing (lua/window-fast.ts: a fixed
+ * window that neither counts denied calls nor has a penalty box, a sliding window without a box). Baked
+ * for its shape, one script per shape, for the first {@link MAX_BAKED_METER_SCRIPTS} shapes; the shared
+ * one after them, and for numbers a baked script cannot hold (a compiled policy's can; a forged one's may not).
  */
 export function singleCallScript(c: CompiledPolicy): SingleCallScript | undefined {
   let found = byPolicy.get(c);
   if (found === undefined) {
-    found = c.kind === KIND_METER ? bakeMeter(c) : isPlainWindow(c) ? bakeWindow(c) : null;
+    const window = windowKindOf(c);
+    found = c.kind === KIND_METER ? bakeMeter(c) : window !== undefined ? bakeWindow(c, window) : null;
     byPolicy.set(c, found);
   }
   return found ?? undefined;
 }
 
-/** A fixed window that neither counts denied calls nor has a penalty box: what lua/window-fast.ts decides. */
-function isPlainWindow(c: CompiledPolicy): boolean {
-  return c.kind === KINDS['fixed-window'].id && c.b === 0 && c.blockUs === 0;
+/** The window kind of a policy lua/window-fast.ts decides, if it is one. */
+function windowKindOf(c: CompiledPolicy): WindowKind | undefined {
+  if (c.blockUs !== 0) return undefined;
+  if (c.kind === KINDS['fixed-window'].id && c.b === 0) return 'fixed-window';
+  if (c.kind === KINDS['sliding-window'].id) return 'sliding-window';
+  return undefined;
 }
 
 function bakeMeter(c: CompiledPolicy): SingleCallScript {
@@ -132,10 +133,11 @@ function bakeMeter(c: CompiledPolicy): SingleCallScript {
   );
 }
 
-function bakeWindow(c: CompiledPolicy): SingleCallScript {
-  if (!Number.isFinite(c.limit) || !Number.isSafeInteger(c.a) || !Number.isSafeInteger(c.c)) return SHARED_WINDOW_CALL;
-  return baked(`f ${c.limit} ${c.a} ${c.c}`, SHARED_WINDOW_CALL, () =>
-    windowFastScript({ limit: c.limit, a: c.a, c: c.c }),
+function bakeWindow(c: CompiledPolicy, kind: WindowKind): SingleCallScript {
+  const shared = SHARED_WINDOW_CALLS[kind];
+  if (!Number.isFinite(c.limit) || !Number.isSafeInteger(c.a) || !Number.isSafeInteger(c.c)) return shared;
+  return baked(`${kind} ${c.limit} ${c.a} ${c.c}`, shared, () =>
+    windowFastScript(kind, { limit: c.limit, a: c.a, c: c.c }),
   );
 }
 
@@ -161,8 +163,9 @@ export function meterScriptFor(policy: Policy): { script: string; sha: string } 
 }
 
 /**
- * The single-call script a call alone under this policy runs (a meter's, or a fixed window's that
- * neither counts denied calls nor has a penalty box), for `SCRIPT LOAD` ahead of time or inspection;
+ * The single-call script a call alone under this policy runs (a meter's; a fixed window's that neither
+ * counts denied calls nor has a penalty box; a sliding window's without a box), for `SCRIPT LOAD` ahead
+ * of time or inspection;
  * undefined for a policy whose calls take the full script ({@link DECIDE_SCRIPT}).
  */
 export function singleCallScriptFor(policy: Policy): { script: string; sha: string } | undefined {

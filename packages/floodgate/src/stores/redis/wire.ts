@@ -6,7 +6,7 @@
  * hands the array over).
  *
  * Two port shapes:
- * - **State port** (the meter scripts, the single-call fixed-window script): the script decides the
+ * - **State port** (the meter scripts, the single-call window scripts): the script decides the
  *   verdict, writes the next state with the expiry of that state, and replies the state it read and the
  *   Redis time; the client runs the model (`decide`) on that state to write the report, and checks the
  *   script's verdict against its own.
@@ -47,8 +47,9 @@ export const METER_CALL_WIRE = {
 } as const;
 
 /**
- * The single-call fixed-window script (lua/window-fast.ts): one call, one fixed-window policy that does not
- * count denied calls and has no penalty box. Its reply is the meter's (`METER_CALL_WIRE.reply`).
+ * The single-call window scripts (lua/window-fast.ts): one call, one fixed-window policy that does not
+ * count denied calls, or one sliding-window policy, without a penalty box. Their reply is the meter's
+ * (`METER_CALL_WIRE.reply`).
  */
 export const WINDOW_CALL_WIRE = {
   /** KEYS[1] is the storage key. */
@@ -62,7 +63,7 @@ export const WINDOW_CALL_WIRE = {
     limit: 5,
     /** The window, µs (compiled `a`). */
     window: 6,
-    /** The alignment (compiled `c`): 0 clock, 1 a key's first request. */
+    /** The fixed window's alignment (compiled `c`): 0 clock, 1 a key's first request; not sent for a sliding window. */
     aligned: 7,
   },
   reply: METER_CALL_WIRE.reply,

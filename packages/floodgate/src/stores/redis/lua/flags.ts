@@ -13,11 +13,17 @@ import { dispatch, type LuaPorts } from './port.js';
 type Param = 'a' | 'b' | 'c';
 
 /**
- * The Lua statements that raise unless each flag of `kind`, read by `read(param)` (a Lua number), is a
+ * The Lua statements that raise unless each flag of `kind` (of those in `only`: a script that serves one
+ * value of a flag, the client sending it no other, reads none), read by `read(param)` (a Lua number), is a
  * declared value. A script that does not receive a flag the kind declares does not build.
  */
-export function flagGuards(kind: KindDescriptor, read: (param: Param) => string | undefined): string {
+export function flagGuards(
+  kind: KindDescriptor,
+  read: (param: Param) => string | undefined,
+  only: readonly Param[] = ['a', 'b', 'c'],
+): string {
   return (Object.keys(kind.flags) as Param[])
+    .filter((param) => only.includes(param))
     .map((param) => {
       const values = kind.flags[param] ?? [];
       const x = read(param);
@@ -45,13 +51,4 @@ end
 /** The meter's guards, for the meter scripts, which receive only its `c` (queue mode) as the number `c`. */
 export function meterFlagGuard(c: string): string {
   return flagGuards(KINDS.meter, (param) => (param === 'c' ? c : undefined));
-}
-
-/**
- * The fixed window's guard, for its single-call script, which receives its alignment `c` as the number
- * `c` and serves only policies that do not count denied calls (`b` = 0: the client sends no other there).
- */
-export function windowFlagGuard(c: string): string {
-  const kind = KINDS['fixed-window'];
-  return flagGuards({ ...kind, flags: { c: kind.flags.c ?? [] } }, (param) => (param === 'c' ? c : undefined));
 }

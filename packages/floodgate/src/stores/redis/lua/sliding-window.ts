@@ -7,10 +7,35 @@ import { type LuaPort, lazyEvaluate } from './port.js';
  * `{blockedUntil, windowStart, count, previousCount}`. The weighted estimate is a double: it is computed
  * in exactly the model's order of operations so both give the same bits.
  */
+/** The model's `estimateAt` (its order of operations, so that both give the same bits), over Lua expressions. */
+export function estimateLua(previous: string, count: string, window: string, elapsed: string): string {
+  return `(${previous} * (${window} - ${elapsed})) / ${window} + ${count}`;
+}
+
+/**
+ * The model's `countsAt`: the clock-aligned window `now` falls in (`start`), its count and the previous
+ * window's (`count`, `previous`), from the state `s` (a table, or nil); `window` in scope. Shared by the
+ * port and the single-call script (lua/window-fast.ts).
+ */
+export function countsAtLua(indent: string): string {
+  return [
+    'local start = now - fmod(now, window)',
+    'local count, previous = 0, 0',
+    'if s then',
+    '  if s[2] == start then',
+    '    count = s[3]',
+    '    previous = s[4]',
+    '  elseif s[2] == start - window then',
+    '    previous = s[3]',
+    '  end',
+    'end',
+  ].join(`\n${indent}`);
+}
+
 const SOURCE = `
 local function load_sliding_window()
   local function estimate_at(previous, count, window, elapsed)
-    return (previous * (window - elapsed)) / window + count
+    return ${estimateLua('previous', 'count', 'window', 'elapsed')}
   end
 
   local function sliding_retry(previous, count, window, elapsed, limit, cost)
@@ -35,16 +60,7 @@ local function load_sliding_window()
 
   sliding_window = function(c, s, now, cost, _, out)
     local limit, window = c.limit, c.a
-    local start = now - fmod(now, window)
-    local count, previous = 0, 0
-    if s then
-      if s[2] == start then
-        count = s[3]
-        previous = s[4]
-      elseif s[2] == start - window then
-        previous = s[3]
-      end
-    end
+    ${countsAtLua('    ')}
     local elapsed = now - start
     local estimate = estimate_at(previous, count, window, elapsed)
     out.delay = 0

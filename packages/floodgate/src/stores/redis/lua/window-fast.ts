@@ -1,17 +1,68 @@
+import { KINDS } from '../../../model/kinds.js';
 import { WINDOW_CALL_WIRE } from '../wire.js';
 import { windowAtLua } from './fixed-window.js';
-import { windowFlagGuard } from './flags.js';
+import { flagGuards } from './flags.js';
+import { countsAtLua, estimateLua } from './sliding-window.js';
 
 const A = WINDOW_CALL_WIRE.argv;
 
-/** A fixed-window policy's numbers, written into its own single-call script (`windowFastScript`). */
+/** The kinds with a single-call script here: counting windows, whose state is a few numbers. */
+export type WindowKind = 'fixed-window' | 'sliding-window';
+
+/** A window policy's numbers, written into its own single-call script (`windowFastScript`). */
 export interface WindowShape {
   readonly limit: number;
   /** The window, µs (compiled `a`). */
   readonly a: number;
-  /** The alignment (compiled `c`): 0 clock, 1 a key's first request. */
+  /** The fixed window's alignment (compiled `c`): 0 clock, 1 a key's first request; 0 for the sliding window. */
   readonly c: number;
 }
+
+/** What a kind's single-call script decides with: its state's size and its transition. */
+interface WindowPort {
+  /** How many numbers its state holds after `blockedUntil`. */
+  readonly fields: number;
+  /** It reads the policy's alignment (`aligned`, compiled `c`). */
+  readonly aligned: boolean;
+  /**
+   * Lua over the state `s` (a table, or nil), `now`, `cost`, `limit`, `window` (and `aligned`): declares
+   * `allowed`, and what `written` and `reset` name.
+   */
+  readonly decide: string;
+  /** Lua expressions of the state's numbers an admitted call writes, after `blockedUntil` (0). */
+  readonly written: readonly string[];
+  /** µs from `now` until that state is untouched. */
+  readonly reset: string;
+}
+
+/**
+ * The verdict and the state written are the model's (`evaluateFixedWindow`, `evaluateSlidingWindow`) under
+ * `decide` (model/decide.ts) for a policy whose denial changes nothing: not over the limit
+ * (exceeds-capacity), not blocked (a box a policy of the same name left), and within the limit after the
+ * call. The window and its counts are the kinds' Lua ports' own (`windowAtLua`, `countsAtLua`, `estimateLua`).
+ */
+const PORTS: Record<WindowKind, WindowPort> = {
+  'fixed-window': {
+    fields: 2,
+    aligned: true,
+    decide: `${windowAtLua('aligned')}
+local after = count + cost
+local allowed = cost <= limit and not (s and s[1] > now) and after <= limit`,
+    written: ['start', 'after'],
+    reset: 'start + window - now',
+  },
+  'sliding-window': {
+    fields: 3,
+    aligned: false,
+    decide: `${countsAtLua('')}
+local elapsed = now - start
+local after = count + cost
+local allowed = cost <= limit and not (s and s[1] > now)
+  and ${estimateLua('previous', 'count', 'window', 'elapsed')} + cost <= limit`,
+    written: ['start', 'after', 'previous'],
+    reset: 'start + 2 * window - now',
+  },
+};
 
 /** A finite number as Lua source: exactly the double the client holds (its shortest round-trip form). */
 function literal(n: number): string {
@@ -19,16 +70,23 @@ function literal(n: number): string {
   return String(n);
 }
 
-/** Reads the stored value into `s`, as lua/prelude.ts `decode` reads a fixed window's (`value` in scope). */
-const READ_STATE = `-- The state, as lua/prelude.ts decodes a fixed window's: 'f[!<blockedUntil> ]<start> <count>'; anything
--- else reads as untouched.
+/**
+ * Reads the stored value into `s` (`value` in scope) as lua/prelude.ts `decode` reads a state of `kind`:
+ * `<tag>[!<blockedUntil> ]<number> …`, `fields` numbers after `blockedUntil`; anything else reads as
+ * untouched. The commonest value (whole numbers, no box) is matched by one pattern first.
+ */
+function readState(kind: WindowKind, fields: number): string {
+  const tag = KINDS[kind].tag;
+  const captures = Array.from({ length: fields }, (_, i) => `x${i + 1}`);
+  return `-- The state, as lua/prelude.ts decodes a ${kind}'s: '${tag}[!<blockedUntil> ]<numbers>'; anything else
+-- reads as untouched.
 local s = nil
 if value then
-  -- The common value first: two whole numbers, which the loop below would read the same.
-  local x, y = match(value, '^f(%d+) (%d+)$')
-  if x then
-    s = { 0, tonumber(x), tonumber(y) }
-  elseif byte(value, 1) == 102 then
+  -- The common value first: whole numbers, which the loop below would read the same.
+  local ${captures.join(', ')} = match(value, '^${tag}${captures.map(() => '(%d+)').join(' ')}$')
+  if x1 then
+    s = { 0, ${captures.map((x) => `tonumber(${x})`).join(', ')} }
+  elseif byte(value, 1) == ${tag.charCodeAt(0)} then
     local body, n = sub(value, 2), 0
     s = {}
     if byte(body, 1) == 33 then
@@ -46,46 +104,55 @@ if value then
       n = n + 1
       s[n] = w
     end
-    if n ~= 3 then s = nil end
+    if n ~= ${fields + 1} then s = nil end
   end
 end
 `;
+}
+
+/** Lua setting `name` to the number `x` as lua/prelude.ts `num` prints it: whole with %d, others with all their digits. */
+function printed(name: string, x: string): string {
+  return `  local ${name}
+  if ${x} == floor(${x}) and ${x} < 9007199254740992 and ${x} > -9007199254740992 then
+    ${name} = format('%d', ${x})
+  else
+    ${name} = format('%.17g', ${x})
+  end`;
+}
 
 /**
- * The single-call script of a fixed window, as lua/meter-fast.ts is the meter's: one `limit` or `check`
- * under one fixed-window policy that neither counts denied calls nor has a penalty box (the commonest
- * fixed window), sent when no other call waits to share a script call. The full script defines every
- * kind's functions and parses every call's policies on each call, which cost Redis several times this
- * decision; this defines nothing. The window and its count are the fixed window's Lua port's
- * (`windowAtLua`, lua/fixed-window.ts); the verdict and the state written are `evaluateFixedWindow`'s
- * (model/fixed-window.ts) under `decide` (model/decide.ts), whose denial changes nothing for such a
- * policy: blocked (a box a policy of the same name left), a cost beyond the limit, or a count that the
- * cost would take beyond it.
+ * The single-call script of a counting window (a fixed window, a sliding window), as lua/meter-fast.ts is
+ * the meter's: one `limit` or `check` under one such policy whose denial changes nothing (no penalty box;
+ * a fixed window that does not count denied calls), sent when no other call waits to share a script call.
+ * The full script defines every kind's functions and parses every call's policies on each call, which cost
+ * Redis several times this decision; this defines nothing.
  *
- * Two forms, as the meter's: **shared** (`shape` undefined), the policy's limit, window and alignment in
- * ARGV; **baked**, those numbers in the script's text, and the commonest call (a `limit` of cost 1 on
- * Redis's clock) sends no ARGV at all.
+ * Two forms, as the meter's: **shared** (`shape` undefined), the policy's numbers in ARGV; **baked**, those
+ * numbers in the script's text, and the commonest call (a `limit` of cost 1 on Redis's clock) sends no
+ * ARGV at all.
  *
  * KEYS[1]  the storage key
  * ARGV     see `WINDOW_CALL_WIRE.argv` (wire.ts): the clock ('' = Redis TIME), grace ms, op (0 check,
- *          1 limit), cost; the shared form then the limit, the window (µs) and the alignment, which must be
- *          one the fixed window declares (a Redis error otherwise). The baked form takes the first four or none.
+ *          1 limit), cost; the shared form then the limit, the window (µs) and, for a fixed window, its
+ *          alignment, which must be one the kind declares (a Redis error otherwise). The baked form takes
+ *          the first four or none.
  * Clock    the call's nowUs when given, else Redis TIME (integer µs); expiry is always on Redis's clock.
  * Returns  `WINDOW_CALL_WIRE.reply` (the meter's): `<verdict 1/0> <seconds> <µs> <the state read>`.
- * Writes   an admitted call's `f<start> <count>` (the state layout of lua/prelude.ts), `SET … PXAT` at the
- *          window's end, rounded up; nothing otherwise.
+ * Writes   an admitted call's state (`f<start> <count>`, `s<start> <count> <previous>`: lua/prelude.ts),
+ *          `SET … PXAT` when it is untouched, rounded up; nothing otherwise.
  */
-export function windowFastScript(shape?: WindowShape): string {
+export function windowFastScript(kind: WindowKind, shape?: WindowShape): string {
+  const port = PORTS[kind];
   const policy =
     shape === undefined
       ? `local limit = tonumber(argv[${A.limit}])
-local window = tonumber(argv[${A.window}])
-local aligned = tonumber(argv[${A.aligned}])`
-      : `local limit, window, aligned = ${literal(shape.limit)}, ${literal(shape.a)}, ${literal(shape.c)}`;
+local window = tonumber(argv[${A.window}])${port.aligned ? `\nlocal aligned = tonumber(argv[${A.aligned}])` : ''}`
+      : `local limit, window = ${literal(shape.limit)}, ${literal(shape.a)}${port.aligned ? `\nlocal aligned = ${literal(shape.c)}` : ''}`;
+  const guard = port.aligned ? flagGuards(KINDS[kind], (param) => (param === 'c' ? 'aligned' : undefined), ['c']) : '';
   const header =
     shape === undefined
-      ? '-- floodgate: one call under one fixed-window policy (see floodgate/model fixed-window.ts, decide.ts).'
-      : `-- floodgate: one call under the fixed window of ${literal(shape.limit)} per ${literal(shape.a)} µs, c = ${literal(shape.c)} (see floodgate/model fixed-window.ts, decide.ts).`;
+      ? `-- floodgate: one call under one ${kind} policy (see floodgate/model ${kind}.ts, decide.ts).`
+      : `-- floodgate: one call under the ${kind} of ${literal(shape.limit)} per ${literal(shape.a)} µs${port.aligned ? `, c = ${literal(shape.c)}` : ''} (see floodgate/model ${kind}.ts, decide.ts).`;
   const commonest =
     shape === undefined
       ? ''
@@ -97,12 +164,13 @@ local aligned = tonumber(argv[${A.aligned}])`
   cost, writes = 1, true
 else
 `;
+  const names = port.written.map((_, i) => `w${i + 1}`);
   return `${header}
 local fmod, ceil, floor, format, byte, sub, match, gmatch = math.fmod, math.ceil, math.floor, string.format, string.byte, string.sub, string.match, string.gmatch
 local argv = ARGV
 local value = redis.call('GET', KEYS[1])
 ${policy}
-${windowFlagGuard('aligned')}
+${guard}
 -- The time decided at, as the reply gives it: Redis TIME's seconds and µs, or 0 and the call's µs.
 local seconds, micros = '0', argv[${A.nowUs}]
 local redis_now, now, cost, writes, extra = nil, 0, 0, false, 0
@@ -117,36 +185,25 @@ else
 end
 cost = tonumber(argv[${A.cost}])
 writes = argv[${A.op}] == '1' and cost ~= 0
-${shape === undefined ? '' : 'end\n'}${READ_STATE}${windowAtLua('aligned')}
-local after = count + cost
--- Admitted: not over the limit (exceeds-capacity), not blocked, and the count after within the limit.
-local allowed = cost <= limit and not (s and s[1] > now) and after <= limit
+${shape === undefined ? '' : 'end\n'}${readState(kind, port.fields)}${port.decide}
 if writes and allowed then
   if redis_now == nil then
     local t2 = redis.call('TIME')
     redis_now = tonumber(t2[1]) * 1000000 + tonumber(t2[2])
   end
-  -- The state written, untouched at the window's end, its numbers as lua/prelude.ts \`num\` prints them:
-  -- whole ones with format('%d'), others with all their digits.
-  local at, counted
-  if start == floor(start) and start < 9007199254740992 and start > -9007199254740992 then
-    at = format('%d', start)
-  else
-    at = format('%.17g', start)
-  end
-  if after == floor(after) and after < 9007199254740992 then
-    counted = format('%d', after)
-  else
-    counted = format('%.17g', after)
-  end
-  local reset = start + window - now
+  -- The state written, as lua/prelude.ts \`encode\` writes it, untouched at \`reset\` from now.
+${port.written.map((x, i) => printed(names[i] as string, x)).join('\n')}
+  local reset = ${port.reset}
   if reset < 1 then reset = 1 end
-  redis.call('SET', KEYS[1], 'f' .. at .. ' ' .. counted, 'PXAT', format('%d', ceil((redis_now + reset + extra) / 1000)))
+  redis.call('SET', KEYS[1], '${KINDS[kind].tag}' .. ${names.join(" .. ' ' .. ")}, 'PXAT', format('%d', ceil((redis_now + reset + extra) / 1000)))
 end
 if allowed then return '1 ' .. seconds .. ' ' .. micros .. ' ' .. (value or '') end
 return '0 ' .. seconds .. ' ' .. micros .. ' ' .. (value or '')
 `;
 }
 
-/** The shared single-call fixed-window script: the policy's numbers in ARGV. */
-export const WINDOW_FAST_SCRIPT = windowFastScript();
+/** The shared single-call scripts: the policy's numbers in ARGV. */
+export const WINDOW_FAST_SCRIPTS: Readonly<Record<WindowKind, string>> = {
+  'fixed-window': windowFastScript('fixed-window'),
+  'sliding-window': windowFastScript('sliding-window'),
+};
