@@ -6,13 +6,14 @@
 // client (IN_FLIGHT closed loops of decisions over 100k keys, as bench:redis runs them), zeroes the
 // counters, runs `decisions` more, dumps, and prints instructions per decision, script calls and calls per
 // script call, and where the instructions went (callgrind_annotate, inclusive, top functions). `set` is
-// the floor: `SET key value PX ttl`, pipelined, same keys.
+// the floor: `SET key value PX ttl`, pipelined, same keys. ALGORITHM (gcra, fixed-window, sliding-window)
+// picks floodgate's policy; IN_FLIGHT=1 counts a call alone.
 import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { createLimiter, fixedWindow, gcra } from 'floodgate';
+import { createLimiter, fixedWindow, gcra, slidingWindow } from 'floodgate';
 import { fromIoredis, type RedisScriptClient, redisStore } from 'floodgate/redis';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
@@ -30,8 +31,8 @@ const LIMIT = Number(process.env.LIMIT ?? 100);
 /** SEQUENTIAL=1: keys in turn instead of bench:redis's pseudo-random sequence (no key twice in a batch). */
 const SEQUENTIAL = process.env.SEQUENTIAL === '1';
 const ALGORITHM = process.env.ALGORITHM ?? 'gcra';
-if (ALGORITHM !== 'gcra' && ALGORITHM !== 'fixed-window') {
-  throw new Error(`ALGORITHM must be 'gcra' or 'fixed-window', got ${JSON.stringify(ALGORITHM)}`);
+if (ALGORITHM !== 'gcra' && ALGORITHM !== 'fixed-window' && ALGORITHM !== 'sliding-window') {
+  throw new Error(`ALGORITHM must be 'gcra', 'fixed-window' or 'sliding-window', got ${JSON.stringify(ALGORITHM)}`);
 }
 
 const dir = await mkdtemp(join(tmpdir(), 'floodgate-callgrind-'));
@@ -80,7 +81,9 @@ if (who === 'floodgate') {
     policies: [
       ALGORITHM === 'gcra'
         ? gcra({ limit: LIMIT, periodMs: PERIOD_MS })
-        : fixedWindow({ limit: LIMIT, windowMs: PERIOD_MS }),
+        : ALGORITHM === 'fixed-window'
+          ? fixedWindow({ limit: LIMIT, windowMs: PERIOD_MS })
+          : slidingWindow({ limit: LIMIT, windowMs: PERIOD_MS }),
     ],
     prefix: 'bench',
   });
