@@ -18,7 +18,8 @@ import { KIND_LIST } from '../../src/model/kinds.js';
 import type { Evaluation, State } from '../../src/model/types.js';
 import { encodeKey, storageKey } from '../../src/stores/index.js';
 import { fromIoredis, type RedisScriptClient, redisStore } from '../../src/stores/redis/index.js';
-import { METER_BATCH_SHA, singleCallScript } from '../../src/stores/redis/script.js';
+import { MAX_BAKED_METER_SCRIPTS, METER_BATCH_SHA, singleCallScript } from '../../src/stores/redis/script.js';
+import { SERVER_POLICY_SCRIPT } from '../../src/stores/redis/server-policy.js';
 import type { Store, StoreRequest } from '../../src/stores/store.js';
 import { uniquePrefix } from '../../src/testing/index.js';
 import { REDIS_HOST, REDIS_PORT, redisAvailable, requireServer } from './redis/servers.js';
@@ -149,65 +150,123 @@ describe.skipIf(!available)(
   () => {
     const redis = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
     afterAll(() => redis.quit());
-    const WINDOW_US = 60_000_000_000;
-    const start = NOW_US - (NOW_US % WINDOW_US);
+    // Each kind's baked script (windows of a minute), then its shared one (two minutes: a shape no test baked
+    // before the process's baked shapes ran out).
     const cases = [
-      ['fixed-window', fixedWindow({ limit: 3, windowMs: 60_000, name: 'w' }), 'f', ['2']],
-      ['fixed-window', fixedWindow({ limit: 3, windowMs: 60_000, align: 'first-request', name: 'w' }), 'f', ['2']],
-      ['sliding-window', slidingWindow({ limit: 3, windowMs: 60_000, name: 'w' }), 's', ['2', '1']],
+      ['fixed-window', (windowMs: number) => fixedWindow({ limit: 3, windowMs, name: 'w' }), 'f', ['2']],
+      [
+        'fixed-window',
+        (windowMs: number) => fixedWindow({ limit: 3, windowMs, align: 'first-request', name: 'w' }),
+        'f',
+        ['2'],
+      ],
+      ['sliding-window', (windowMs: number) => slidingWindow({ limit: 3, windowMs, name: 'w' }), 's', ['2', '1']],
     ] as const;
 
-    for (const [kind, source, tag, counts] of cases) {
-      it(`${kind}, ${'align' in source ? source.align : 'clock'}: values of every form, limit and check, whole and fractional costs`, async () => {
-        const policy = compilePolicy(source);
-        expect(singleCallScript(policy)?.kind).toBe(kind);
-        const single = redisStore({ client: fromIoredis(redis) });
-        const full = redisStore({ client: fromIoredis(redis), fastPath: false });
-        const n = counts.join(' ');
-        const values = [
-          `${tag}${start} ${n}`,
-          `${tag}${start} ${counts.map(() => '3').join(' ')}`,
-          `${tag}${start - WINDOW_US} ${n}`,
-          `${tag}${start - 2 * WINDOW_US} ${n}`,
-          `${tag}${start} ${counts.map(() => '1.5').join(' ')}`,
-          `${tag}${start}  ${n}`,
-          `${tag} ${start} ${n}`,
-          `${tag}!${NOW_US + 5_000_000} ${start} ${n}`,
-          `${tag}!${NOW_US - 5_000_000} ${start} ${n}`,
-          `${tag}!0 ${start} ${n}`,
-          `${tag}${start} ${n} 7`,
-          `${tag}${start}`,
-          `${tag}x ${n}`,
-          `${tag}${start} 0x2${counts.length > 1 ? ' 1' : ''}`,
-          `${tag === 'f' ? 's' : 'f'}${start} ${n}`,
-          `${start}`,
-          '',
-        ];
-        let compared = 0;
-        for (const value of values) {
-          for (const [commit, cost] of [
-            [true, 1],
-            [true, 0.5],
-            [true, 0],
-            [true, 4],
-            [false, 1],
-          ] as const) {
-            const outcome = async (store: Store) => {
-              const prefix = uniquePrefix('portwin');
-              const key = storageKey(prefix, encodeKey('k'), policy.name);
-              if (value !== '') await redis.set(key, value);
-              const result = await store.decide({ ...request(prefix, [policy], 'k', cost), commit });
-              const { next: _next, buffers: _buffers, ...evaluation } = result.evaluations[0] as Evaluation;
-              return { allowed: result.allowed, evaluation, stored: await redis.get(key) };
-            };
-            const viaSingle = await outcome(single);
-            expect(viaSingle, `${JSON.stringify(value)}, cost ${cost}, commit ${commit}`).toEqual(await outcome(full));
-            compared++;
+    for (const baked of [true, false]) {
+      for (const [kind, make, tag, counts] of cases) {
+        const source = make(baked ? 60_000 : 120_000);
+        it(`${source.name}, ${baked ? 'baked' : 'shared'}: values of every form, limit and check, whole and fractional costs`, async () => {
+          if (!baked) {
+            // Shapes enough to fill the process's baked scripts: the next new shape runs the shared one.
+            for (let i = 0; i < MAX_BAKED_METER_SCRIPTS; i++) {
+              singleCallScript(compilePolicy(fixedWindow({ limit: 10_000 + i, windowMs: 1000 })));
+            }
           }
-        }
-        expect(compared).toBe(values.length * 5);
-        await Promise.all([single.close(), full.close()]);
-      });
+          const policy = compilePolicy(source);
+          const script = singleCallScript(policy);
+          expect(script).toMatchObject({ kind, baked });
+          // Every call of the single store is counted: each must take the policy's single-call script.
+          const sent: string[] = [];
+          const base = fromIoredis(redis);
+          const single = redisStore({
+            client: {
+              cluster: false,
+              evalsha: (sha, keys, args) => {
+                sent.push(sha);
+                return base.evalsha(sha, keys, args);
+              },
+              eval: (text, keys, args) => {
+                // The store's one read of the server's eviction settings is no decision.
+                if (text !== SERVER_POLICY_SCRIPT) sent.push(createHash('sha1').update(text).digest('hex'));
+                return base.eval(text, keys, args);
+              },
+            },
+          });
+          const full = redisStore({ client: base, fastPath: false });
+          const windowUs = policy.a;
+          const start = NOW_US - (NOW_US % windowUs);
+          const n = counts.join(' ');
+          const first = (word: string) => [word, ...counts.slice(1)].join(' ');
+          const values = [
+            `${tag}${start} ${n}`,
+            `${tag}${start} ${counts.map(() => '3').join(' ')}`,
+            `${tag}${start - windowUs} ${n}`,
+            `${tag}${start - 2 * windowUs} ${n}`,
+            `${tag}${start} ${counts.map(() => '1.5').join(' ')}`,
+            `${tag}${start}  ${n}`,
+            `${tag} ${start} ${n}`,
+            `${tag}!${NOW_US + 5_000_000} ${start} ${n}`,
+            `${tag}!${NOW_US - 5_000_000} ${start} ${n}`,
+            `${tag}!0 ${start} ${n}`,
+            `${tag}${start} ${n} 7`,
+            `${tag}${start}`,
+            `${tag}x ${n}`,
+            // Spellings Lua's tonumber and JavaScript's Number read differently: the reply carries the
+            // numbers as the script read them.
+            `${tag}!inf ${start} ${n}`,
+            `${tag}${start} ${first('nan')}`,
+            `${tag}${start} ${first('0x1p1')}`,
+            `${tag}${start} ${first('-0x2')}`,
+            `${tag}${start} ${first('0b10')}`,
+            `${tag}${start} ${first('2\0')}`,
+            `${tag}${start}\u00a0${n}`,
+            `${tag}${start} ${first('0x2')}`,
+            `${tag === 'f' ? 's' : 'f'}${start} ${n}`,
+            `${start}`,
+            '',
+          ];
+          for (const value of values) {
+            for (const [commit, cost] of [
+              [true, 1],
+              [true, 0.5],
+              [true, 0],
+              [true, 4],
+              [false, 1],
+            ] as const) {
+              const outcome = async (store: Store) => {
+                const prefix = uniquePrefix('portwin');
+                const key = storageKey(prefix, encodeKey('k'), policy.name);
+                if (value !== '') await redis.set(key, value);
+                const result = await store.decide({ ...request(prefix, [policy], 'k', cost), commit }).then(
+                  (r) => {
+                    const { next: _next, buffers: _buffers, ...evaluation } = r.evaluations[0] as Evaluation;
+                    return { allowed: r.allowed, evaluation };
+                  },
+                  (error: unknown) => ({ error: String(error) }),
+                );
+                return { result, stored: await redis.get(key) };
+              };
+              const viaSingle = await outcome(single);
+              // The full script replies whole numbers (Redis truncates a Lua number into an integer reply, and
+              // makes a non-finite one the least 64-bit integer; a retry that never comes is -1): the single
+              // path's report as that reply would carry it.
+              if ('evaluation' in viaSingle.result) {
+                const e = viaSingle.result.evaluation;
+                e.resetAfterUs = Number.isFinite(e.resetAfterUs) ? Math.trunc(e.resetAfterUs) : -(2 ** 63);
+                if (!Number.isFinite(e.remaining)) e.remaining = -(2 ** 63);
+                if (Number.isFinite(e.retryAfterUs)) e.retryAfterUs = Math.trunc(e.retryAfterUs);
+              }
+              expect(viaSingle, `${JSON.stringify(value)}, cost ${cost}, commit ${commit}`).toEqual(
+                await outcome(full),
+              );
+            }
+          }
+          expect(sent.length).toBeGreaterThanOrEqual(values.length * 5);
+          expect(new Set(sent)).toEqual(new Set([script?.sha]));
+          await Promise.all([single.close(), full.close()]);
+        });
+      }
     }
   },
 );

@@ -30,10 +30,19 @@ import {
   METER_BATCH_SHA,
   type SingleCallScript,
   singleCallScript,
+  WINDOW_BATCHES,
 } from './script.js';
 import { ServerPolicyWatch } from './server-policy.js';
 import { hashSlot } from './slot.js';
-import { DECIDE_WIRE, METER_BATCH_WIRE, METER_CALL_WIRE, OP, REASON_CODES, WINDOW_CALL_WIRE } from './wire.js';
+import {
+  DECIDE_WIRE,
+  METER_BATCH_WIRE,
+  METER_CALL_WIRE,
+  OP,
+  REASON_CODES,
+  WINDOW_BATCH_WIRE,
+  WINDOW_CALL_WIRE,
+} from './wire.js';
 
 /** Options of {@link redisStore}. */
 export interface RedisStoreOptions {
@@ -475,12 +484,12 @@ class RedisStoreImpl implements RedisStore {
     try {
       const call = calls[0] as Call;
       const single = this.fastPath && calls.length === 1 ? singleArguments(call, this.grace) : undefined;
-      const meters = this.fastPath && single === undefined ? meterBatchArguments(calls, this.grace) : undefined;
+      const batch = this.fastPath && single === undefined ? batchArguments(calls, this.grace) : undefined;
       const [script, sha, { keys, args }] =
         single !== undefined
           ? [single.script, single.sha, single]
-          : meters !== undefined
-            ? [METER_BATCH, METER_BATCH_SHA, meters]
+          : batch !== undefined
+            ? [batch.script, batch.sha, batch]
             : [DECIDE_SCRIPT, DECIDE_SCRIPT_SHA, scriptArguments(calls, this.grace)];
       let reply: unknown;
       try {
@@ -497,7 +506,7 @@ class RedisStoreImpl implements RedisStore {
         );
       }
       if (single !== undefined) settleSingle(call, single.kind, reply);
-      else if (meters !== undefined) settleMeters(calls, reply);
+      else if (batch !== undefined) settleBatch(calls, batch.kind, reply);
       else settle(calls, reply);
     } catch (error) {
       const explained = explainUnreachable(this.client, error);
@@ -677,8 +686,8 @@ class Runs {
   }
 }
 
-/** A single-meter call runs with the one before it under the same policy. */
-function sameMeter(call: Call, previous: Call): boolean {
+/** A single-policy call of a batch script runs with the one before it under the same policy. */
+function samePolicy(call: Call, previous: Call): boolean {
   return call.policies[0] === previous.policies[0];
 }
 
@@ -687,18 +696,36 @@ function sameDecision(call: Call, previous: Call): boolean {
   return call.op !== OP_CANCEL && call.op !== OP_REFUND && call.op !== OP_SETTLE && call.policies === previous.policies;
 }
 
-/** Whether a call is a `limit` or a `check` under one meter policy, what the meter scripts decide. */
-function isMeterCall(call: Call): boolean {
-  return (
-    call.policies.length === 1 &&
-    (call.policies[0] as CompiledPolicy).kind === KIND_METER &&
-    (call.op === OP_LIMIT || call.op === OP_CHECK)
-  );
+/** A batch of calls a batch script decides: its script, KEYS and ARGV. */
+interface BatchCall {
+  readonly keys: string[];
+  readonly args: string[];
+  readonly script: string;
+  readonly sha: string;
+  readonly kind: SingleCallScript['kind'];
 }
 
-/** KEYS and ARGV of the meter batch script (lua/meter-batch.ts), or undefined when a call is of another kind. */
-function meterBatchArguments(calls: readonly Call[], grace: string): { keys: string[]; args: string[] } | undefined {
-  for (const call of calls) if (!isMeterCall(call)) return undefined;
+/**
+ * The kind of batch script (lua/meter-batch.ts) that decides every one of `calls`: each a `limit` or a
+ * `check` under one policy, all meters or all windows of one kind whose calls alone take the single-call
+ * window script; undefined otherwise (the full script decides them).
+ */
+function batchKind(calls: readonly Call[]): SingleCallScript['kind'] | undefined {
+  let kind: SingleCallScript['kind'] | undefined;
+  for (const call of calls) {
+    if (call.policies.length !== 1 || (call.op !== OP_LIMIT && call.op !== OP_CHECK)) return undefined;
+    const c = call.policies[0] as CompiledPolicy;
+    const own = c.kind === KIND_METER ? 'meter' : singleCallScript(c)?.kind;
+    if (own === undefined || (kind !== undefined && own !== kind)) return undefined;
+    kind = own;
+  }
+  return kind;
+}
+
+/** KEYS and ARGV of the batch script of the calls' kind (lua/meter-batch.ts), or undefined when there is none. */
+function batchArguments(calls: readonly Call[], grace: string): BatchCall | undefined {
+  const kind = batchKind(calls);
+  if (kind === undefined) return undefined;
   const n = calls.length;
   const keys = new Array<string>(n);
   const head: string[] = [grace, '0', '0'];
@@ -729,7 +756,7 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
       }
     }
     latest.set(call.encoded, i);
-    if (runs.joins(call, sameMeter)) continue;
+    if (runs.joins(call, samePolicy)) continue;
     // A new run: calls that differ from this one only by their key join it.
     runs.start(call);
     let number = numbers.get(c);
@@ -738,11 +765,18 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
       numbers.set(c, number);
       const p = argsOf(c);
       const at = head.length;
-      head.push('', '', '', '');
-      head[at + METER_BATCH_WIRE.policy.blockUs] = p[DECIDE_WIRE.policy.blockUs] as string;
-      head[at + METER_BATCH_WIRE.policy.t] = p[DECIDE_WIRE.policy.a] as string;
-      head[at + METER_BATCH_WIRE.policy.tau] = p[DECIDE_WIRE.policy.b] as string;
-      head[at + METER_BATCH_WIRE.policy.queue] = p[DECIDE_WIRE.policy.c] as string;
+      if (kind === 'meter') {
+        head.push('', '', '', '');
+        head[at + METER_BATCH_WIRE.policy.blockUs] = p[DECIDE_WIRE.policy.blockUs] as string;
+        head[at + METER_BATCH_WIRE.policy.t] = p[DECIDE_WIRE.policy.a] as string;
+        head[at + METER_BATCH_WIRE.policy.tau] = p[DECIDE_WIRE.policy.b] as string;
+        head[at + METER_BATCH_WIRE.policy.queue] = p[DECIDE_WIRE.policy.c] as string;
+      } else {
+        head.push('', '', '');
+        head[at + WINDOW_BATCH_WIRE.policy.limit] = p[DECIDE_WIRE.policy.limit] as string;
+        head[at + WINDOW_BATCH_WIRE.policy.window] = p[DECIDE_WIRE.policy.a] as string;
+        head[at + WINDOW_BATCH_WIRE.policy.aligned] = p[DECIDE_WIRE.policy.c] as string;
+      }
     }
     body.push(
       '',
@@ -755,12 +789,16 @@ function meterBatchArguments(calls: readonly Call[], grace: string): { keys: str
   }
   runs.end();
   head[1] = String(numbers.size);
-  if (links === undefined) return { keys, args: head.concat(body) };
+  const { script, sha } = kind === 'meter' ? METER_BATCH_CALL : WINDOW_BATCHES[kind];
+  if (links === undefined) return { keys, args: head.concat(body), script, sha, kind };
   // Found in the order of their later call; the script takes them in the order of the earlier one.
   links.sort((x, y) => x - y);
   head[2] = String(links.length);
-  return { keys, args: head.concat(links.map(hex), body) };
+  return { keys, args: head.concat(links.map(hex), body), script, sha, kind };
 }
+
+/** The meter's batch script. */
+const METER_BATCH_CALL = { script: METER_BATCH, sha: METER_BATCH_SHA };
 
 /** A link of the meter batch script's ARGV: its tonumber(s, 16) is strtoul, cheaper than base 10's strtod. */
 function hex(n: number): string {
@@ -788,9 +826,10 @@ const WINDOW_STATES: Record<WindowKind, { tag: number; length: number; common: R
 };
 
 /**
- * A window's state as the scripts store it (lua/prelude.ts `decode`): `<tag>[!<blockedUntil> ]<number> …`;
- * anything else reads as untouched. The commonest value first, with the pattern lua/window-fast.ts reads
- * it with.
+ * A window's state as its scripts reply it (lua/window-fast.ts `readState`): the commonest value
+ * (`<tag><number> …`, whole numbers) as stored, any other state as the script read it, printed
+ * `<tag>!<blockedUntil> <number> …` with `%.17g` (C's spelling: `inf`, `-inf`, `nan` for those), `''` for
+ * none. Read with the pattern the script reads the common value with.
  */
 function windowState(kind: WindowKind, value: unknown): State | undefined {
   const { tag, length, common } = WINDOW_STATES[kind];
@@ -801,16 +840,18 @@ function windowState(kind: WindowKind, value: unknown): State | undefined {
     for (let i = 1; i < length; i++) s.push(Number(whole[i]));
     return s;
   }
-  let body = value.slice(1);
-  const s: number[] = [];
-  if (body.charCodeAt(0) === 33) body = body.slice(1);
-  else s.push(0);
-  for (const word of body.match(/\S+/g) ?? []) {
-    const x = Number(word);
-    if (Number.isNaN(x)) return undefined;
-    s.push(x);
-  }
-  return s.length === length ? s : undefined;
+  if (value.charCodeAt(1) !== 33) return undefined;
+  const s = value.slice(2).split(' ').map(printedNumber);
+  return s.length === length && !s.some((x) => x === undefined) ? (s as number[]) : undefined;
+}
+
+/** A number as C's `%.17g` prints it (`inf`, `-inf`, `nan`, `-nan` included), or undefined. */
+function printedNumber(word: string): number | undefined {
+  if (word === 'inf') return Number.POSITIVE_INFINITY;
+  if (word === '-inf') return Number.NEGATIVE_INFINITY;
+  if (word === 'nan' || word === '-nan') return Number.NaN;
+  const x = Number(word);
+  return word === '' || Number.isNaN(x) ? undefined : x;
 }
 
 const SINGLE_OUT = emptyEvaluation();
@@ -926,12 +967,12 @@ function digitsEnd(text: string, from: number): number {
  * Hands each call of a meter batch its decision (see lua/meter-batch.ts): the model run on the state the
  * script decided it on, checked against the script's verdict (the denied calls' numbers, after the time).
  */
-function settleMeters(calls: readonly Call[], reply: unknown): void {
+function settleBatch(calls: readonly Call[], kind: SingleCallScript['kind'], reply: unknown): void {
   const n = calls.length;
   if (!Array.isArray(reply) || reply.length < n + 1 || reply.length > 2 * n + 1) {
     const error = new FloodgateError(
       'ERR_STORE_PROTOCOL',
-      `unexpected reply from the meter batch script: ${describeValue(reply)}`,
+      `unexpected reply from the ${kind} batch script: ${describeValue(reply)}`,
     );
     for (const call of calls) call.reject(error);
     return;
@@ -945,7 +986,7 @@ function settleMeters(calls: readonly Call[], reply: unknown): void {
     if (!(Number.isSafeInteger(at) && at > last && at <= n)) {
       const error = new FloodgateError(
         'ERR_STORE_PROTOCOL',
-        `unexpected verdicts from the meter batch script: ${describeValue(reply.slice(n + 1))}`,
+        `unexpected verdicts from the ${kind} batch script: ${describeValue(reply.slice(n + 1))}`,
       );
       for (const call of calls) call.reject(error);
       return;
@@ -963,7 +1004,13 @@ function settleMeters(calls: readonly Call[], reply: unknown): void {
       continue;
     }
     try {
-      call.resolve(meterResult(call, value, call.nowUs ?? redisNowUs, denied[i + 1] === 0));
+      const nowUs = call.nowUs ?? redisNowUs;
+      const allowed = denied[i + 1] === 0;
+      call.resolve(
+        kind === 'meter'
+          ? meterResult(call, value, nowUs, allowed)
+          : stateResult(call, kind, windowState(kind, value), value, nowUs, allowed),
+      );
     } catch (error) {
       call.reject(error);
     }

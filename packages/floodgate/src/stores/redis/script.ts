@@ -9,7 +9,7 @@ import { checkFlagsLua } from './lua/flags.js';
 import { LIST_LUA } from './lua/list.js';
 import { MAIN_LUA } from './lua/main.js';
 import { METER_PORT } from './lua/meter.js';
-import { METER_BATCH_SCRIPT } from './lua/meter-batch.js';
+import { METER_BATCH_SCRIPT, WINDOW_BATCH_SCRIPTS } from './lua/meter-batch.js';
 import { METER_FAST_SCRIPT, meterFastScript } from './lua/meter-fast.js';
 import { inKindOrder, type LuaPorts } from './lua/port.js';
 import { preludeLua } from './lua/prelude.js';
@@ -165,8 +165,7 @@ export function meterScriptFor(policy: Policy): { script: string; sha: string } 
 /**
  * The single-call script a call alone under this policy runs (a meter's; a fixed window's that neither
  * counts denied calls nor has a penalty box; a sliding window's without a box), for `SCRIPT LOAD` ahead
- * of time or inspection;
- * undefined for a policy whose calls take the full script ({@link DECIDE_SCRIPT}).
+ * of time or inspection; undefined for a policy whose calls take the full script ({@link DECIDE_SCRIPT}).
  */
 export function singleCallScriptFor(policy: Policy): { script: string; sha: string } | undefined {
   const found = singleCallScript(compilePolicy(policy));
@@ -178,3 +177,14 @@ export const METER_BATCH = METER_BATCH_SCRIPT;
 
 /** SHA-1 of {@link METER_BATCH}. */
 export const METER_BATCH_SHA = createHash('sha1').update(METER_BATCH).digest('hex');
+
+/**
+ * The batch scripts for calls under one window policy each, one kind a batch (see lua/meter-batch.ts), and
+ * their SHA-1, for the windows whose calls alone take lua/window-fast.ts.
+ */
+export const WINDOW_BATCHES = Object.fromEntries(
+  (Object.entries(WINDOW_BATCH_SCRIPTS) as [WindowKind, string][]).map(([kind, script]) => [
+    kind,
+    { script, sha: sha1(script) },
+  ]),
+) as Readonly<Record<WindowKind, { readonly script: string; readonly sha: string }>>;

@@ -93,6 +93,19 @@ export const METER_BATCH_WIRE = {
   reply: { wrongType: 'E' },
 } as const;
 
+/**
+ * The batch window scripts (lua/meter-batch.ts, for a fixed or a sliding window: the policies whose calls
+ * take the single-call window scripts, one kind a batch): the meter batch's layout, with a window's numbers
+ * per policy.
+ */
+export const WINDOW_BATCH_WIRE = {
+  argv: METER_BATCH_WIRE.argv,
+  /** Offsets within one policy's group, and the group's size: the limit, the window (µs, compiled `a`), the alignment (`c`). */
+  policy: { limit: 0, window: 1, aligned: 2, size: 3 },
+  run: METER_BATCH_WIRE.run,
+  reply: METER_BATCH_WIRE.reply,
+} as const;
+
 /** The full decision script (lua/main.ts): any calls, any policies, every operation. */
 export const DECIDE_WIRE = {
   argv: {

@@ -1,10 +1,80 @@
-import { METER_BATCH_WIRE } from '../wire.js';
-import { meterFlagGuard } from './flags.js';
+import { KINDS } from '../../../model/kinds.js';
+import { METER_BATCH_WIRE, WINDOW_BATCH_WIRE } from '../wire.js';
+import { flagGuards, meterFlagGuard } from './flags.js';
 import { meterTransition } from './meter-transition.js';
+import { type WindowKind, windowTransition } from './window-fast.js';
 
 const A = METER_BATCH_WIRE.argv;
 const P = METER_BATCH_WIRE.policy;
+const W = WINDOW_BATCH_WIRE.policy;
 const R = METER_BATCH_WIRE.run;
+
+/** What differs between the batch scripts of the meter and of the windows: the policies' numbers and the transition. */
+interface BatchKind {
+  readonly header: string;
+  /** The script's first locals. */
+  readonly locals: string;
+  /** Declares the tables of the policies' numbers. */
+  readonly tables: string;
+  /** Reads policy `i`'s numbers at `at` into them. */
+  readonly policy: string;
+  /** After a run's head: the run's policy's numbers as locals, from `p`. */
+  readonly run: string;
+  /** Once `now` and `cost` are known: what every call of the run shares. */
+  readonly perRun: string;
+  /** One call's transition (`value`, `now`, `cost`, `writes` in scope): `allowed`, `next_value`, `reset`. */
+  readonly transition: string;
+  /** After it: what the reply gives for the call's state, when it is not the value read. */
+  readonly replied: string;
+}
+
+const METER_KIND: BatchKind = {
+  header: '-- floodgate: calls under one meter policy each (see floodgate/model meter.ts, decide.ts).',
+  locals:
+    'local tonumber, ceil, format, byte, match, call = tonumber, math.ceil, string.format, string.byte, string.match, redis.call',
+  tables: 'local blocks, ts, taus, queues = {}, {}, {}, {}',
+  policy: `  blocks[i] = tonumber(argv[at + ${P.blockUs}])
+  ts[i] = tonumber(argv[at + ${P.t}])
+  taus[i] = tonumber(argv[at + ${P.tau}])
+  local queue = tonumber(argv[at + ${P.queue}])
+  ${meterFlagGuard('queue')}
+  queues[i] = queue == 1
+  at = at + ${P.size}`,
+  run: `  local block, tau = blocks[p], taus[p]
+  if queues[p] then slack = 0 end`,
+  perRun: `  local charge = cost * ts[p]
+  charge = ceil(charge - charge * 1e-15)`,
+  transition: meterTransition(
+    (expr) => `local tat_new = ${expr}
+    if tat_new ~= last_tat then
+      last_tat = tat_new
+      last_tat_s = format('%d', tat_new)
+    end
+    next_value = last_tat_s`,
+  ),
+  replied: '',
+};
+
+function windowKind(kind: WindowKind): BatchKind {
+  const aligned = kind === 'fixed-window';
+  return {
+    header: `-- floodgate: calls under one ${kind} policy each (see floodgate/model ${kind}.ts, decide.ts).`,
+    locals:
+      'local tonumber, ceil, floor, fmod, format, byte, sub, match, gmatch, call = tonumber, math.ceil, math.floor, math.fmod, string.format, string.byte, string.sub, string.match, string.gmatch, redis.call',
+    tables: 'local limits, windows, alignments = {}, {}, {}',
+    policy: `  limits[i] = tonumber(argv[at + ${W.limit}])
+  windows[i] = tonumber(argv[at + ${W.window}])
+  local aligned = tonumber(argv[at + ${W.aligned}])
+  ${aligned ? flagGuards(KINDS[kind], (param) => (param === 'c' ? 'aligned' : undefined), ['c']) : ''}
+  alignments[i] = aligned
+  at = at + ${W.size}`,
+    run: '  local limit, window, aligned = limits[p], windows[p], alignments[p]',
+    perRun: '',
+    transition: windowTransition(kind),
+    // The state as the window's transition read it (see lua/window-fast.ts `readState`).
+    replied: '    if read ~= value then values[k] = read end\n',
+  };
+}
 
 /**
  * The batch script for the commonest load: many calls in flight, each a `limit` or a `check` under a
@@ -41,22 +111,8 @@ const R = METER_BATCH_WIRE.run;
  *
  * Where Redis spends a decision here: docs/stores.md, "Throughput: batching and pipelining".
  */
-export const METER_BATCH_SCRIPT = `-- floodgate: calls under one meter policy each (see floodgate/model meter.ts, decide.ts).
-local tonumber, ceil, format, byte, match, call = tonumber, math.ceil, string.format, string.byte, string.match, redis.call
-local argv, keys = ARGV, KEYS
-local grace = tonumber(argv[${A.graceMs}]) * 1000
-local blocks, ts, taus, queues = {}, {}, {}, {}
-local at = ${A.first}
-for i = 1, tonumber(argv[${A.policies}]) do
-  blocks[i] = tonumber(argv[at + ${P.blockUs}])
-  ts[i] = tonumber(argv[at + ${P.t}])
-  taus[i] = tonumber(argv[at + ${P.tau}])
-  local queue = tonumber(argv[at + ${P.queue}])
-  ${meterFlagGuard('queue')}
-  queues[i] = queue == 1
-  at = at + ${P.size}
-end
--- The links, read as the calls reach them: link is the next one, linked the call it starts from (0, which
+/** The batch script's links and its states, read once (`at` after the policies, `argv`, `keys` in scope). */
+const BATCH_READS = `-- The links, read as the calls reach them: link is the next one, linked the call it starts from (0, which
 -- no call is, when there are none).
 local link, links_end, linked, target = at, at + tonumber(argv[${A.links}]), 0, 0
 if link < links_end then
@@ -84,7 +140,23 @@ end
 values[n + 1] = 0
 local denied = n + 1
 local redis_now = nil
--- Numbers handed to redis.call are turned into strings with a float format (%.17g), which costs more
+`;
+
+/**
+ * One batch script: the policies' numbers and the transition of `k`, the rest (links, reads, writes,
+ * reply) shared.
+ */
+function batchScript(k: BatchKind): string {
+  return `${k.header}
+${k.locals}
+local argv, keys = ARGV, KEYS
+local grace = tonumber(argv[${A.graceMs}]) * 1000
+${k.tables}
+local at = ${A.first}
+for i = 1, tonumber(argv[${A.policies}]) do
+${k.policy}
+end
+${BATCH_READS}-- Numbers handed to redis.call are turned into strings with a float format (%.17g), which costs more
 -- than the SET itself; format('%d') is cheaper, and calls decided at the same time on fresh keys write
 -- the same TAT and expiry, so the last string of each is kept.
 local last_tat, last_tat_s, last_at, last_at_s = nil, nil, nil, nil
@@ -98,8 +170,7 @@ while at <= count do
   local slack = tonumber(argv[at + ${R.maxDelayUs}])
   local p = tonumber(argv[at + ${R.policy}])
   at = at + ${R.size}
-  local block, tau = blocks[p], taus[p]
-  if queues[p] then slack = 0 end
+${k.run}
   local now, extra = 0, 0
   if given == '' then
     if redis_now == nil then
@@ -112,26 +183,18 @@ while at <= count do
     now = tonumber(given)
     extra = grace
   end
-  local charge = cost * ts[p]
-  charge = ceil(charge - charge * 1e-15)
+${k.perRun}
   local writes = commit and cost ~= 0
   for _ = 1, m do
     k = k + 1
     local key = keys[k]
     local value = values[k]
     local fresh = not value
-${meterTransition(
-  (expr) => `local tat_new = ${expr}
-    if tat_new ~= last_tat then
-      last_tat = tat_new
-      last_tat_s = format('%d', tat_new)
-    end
-    next_value = last_tat_s`,
-)
+${k.transition
   .split('\n')
   .map((line) => (line === '' ? line : `    ${line}`))
   .join('\n')}
-    if not allowed then
+${k.replied}    if not allowed then
       denied = denied + 1
       values[denied] = k
     end
@@ -171,3 +234,13 @@ ${meterTransition(
 end
 return values
 `;
+}
+
+/** The batch script of the meter. */
+export const METER_BATCH_SCRIPT = batchScript(METER_KIND);
+
+/** The batch scripts of the windows whose calls take lua/window-fast.ts alone (same layout, a window's numbers per policy). */
+export const WINDOW_BATCH_SCRIPTS: Readonly<Record<WindowKind, string>> = {
+  'fixed-window': batchScript(windowKind('fixed-window')),
+  'sliding-window': batchScript(windowKind('sliding-window')),
+};

@@ -73,19 +73,24 @@ function literal(n: number): string {
 /**
  * Reads the stored value into `s` (`value` in scope) as lua/prelude.ts `decode` reads a state of `kind`:
  * `<tag>[!<blockedUntil> ]<number> …`, `fields` numbers after `blockedUntil`; anything else reads as
- * untouched. The commonest value (whole numbers, no box) is matched by one pattern first.
+ * untouched. The commonest value (whole numbers, no box) is matched by one pattern first. Sets `read`, the
+ * state as the reply gives it to the client: that common value as it is, any other state printed from
+ * what was read (`<tag>!` and every number with `%.17g`: Lua's `tonumber` takes spellings that
+ * JavaScript's `Number` does not, and the other way round), `''` for none.
  */
 function readState(kind: WindowKind, fields: number): string {
   const tag = KINDS[kind].tag;
   const captures = Array.from({ length: fields }, (_, i) => `x${i + 1}`);
+  const all = Array.from({ length: fields + 1 }, (_, i) => `s[${i + 1}]`);
   return `-- The state, as lua/prelude.ts decodes a ${kind}'s: '${tag}[!<blockedUntil> ]<numbers>'; anything else
 -- reads as untouched.
-local s = nil
+local s, read = nil, ''
 if value then
   -- The common value first: whole numbers, which the loop below would read the same.
   local ${captures.join(', ')} = match(value, '^${tag}${captures.map(() => '(%d+)').join(' ')}$')
   if x1 then
     s = { 0, ${captures.map((x) => `tonumber(${x})`).join(', ')} }
+    read = value
   elseif byte(value, 1) == ${tag.charCodeAt(0)} then
     local body, n = sub(value, 2), 0
     s = {}
@@ -104,7 +109,11 @@ if value then
       n = n + 1
       s[n] = w
     end
-    if n ~= ${fields + 1} then s = nil end
+    if n ~= ${fields + 1} then
+      s = nil
+    else
+      read = format('${tag}!${all.map(() => '%.17g').join(' ')}', ${all.join(', ')})
+    end
   end
 end
 `;
@@ -118,6 +127,28 @@ function printed(name: string, x: string): string {
   else
     ${name} = format('%.17g', ${x})
   end`;
+}
+
+/**
+ * A window call's transition, for the single-call script and the batch script (lua/meter-batch.ts): in
+ * scope `value` (the stored string, or false/nil), `now`, `cost`, `writes` (a committed call of nonzero
+ * cost), `limit`, `window` and, for a fixed window, `aligned`, and the locals `floor`, `format`, `fmod`,
+ * `byte`, `sub`, `match`, `gmatch`. Declares `allowed`, `next_value` (the string to store, nil when nothing
+ * changes), `reset` (µs from `now` until that state is untouched) and `read` (the state read, as the reply
+ * gives it: see `readState`).
+ */
+export function windowTransition(kind: WindowKind): string {
+  const port = PORTS[kind];
+  const names = port.written.map((_, i) => `w${i + 1}`);
+  return `${readState(kind, port.fields)}${port.decide}
+local next_value, reset = nil, 0
+if writes and allowed then
+  -- The state written, as lua/prelude.ts \`encode\` writes it.
+${port.written.map((x, i) => printed(names[i] as string, x)).join('\n')}
+  next_value = '${KINDS[kind].tag}' .. ${names.join(" .. ' ' .. ")}
+  reset = ${port.reset}
+end
+`;
 }
 
 /**
@@ -137,7 +168,8 @@ function printed(name: string, x: string): string {
  *          alignment, which must be one the kind declares (a Redis error otherwise). The baked form takes
  *          the first four or none.
  * Clock    the call's nowUs when given, else Redis TIME (integer µs); expiry is always on Redis's clock.
- * Returns  `WINDOW_CALL_WIRE.reply` (the meter's): `<verdict 1/0> <seconds> <µs> <the state read>`.
+ * Returns  `WINDOW_CALL_WIRE.reply` (the meter's): `<verdict 1/0> <seconds> <µs> <the state read>`, that
+ *          state as `readState` gives it.
  * Writes   an admitted call's state (`f<start> <count>`, `s<start> <count> <previous>`: lua/prelude.ts),
  *          `SET … PXAT` when it is untouched, rounded up; nothing otherwise.
  */
@@ -164,7 +196,6 @@ local window = tonumber(argv[${A.window}])${port.aligned ? `\nlocal aligned = to
   cost, writes = 1, true
 else
 `;
-  const names = port.written.map((_, i) => `w${i + 1}`);
   return `${header}
 local fmod, ceil, floor, format, byte, sub, match, gmatch = math.fmod, math.ceil, math.floor, string.format, string.byte, string.sub, string.match, string.gmatch
 local argv = ARGV
@@ -185,20 +216,16 @@ else
 end
 cost = tonumber(argv[${A.cost}])
 writes = argv[${A.op}] == '1' and cost ~= 0
-${shape === undefined ? '' : 'end\n'}${readState(kind, port.fields)}${port.decide}
-if writes and allowed then
+${shape === undefined ? '' : 'end\n'}${windowTransition(kind)}if next_value then
   if redis_now == nil then
     local t2 = redis.call('TIME')
     redis_now = tonumber(t2[1]) * 1000000 + tonumber(t2[2])
   end
-  -- The state written, as lua/prelude.ts \`encode\` writes it, untouched at \`reset\` from now.
-${port.written.map((x, i) => printed(names[i] as string, x)).join('\n')}
-  local reset = ${port.reset}
   if reset < 1 then reset = 1 end
-  redis.call('SET', KEYS[1], '${KINDS[kind].tag}' .. ${names.join(" .. ' ' .. ")}, 'PXAT', format('%d', ceil((redis_now + reset + extra) / 1000)))
+  redis.call('SET', KEYS[1], next_value, 'PXAT', format('%d', ceil((redis_now + reset + extra) / 1000)))
 end
-if allowed then return '1 ' .. seconds .. ' ' .. micros .. ' ' .. (value or '') end
-return '0 ' .. seconds .. ' ' .. micros .. ' ' .. (value or '')
+if allowed then return '1 ' .. seconds .. ' ' .. micros .. ' ' .. read end
+return '0 ' .. seconds .. ' ' .. micros .. ' ' .. read
 `;
 }
 
