@@ -2,6 +2,7 @@ import { meterCharge } from '../../../model/meter.js';
 import { METER_CALL_WIRE } from '../wire.js';
 import { meterFlagGuard } from './flags.js';
 import { meterTransition } from './meter-transition.js';
+import { singleCallScript } from './single-call.js';
 
 const A = METER_CALL_WIRE.argv;
 
@@ -59,58 +60,20 @@ local queue = tonumber(argv[${A.queue}])`
     shape === undefined
       ? '-- floodgate: one call under one meter policy (see floodgate/model meter.ts, decide.ts).'
       : `-- floodgate: one call under the meter T = ${literal(shape.a)} µs, tau = ${literal(shape.b)} µs, block ${literal(shape.blockUs)} µs, c = ${literal(shape.c)} (see floodgate/model meter.ts, decide.ts).`;
-  // The baked form's call with no ARGV: Redis's clock, a limit of cost 1, no delay allowed.
-  const commonest =
-    shape === undefined
-      ? ''
-      : `if argv[1] == nil then
-  local t1 = redis.call('TIME')
-  seconds, micros = t1[1], t1[2]
-  now = seconds * 1000000 + micros
-  redis_now = now
-  charge, writes = ${literal(meterCharge(1, shape.a))}, true
-else
-`;
-  return `${header}
-local ceil, format, byte, match = math.ceil, string.format, string.byte, string.match
-local argv = ARGV
-local value = redis.call('GET', KEYS[1])
-${policy}
-${meterFlagGuard('queue')}
--- The time decided at, as the reply gives it: Redis TIME's seconds and µs, or 0 and the call's µs.
-local seconds, micros = '0', argv[${A.nowUs}]
-local redis_now, now, charge, writes = nil, 0, 0, false
-local extra, slack = 0, 0
-${commonest}if micros == '' then
-  local t1 = redis.call('TIME')
-  seconds, micros = t1[1], t1[2]
-  redis_now = seconds * 1000000 + micros
-  now = redis_now
-else
-  now = tonumber(micros)
-  extra = tonumber(argv[${A.graceMs}]) * 1000
-end
-local cost = tonumber(argv[${A.cost}])
-writes = argv[${A.op}] == '1' and cost ~= 0
-if queue ~= 1 then slack = tonumber(argv[${A.maxDelayUs}]) end
+  return singleCallScript({
+    header,
+    locals: 'local ceil, format, byte, match = math.ceil, string.format, string.byte, string.match',
+    policy: `${policy}\n${meterFlagGuard('queue')}`,
+    declarations: 'local charge, slack = 0, 0\n',
+    // The baked form's call with no ARGV: Redis's clock, a limit of cost 1, no delay allowed.
+    commonest: shape === undefined ? undefined : `charge, writes = ${literal(meterCharge(1, shape.a))}, true`,
+    call: `if queue ~= 1 then slack = tonumber(argv[${A.maxDelayUs}]) end
 charge = cost * t
 charge = ceil(charge - charge * 1e-15)
-${shape === undefined ? '' : 'end\n'}${meterTransition((expr) => `next_value = format('%d', ${expr})`)}
-if next_value then
-  if redis_now == nil then
-    local t2 = redis.call('TIME')
-    redis_now = tonumber(t2[1]) * 1000000 + tonumber(t2[2])
-  end
-  if reset < 1 then reset = 1 end
-  -- Whole numbers as strings made with format('%d'): redis.call turns a number into a string with
-  -- %.17g, which costs Redis more and prints a whole number the same.
-  redis.call('SET', KEYS[1], next_value, 'PXAT', format('%d', ceil((redis_now + reset + extra) / 1000)))
-end
--- One string, not a table: Redis reads a table reply's fields one by one (err, ok, double…), which
--- costs it more than the rest of the reply.
-if allowed then return '1 ' .. seconds .. ' ' .. micros .. ' ' .. (value or '') end
-return '0 ' .. seconds .. ' ' .. micros .. ' ' .. (value or '')
-`;
+`,
+    transition: meterTransition((expr) => `next_value = format('%d', ${expr})`),
+    replied: "(value or '')",
+  });
 }
 
 /** The shared single-call script: the policy's numbers in ARGV. */

@@ -21,6 +21,29 @@ import { dispatch, inKindOrder, type LuaPorts } from './port.js';
  * A value that does not parse for the policy's algorithm (the name was reused for another one) reads as
  * an untouched key, and the next write replaces it.
  */
+/**
+ * Reads a state's numbers from `body` (its value after the kind's tag) into the table `s`, counting them
+ * in `n` (both in scope, `n` = 0): a leading `!` starts with `blockedUntil`, else it is 0; each word is read
+ * with `tonumber`, and `onBad` runs at the first that is not a number. Shared by `decode` and the window
+ * scripts (lua/window-fast.ts); `indent` starts each line after the first.
+ */
+export function stateWordsLua(onBad: string, indent: string): string {
+  return [
+    'if byte(body, 1) == 33 then',
+    '  body = sub(body, 2)',
+    'else',
+    '  n = 1',
+    '  s[1] = 0',
+    'end',
+    "for word in gmatch(body, '%S+') do",
+    '  local x = tonumber(word)',
+    `  if x == nil then ${onBad} end`,
+    '  n = n + 1',
+    '  s[n] = x',
+    'end',
+  ].join(`\n${indent}`);
+}
+
 export function preludeLua(ports: LuaPorts): string {
   const pairs = KIND_LIST.filter((k) => 'pairs' in k.layout).map((k) => `kind == ${kindConstant(k)}`);
   return `
@@ -71,18 +94,7 @@ local function decode(kind, value)
     body = sub(value, 2)
   end
   local s, n = {}, 0
-  if byte(body, 1) == 33 then
-    body = sub(body, 2)
-  else
-    n = 1
-    s[1] = 0
-  end
-  for word in gmatch(body, '%S+') do
-    local x = tonumber(word)
-    if x == nil then return nil end
-    n = n + 1
-    s[n] = x
-  end
+  ${stateWordsLua('return nil', '  ')}
   if ${pairs.join(' or ')} then
     if n % 2 ~= 1 then return nil end
   elseif n ~= empty_length(kind) then

@@ -2,6 +2,8 @@ import { KINDS } from '../../../model/kinds.js';
 import { WINDOW_CALL_WIRE } from '../wire.js';
 import { windowAtLua } from './fixed-window.js';
 import { flagGuards } from './flags.js';
+import { stateWordsLua } from './prelude.js';
+import { singleCallScript } from './single-call.js';
 import { countsAtLua, estimateLua } from './sliding-window.js';
 
 const A = WINDOW_CALL_WIRE.argv;
@@ -94,21 +96,7 @@ if value then
   elseif byte(value, 1) == ${tag.charCodeAt(0)} then
     local body, n = sub(value, 2), 0
     s = {}
-    if byte(body, 1) == 33 then
-      body = sub(body, 2)
-    else
-      n = 1
-      s[1] = 0
-    end
-    for word in gmatch(body, '%S+') do
-      local w = tonumber(word)
-      if w == nil then
-        n = 0
-        break
-      end
-      n = n + 1
-      s[n] = w
-    end
+    ${stateWordsLua('n = 0 break', '    ')}
     if n ~= ${fields + 1} then
       s = nil
     else
@@ -185,48 +173,17 @@ local window = tonumber(argv[${A.window}])${port.aligned ? `\nlocal aligned = to
     shape === undefined
       ? `-- floodgate: one call under one ${kind} policy (see floodgate/model ${kind}.ts, decide.ts).`
       : `-- floodgate: one call under the ${kind} of ${literal(shape.limit)} per ${literal(shape.a)} µs${port.aligned ? `, c = ${literal(shape.c)}` : ''} (see floodgate/model ${kind}.ts, decide.ts).`;
-  const commonest =
-    shape === undefined
-      ? ''
-      : `if argv[1] == nil then
-  local t1 = redis.call('TIME')
-  seconds, micros = t1[1], t1[2]
-  now = seconds * 1000000 + micros
-  redis_now = now
-  cost, writes = 1, true
-else
-`;
-  return `${header}
-local fmod, ceil, floor, format, byte, sub, match, gmatch = math.fmod, math.ceil, math.floor, string.format, string.byte, string.sub, string.match, string.gmatch
-local argv = ARGV
-local value = redis.call('GET', KEYS[1])
-${policy}
-${guard}
--- The time decided at, as the reply gives it: Redis TIME's seconds and µs, or 0 and the call's µs.
-local seconds, micros = '0', argv[${A.nowUs}]
-local redis_now, now, cost, writes, extra = nil, 0, 0, false, 0
-${commonest}if micros == '' then
-  local t1 = redis.call('TIME')
-  seconds, micros = t1[1], t1[2]
-  redis_now = seconds * 1000000 + micros
-  now = redis_now
-else
-  now = tonumber(micros)
-  extra = tonumber(argv[${A.graceMs}]) * 1000
-end
-cost = tonumber(argv[${A.cost}])
-writes = argv[${A.op}] == '1' and cost ~= 0
-${shape === undefined ? '' : 'end\n'}${windowTransition(kind)}if next_value then
-  if redis_now == nil then
-    local t2 = redis.call('TIME')
-    redis_now = tonumber(t2[1]) * 1000000 + tonumber(t2[2])
-  end
-  if reset < 1 then reset = 1 end
-  redis.call('SET', KEYS[1], next_value, 'PXAT', format('%d', ceil((redis_now + reset + extra) / 1000)))
-end
-if allowed then return '1 ' .. seconds .. ' ' .. micros .. ' ' .. read end
-return '0 ' .. seconds .. ' ' .. micros .. ' ' .. read
-`;
+  return singleCallScript({
+    header,
+    locals:
+      'local fmod, ceil, floor, format, byte, sub, match, gmatch = math.fmod, math.ceil, math.floor, string.format, string.byte, string.sub, string.match, string.gmatch',
+    policy: `${policy}\n${guard}`,
+    declarations: '',
+    commonest: shape === undefined ? undefined : 'cost, writes = 1, true',
+    call: '',
+    transition: windowTransition(kind),
+    replied: 'read',
+  });
 }
 
 /** The shared single-call scripts: the policy's numbers in ARGV. */
