@@ -102,8 +102,8 @@ function sha1(text: string): string {
 
 /**
  * The single-call script for a policy alone, or undefined when its calls take the full script: a meter's
- * (lua/meter-fast.ts), or a counting window's whose denial changes nothing (lua/window-fast.ts: a fixed
- * window that neither counts denied calls nor has a penalty box, a sliding window without a box). Baked
+ * (lua/meter-fast.ts), or a counting window's without a penalty box (lua/window-fast.ts: a fixed window,
+ * whether it counts denied calls or not, or a sliding window). Baked
  * for its shape, one script per shape, for the first {@link MAX_BAKED_METER_SCRIPTS} shapes; the shared
  * one after them, and for numbers a baked script cannot hold (a compiled policy's can; a forged one's may not).
  */
@@ -120,7 +120,7 @@ export function singleCallScript(c: CompiledPolicy): SingleCallScript | undefine
 /** The window kind of a policy lua/window-fast.ts decides, if it is one. */
 function windowKindOf(c: CompiledPolicy): WindowKind | undefined {
   if (c.blockUs !== 0) return undefined;
-  if (c.kind === KINDS['fixed-window'].id && c.b === 0) return 'fixed-window';
+  if (c.kind === KINDS['fixed-window'].id) return 'fixed-window';
   if (c.kind === KINDS['sliding-window'].id) return 'sliding-window';
   return undefined;
 }
@@ -135,9 +135,10 @@ function bakeMeter(c: CompiledPolicy): SingleCallScript {
 
 function bakeWindow(c: CompiledPolicy, kind: WindowKind): SingleCallScript {
   const shared = SHARED_WINDOW_CALLS[kind];
-  if (!Number.isFinite(c.limit) || !Number.isSafeInteger(c.a) || !Number.isSafeInteger(c.c)) return shared;
-  return baked(`${kind} ${c.limit} ${c.a} ${c.c}`, shared, () =>
-    windowFastScript(kind, { limit: c.limit, a: c.a, c: c.c }),
+  const flags = kind === 'fixed-window' ? [c.b, c.c] : [0, 0];
+  if (!Number.isFinite(c.limit) || ![c.a, ...flags].every((n) => Number.isSafeInteger(n))) return shared;
+  return baked(`${kind} ${c.limit} ${c.a} ${flags.join(' ')}`, shared, () =>
+    windowFastScript(kind, { limit: c.limit, a: c.a, b: flags[0] as number, c: flags[1] as number }),
   );
 }
 
@@ -163,8 +164,8 @@ export function meterScriptFor(policy: Policy): { script: string; sha: string } 
 }
 
 /**
- * The single-call script a call alone under this policy runs (a meter's; a fixed window's that neither
- * counts denied calls nor has a penalty box; a sliding window's without a box), for `SCRIPT LOAD` ahead
+ * The single-call script a call alone under this policy runs (a meter's; a fixed or sliding window's
+ * without a penalty box), for `SCRIPT LOAD` ahead
  * of time or inspection; undefined for a policy whose calls take the full script ({@link DECIDE_SCRIPT}).
  */
 export function singleCallScriptFor(policy: Policy): { script: string; sha: string } | undefined {

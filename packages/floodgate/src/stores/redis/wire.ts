@@ -47,9 +47,8 @@ export const METER_CALL_WIRE = {
 } as const;
 
 /**
- * The single-call window scripts (lua/window-fast.ts): one call, one fixed-window policy that does not
- * count denied calls, or one sliding-window policy, without a penalty box. Their reply is the meter's
- * (`METER_CALL_WIRE.reply`).
+ * The single-call window scripts (lua/window-fast.ts): one call, one fixed-window or sliding-window
+ * policy without a penalty box. Their reply is the meter's (`METER_CALL_WIRE.reply`).
  */
 export const WINDOW_CALL_WIRE = {
   /** KEYS[1] is the storage key. */
@@ -65,6 +64,8 @@ export const WINDOW_CALL_WIRE = {
     window: 6,
     /** The fixed window's alignment (compiled `c`): 0 clock, 1 a key's first request; not sent for a sliding window. */
     aligned: 7,
+    /** The fixed window's denied calls counted (compiled `b`, 1 = countDenied); not sent for a sliding window. */
+    counts: 8,
   },
   reply: METER_CALL_WIRE.reply,
 } as const;
@@ -100,8 +101,11 @@ export const METER_BATCH_WIRE = {
  */
 export const WINDOW_BATCH_WIRE = {
   argv: METER_BATCH_WIRE.argv,
-  /** Offsets within one policy's group, and the group's size: the limit, the window (µs, compiled `a`), the alignment (`c`). */
-  policy: { limit: 0, window: 1, aligned: 2, size: 3 },
+  /**
+   * Offsets within one policy's group, and the group's size: the limit, the window (µs, compiled `a`), the
+   * fixed window's alignment (`c`) and denied calls counted (`b`; both 0 for a sliding window).
+   */
+  policy: { limit: 0, window: 1, aligned: 2, counts: 3, size: 4 },
   run: METER_BATCH_WIRE.run,
   reply: METER_BATCH_WIRE.reply,
 } as const;

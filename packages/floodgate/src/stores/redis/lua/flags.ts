@@ -13,17 +13,11 @@ import { dispatch, type LuaPorts } from './port.js';
 type Param = 'a' | 'b' | 'c';
 
 /**
- * The Lua statements that raise unless each flag of `kind` (of those in `only`: a script that serves one
- * value of a flag, the client sending it no other, reads none), read by `read(param)` (a Lua number), is a
+ * The Lua statements that raise unless each flag of `kind`, read by `read(param)` (a Lua number), is a
  * declared value. A script that does not receive a flag the kind declares does not build.
  */
-export function flagGuards(
-  kind: KindDescriptor,
-  read: (param: Param) => string | undefined,
-  only: readonly Param[] = ['a', 'b', 'c'],
-): string {
+export function flagGuards(kind: KindDescriptor, read: (param: Param) => string | undefined): string {
   return (Object.keys(kind.flags) as Param[])
-    .filter((param) => only.includes(param))
     .map((param) => {
       const values = kind.flags[param] ?? [];
       const x = read(param);

@@ -1,8 +1,7 @@
-import { KINDS } from '../../../model/kinds.js';
 import { METER_BATCH_WIRE, WINDOW_BATCH_WIRE } from '../wire.js';
-import { flagGuards, meterFlagGuard } from './flags.js';
+import { meterFlagGuard } from './flags.js';
 import { meterTransition } from './meter-transition.js';
-import { type WindowKind, windowTransition } from './window-fast.js';
+import { type WindowKind, windowFlagGuards, windowTransition } from './window-fast.js';
 
 const A = METER_BATCH_WIRE.argv;
 const P = METER_BATCH_WIRE.policy;
@@ -56,19 +55,20 @@ const METER_KIND: BatchKind = {
 };
 
 function windowKind(kind: WindowKind): BatchKind {
-  const aligned = kind === 'fixed-window';
+  const flags = kind === 'fixed-window';
   return {
     header: `-- floodgate: calls under one ${kind} policy each (see floodgate/model ${kind}.ts, decide.ts).`,
     locals:
       'local tonumber, ceil, floor, fmod, format, byte, sub, match, gmatch, call = tonumber, math.ceil, math.floor, math.fmod, string.format, string.byte, string.sub, string.match, string.gmatch, redis.call',
-    tables: 'local limits, windows, alignments = {}, {}, {}',
+    tables: 'local limits, windows, alignments, countings = {}, {}, {}, {}',
     policy: `  limits[i] = tonumber(argv[at + ${W.limit}])
   windows[i] = tonumber(argv[at + ${W.window}])
-  local aligned = tonumber(argv[at + ${W.aligned}])
-  ${aligned ? flagGuards(KINDS[kind], (param) => (param === 'c' ? 'aligned' : undefined), ['c']) : ''}
+  local aligned, counts = tonumber(argv[at + ${W.aligned}]), tonumber(argv[at + ${W.counts}])
+  ${flags ? windowFlagGuards(kind, 'aligned', 'counts') : ''}
   alignments[i] = aligned
+  countings[i] = counts
   at = at + ${W.size}`,
-    run: '  local limit, window, aligned = limits[p], windows[p], alignments[p]',
+    run: '  local limit, window, aligned, counts = limits[p], windows[p], alignments[p], countings[p]',
     perRun: '',
     transition: windowTransition(kind),
     // The state as the window's transition read it (see lua/window-fast.ts `readState`).

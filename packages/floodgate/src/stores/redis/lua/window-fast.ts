@@ -1,3 +1,4 @@
+import { MAX_COST } from '../../../model/cost.js';
 import { KINDS } from '../../../model/kinds.js';
 import { WINDOW_CALL_WIRE } from '../wire.js';
 import { windowAtLua } from './fixed-window.js';
@@ -16,6 +17,8 @@ export interface WindowShape {
   readonly limit: number;
   /** The window, µs (compiled `a`). */
   readonly a: number;
+  /** The fixed window's denied calls counted (compiled `b`, 1 = countDenied); 0 for the sliding window. */
+  readonly b: number;
   /** The fixed window's alignment (compiled `c`): 0 clock, 1 a key's first request; 0 for the sliding window. */
   readonly c: number;
 }
@@ -24,47 +27,74 @@ export interface WindowShape {
 interface WindowPort {
   /** How many numbers its state holds after `blockedUntil`. */
   readonly fields: number;
-  /** It reads the policy's alignment (`aligned`, compiled `c`). */
-  readonly aligned: boolean;
+  /** It reads the policy's flags: the alignment (`aligned`, compiled `c`) and `counts` (compiled `b`). */
+  readonly flags: boolean;
   /**
-   * Lua over the state `s` (a table, or nil), `now`, `cost`, `limit`, `window` (and `aligned`): declares
-   * `allowed`, and what `written` and `reset` name.
+   * Lua over the state `s` (a table, or nil), `now`, `cost`, `limit`, `window` (and the flags): declares
+   * `allowed`, and what `written`, `reset` and `denied` name.
    */
   readonly decide: string;
   /** Lua expressions of the state's numbers an admitted call writes, after `blockedUntil` (0). */
   readonly written: readonly string[];
   /** µs from `now` until that state is untouched. */
   readonly reset: string;
+  /** Lua that sets `next_value` and `reset` for a committed denial that writes, if the kind has one. */
+  readonly denied?: string;
 }
 
 /**
  * The verdict and the state written are the model's (`evaluateFixedWindow`, `evaluateSlidingWindow`) under
- * `decide` (model/decide.ts) for a policy whose denial changes nothing: not over the limit
- * (exceeds-capacity), not blocked (a box a policy of the same name left), and within the limit after the
- * call. The window and its counts are the kinds' Lua ports' own (`windowAtLua`, `countsAtLua`, `estimateLua`).
+ * `decide` (model/decide.ts) for a policy without a penalty box: not over the limit (exceeds-capacity),
+ * not blocked (a box a policy of the same name left), and within the limit after the call. A denial
+ * changes nothing, but a fixed window's that counts denied calls: `settleDenied` counts a committed denial
+ * of cost > 0 that is not blocked, or that is over the limit (counted even in a box), as
+ * `countFixedWindowHit` does (the count plus the cost, at most MAX_COST, a live box kept). The window and
+ * its counts are the kinds' Lua ports' own (`windowAtLua`, `countsAtLua`, `estimateLua`).
  */
 const PORTS: Record<WindowKind, WindowPort> = {
   'fixed-window': {
     fields: 2,
-    aligned: true,
+    flags: true,
     decide: `${windowAtLua('aligned')}
 local after = count + cost
-local allowed = cost <= limit and not (s and s[1] > now) and after <= limit`,
+local boxed = 0
+if s and s[1] > now then boxed = s[1] end
+local allowed = cost <= limit and boxed == 0 and after <= limit`,
     written: ['start', 'after'],
-    reset: 'start + window - now',
+    // The model's untouched time: a window with nothing counted (a forged count) is untouched now.
+    reset: '(after > 0 and (start + window - now)) or 0',
+    denied: `elseif writes and counts == 1 and (boxed == 0 or cost > limit) then
+  -- countDenied: the window counts the call, a live box kept; untouched at the later of their ends.
+  local counted = after
+  if counted > ${MAX_COST} then counted = ${MAX_COST} end
+${printed('w1', 'start')}
+${printed('w2', 'counted')}
+  next_value = 'f' .. w1 .. ' ' .. w2
+  reset = 0
+  if counted > 0 then reset = start + window - now end
+  if boxed > 0 then
+${printed('b', 'boxed').replaceAll('\n', '\n  ').replace(/^/, '  ')}
+    next_value = 'f!' .. b .. ' ' .. w1 .. ' ' .. w2
+    if boxed - now > reset then reset = boxed - now end
+  end`,
   },
   'sliding-window': {
     fields: 3,
-    aligned: false,
+    flags: false,
     decide: `${countsAtLua('')}
 local elapsed = now - start
 local after = count + cost
 local allowed = cost <= limit and not (s and s[1] > now)
   and ${estimateLua('previous', 'count', 'window', 'elapsed')} + cost <= limit`,
     written: ['start', 'after', 'previous'],
-    reset: 'start + 2 * window - now',
+    reset: '(after > 0 and (start + 2 * window - now)) or (previous > 0 and (start + window - now)) or 0',
   },
 };
+
+/** The guards of a window kind's flags, read as the Lua numbers `aligned` (`c`) and `counts` (`b`). */
+export function windowFlagGuards(kind: WindowKind, aligned: string, counts: string): string {
+  return flagGuards(KINDS[kind], (param) => (param === 'c' ? aligned : param === 'b' ? counts : undefined));
+}
 
 /** A finite number as Lua source: exactly the double the client holds (its shortest round-trip form). */
 function literal(n: number): string {
@@ -135,14 +165,14 @@ if writes and allowed then
 ${port.written.map((x, i) => printed(names[i] as string, x)).join('\n')}
   next_value = '${KINDS[kind].tag}' .. ${names.join(" .. ' ' .. ")}
   reset = ${port.reset}
-end
+${port.denied === undefined ? '' : `${port.denied}\n`}end
 `;
 }
 
 /**
  * The single-call script of a counting window (a fixed window, a sliding window), as lua/meter-fast.ts is
- * the meter's: one `limit` or `check` under one such policy whose denial changes nothing (no penalty box;
- * a fixed window that does not count denied calls), sent when no other call waits to share a script call.
+ * the meter's: one `limit` or `check` under one such policy without a penalty box (a fixed window that
+ * counts denied calls included), sent when no other call waits to share a script call.
  * The full script defines every kind's functions and parses every call's policies on each call, which cost
  * Redis several times this decision; this defines nothing.
  *
@@ -166,13 +196,13 @@ export function windowFastScript(kind: WindowKind, shape?: WindowShape): string 
   const policy =
     shape === undefined
       ? `local limit = tonumber(argv[${A.limit}])
-local window = tonumber(argv[${A.window}])${port.aligned ? `\nlocal aligned = tonumber(argv[${A.aligned}])` : ''}`
-      : `local limit, window = ${literal(shape.limit)}, ${literal(shape.a)}${port.aligned ? `\nlocal aligned = ${literal(shape.c)}` : ''}`;
-  const guard = port.aligned ? flagGuards(KINDS[kind], (param) => (param === 'c' ? 'aligned' : undefined), ['c']) : '';
+local window = tonumber(argv[${A.window}])${port.flags ? `\nlocal aligned = tonumber(argv[${A.aligned}])\nlocal counts = tonumber(argv[${A.counts}])` : ''}`
+      : `local limit, window = ${literal(shape.limit)}, ${literal(shape.a)}${port.flags ? `\nlocal aligned, counts = ${literal(shape.c)}, ${literal(shape.b)}` : ''}`;
+  const guard = port.flags ? windowFlagGuards(kind, 'aligned', 'counts') : '';
   const header =
     shape === undefined
       ? `-- floodgate: one call under one ${kind} policy (see floodgate/model ${kind}.ts, decide.ts).`
-      : `-- floodgate: one call under the ${kind} of ${literal(shape.limit)} per ${literal(shape.a)} µs${port.aligned ? `, c = ${literal(shape.c)}` : ''} (see floodgate/model ${kind}.ts, decide.ts).`;
+      : `-- floodgate: one call under the ${kind} of ${literal(shape.limit)} per ${literal(shape.a)} µs${port.flags ? `, b = ${literal(shape.b)}, c = ${literal(shape.c)}` : ''} (see floodgate/model ${kind}.ts, decide.ts).`;
   return singleCallScript({
     header,
     locals:
