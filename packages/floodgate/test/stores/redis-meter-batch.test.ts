@@ -79,8 +79,11 @@ describe.skipIf(!available)(
         compiled: [
           fixedWindow({ limit: 4, windowMs: 1000, name: 'fw' }),
           fixedWindow({ limit: 3, windowMs: 700, align: 'first-request', name: 'fwf' }),
+          fixedWindow({ limit: 3, windowMs: 800, countDenied: true, name: 'fwc' }),
+          // Under the name of the first: a key's calls under both link across the two policies.
+          fixedWindow({ limit: 2, windowMs: 600, align: 'first-request', countDenied: true, name: 'fw' }),
         ].map(compilePolicy),
-        pick: fc.constantFrom(0, 1),
+        pick: fc.constantFrom(0, 1, 2, 2, 3, 3),
         perPolicy: WINDOW_BATCH_WIRE.policy.size,
         runs: 40,
         least: { batchCalls: 60, repeats: 30, chains: 15 },
