@@ -76,6 +76,37 @@ function windowKind(kind: WindowKind): BatchKind {
   };
 }
 
+/** The batch script's links and its states, read once (`at` after the policies, `argv`, `keys` in scope). */
+const BATCH_READS = `-- The links, read as the calls reach them: link is the next one, linked the call it starts from (0, which
+-- no call is, when there are none).
+local link, links_end, linked, target = at, at + tonumber(argv[${A.links}]), 0, 0
+if link < links_end then
+  local x = tonumber(argv[link], 16)
+  target = x % 16384
+  linked = (x - target) / 16384
+end
+at = links_end
+local n = #keys
+-- The states as MGET read them, which is also the reply: an entry changes only for a call whose key an
+-- earlier call in this script call decided on (the state it left), or that failed; the Redis time goes
+-- after them, then the calls denied.
+local values
+if n <= 1000 then
+  values = call('MGET', unpack(keys))
+else
+  values = {}
+  for i = 1, n, 1000 do
+    local last = i + 999
+    if last > n then last = n end
+    local part = call('MGET', unpack(keys, i, last))
+    for j = 1, #part do values[i + j - 1] = part[j] end
+  end
+end
+values[n + 1] = 0
+local denied = n + 1
+local redis_now = nil
+`;
+
 /**
  * The batch script for the commonest load: many calls in flight, each a `limit` or a `check` under a
  * single meter policy (GCRA, token bucket with continuous refill, leaky bucket in either mode). What Redis
@@ -109,42 +140,12 @@ function windowKind(kind: WindowKind): BatchKind {
  *          MGET found empty is written with NX: MGET answers nil for a key of another type too, and NX
  *          refuses to overwrite it, which is how such a key is told apart without another command.
  *
+ * The windows' batch scripts (`WINDOW_BATCH_SCRIPTS`) are this script with a window's numbers per policy
+ * (`WINDOW_BATCH_WIRE.policy`: limit, window, alignment, denied calls counted) and the window's transition
+ * (lua/window-fast.ts), which writes `f…` and `s…` states as lua/prelude.ts encodes them; they reply an
+ * uncommon state as the transition read it (`readState`), the common one as stored.
+ *
  * Where Redis spends a decision here: docs/stores.md, "Throughput: batching and pipelining".
- */
-/** The batch script's links and its states, read once (`at` after the policies, `argv`, `keys` in scope). */
-const BATCH_READS = `-- The links, read as the calls reach them: link is the next one, linked the call it starts from (0, which
--- no call is, when there are none).
-local link, links_end, linked, target = at, at + tonumber(argv[${A.links}]), 0, 0
-if link < links_end then
-  local x = tonumber(argv[link], 16)
-  target = x % 16384
-  linked = (x - target) / 16384
-end
-at = links_end
-local n = #keys
--- The states as MGET read them, which is also the reply: an entry changes only for a call whose key an
--- earlier call in this script call decided on (the state it left), or that failed; the Redis time goes
--- after them, then the calls denied.
-local values
-if n <= 1000 then
-  values = call('MGET', unpack(keys))
-else
-  values = {}
-  for i = 1, n, 1000 do
-    local last = i + 999
-    if last > n then last = n end
-    local part = call('MGET', unpack(keys, i, last))
-    for j = 1, #part do values[i + j - 1] = part[j] end
-  end
-end
-values[n + 1] = 0
-local denied = n + 1
-local redis_now = nil
-`;
-
-/**
- * One batch script: the policies' numbers and the transition of `k`, the rest (links, reads, writes,
- * reply) shared.
  */
 function batchScript(k: BatchKind): string {
   return `${k.header}
