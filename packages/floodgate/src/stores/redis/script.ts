@@ -85,8 +85,8 @@ const SHARED_WINDOW_CALLS = Object.fromEntries(
 ) as Record<WindowKind, SingleCallScript>;
 
 /**
- * The most policy shapes (a meter's T, τ, blockUs and queue flag; a window's limit, window and
- * alignment) that get a baked single-call script in one process; policies of further shapes run the
+ * The most policy shapes (a meter's T, τ, blockUs and queue flag; a window's limit, window, alignment and
+ * denied calls counted), of every kind together, that get a baked single-call script in one process; policies of further shapes run the
  * shared one of their kind. Each script Redis is sent stays in its script cache (until `SCRIPT FLUSH`), so
  * an application that makes policies of many shapes (limits per tenant, say) loads at most this many
  * there per process.
