@@ -150,10 +150,10 @@ function printed(name: string, x: string): string {
 /**
  * A window call's transition, for the single-call script and the batch script (lua/meter-batch.ts): in
  * scope `value` (the stored string, or false/nil), `now`, `cost`, `writes` (a committed call of nonzero
- * cost), `limit`, `window` and, for a fixed window, `aligned` and `counts`, and the locals `floor`, `format`, `fmod`,
- * `byte`, `sub`, `match`, `gmatch`. Declares `allowed`, `next_value` (the string to store, nil when nothing
- * changes), `reset` (µs from `now` until that state is untouched) and `read` (the state read, as the reply
- * gives it: see `readState`).
+ * cost), `limit`, `window` and, for a fixed window, `aligned` and `counts`, and the locals `floor`,
+ * `format`, `fmod`, `byte`, `sub`, `match`, `gmatch`. Declares `allowed`, `next_value` (the string to
+ * store, nil when nothing changes), `reset` (µs from `now` until that state is untouched) and `read` (the
+ * state read, as the reply gives it: see `readState`).
  */
 export function windowTransition(kind: WindowKind): string {
   const port = PORTS[kind];
