@@ -100,6 +100,18 @@ describe.skipIf(!available)(
         runs: 40,
         least: { batchCalls: 60, repeats: 30, chains: 15 },
       },
+      {
+        name: 'single interval token bucket calls',
+        sha: WINDOW_BATCHES['token-interval'].sha,
+        compiled: [
+          tokenBucket({ capacity: 4, refillAmount: 1, refillIntervalMs: 250, refill: 'interval', name: 'ti' }),
+          tokenBucket({ capacity: 3, refillAmount: 2, refillIntervalMs: 400, refill: 'interval', name: 'ti2' }),
+        ].map(compilePolicy),
+        pick: fc.constantFrom(0, 1),
+        perPolicy: WINDOW_BATCH_WIRE.policy.size,
+        runs: 40,
+        least: { batchCalls: 60, repeats: 30, chains: 15 },
+      },
     ];
 
     for (const family of FAMILIES) {

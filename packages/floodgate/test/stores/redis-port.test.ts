@@ -150,27 +150,51 @@ describe.skipIf(!available)(
   () => {
     const redis = new Redis({ host: REDIS_HOST, port: REDIS_PORT });
     afterAll(() => redis.quit());
-    // Each kind's baked script (windows of a minute), then its shared one (two minutes: a shape no test baked
-    // before the process's baked shapes ran out).
+    // Each kind's baked script (windows and intervals of a minute), then its shared one (two minutes: a
+    // shape no test baked before the process's baked shapes ran out). `numbers` gives a state's common
+    // value (whole numbers) at NOW_US for a unit (window or interval) of `unitUs`, `count` which of them is
+    // a count, `time` which a time.
+    const windowed = (counts: string[]) => (unitUs: number) => [String(NOW_US - (NOW_US % unitUs)), ...counts];
     const cases = [
-      ['fixed-window', (windowMs: number) => fixedWindow({ limit: 3, windowMs, name: 'fw' }), 'f', ['2']],
+      ['fixed-window', (ms: number) => fixedWindow({ limit: 3, windowMs: ms, name: 'fw' }), 'f', windowed(['2']), 1, 0],
       [
         'fixed-window',
-        (windowMs: number) => fixedWindow({ limit: 3, windowMs, align: 'first-request', name: 'fwf' }),
+        (ms: number) => fixedWindow({ limit: 3, windowMs: ms, align: 'first-request', name: 'fwf' }),
         'f',
-        ['2'],
+        windowed(['2']),
+        1,
+        0,
       ],
       [
         'fixed-window',
-        (windowMs: number) => fixedWindow({ limit: 3, windowMs, countDenied: true, name: 'fwc' }),
+        (ms: number) => fixedWindow({ limit: 3, windowMs: ms, countDenied: true, name: 'fwc' }),
         'f',
-        ['2'],
+        windowed(['2']),
+        1,
+        0,
       ],
-      ['sliding-window', (windowMs: number) => slidingWindow({ limit: 3, windowMs, name: 'sw' }), 's', ['2', '1']],
+      [
+        'sliding-window',
+        (ms: number) => slidingWindow({ limit: 3, windowMs: ms, name: 'sw' }),
+        's',
+        windowed(['2', '1']),
+        1,
+        0,
+      ],
+      [
+        'token-interval',
+        (ms: number) =>
+          tokenBucket({ capacity: 3, refillAmount: 1, refillIntervalMs: ms, refill: 'interval', name: 'ti' }),
+        'i',
+        // Two tokens used, anchored 1 ms ago.
+        () => ['2', String(NOW_US - 1000)],
+        0,
+        1,
+      ],
     ] as const;
 
     for (const baked of [true, false]) {
-      for (const [kind, make, tag, counts] of cases) {
+      for (const [kind, make, tag, numbersAt, count, time] of cases) {
         const source = make(baked ? 60_000 : 120_000);
         it(`${source.name}, ${baked ? 'baked' : 'shared'}: values of every form, limit and check, whole and fractional costs`, async () => {
           if (!baked) {
@@ -200,37 +224,43 @@ describe.skipIf(!available)(
             },
           });
           const full = redisStore({ client: base, fastPath: false });
-          const windowUs = policy.a;
-          const start = NOW_US - (NOW_US % windowUs);
-          const n = counts.join(' ');
-          const first = (word: string) => [word, ...counts.slice(1)].join(' ');
+          const unitUs = kind === 'token-interval' ? policy.b : policy.a;
+          const numbers = numbersAt(unitUs);
+          const join = (xs: readonly string[]) => xs.join(' ');
+          const n = join(numbers);
+          // The common value with its count (every count, `all`) spelled `word`, or its time moved by `units`.
+          const counted = (word: string, all = false) =>
+            join(numbers.map((x, i) => (i === count || (all && i !== time) ? word : x)));
+          const moved = (units: number) =>
+            join(numbers.map((x, i) => (i === time ? String(Number(x) - units * unitUs) : x)));
+          const [a, ...rest] = numbers;
           const values = [
-            `${tag}${start} ${n}`,
-            `${tag}${start} ${counts.map(() => '3').join(' ')}`,
-            `${tag}${start - windowUs} ${n}`,
-            `${tag}${start - 2 * windowUs} ${n}`,
-            `${tag}${start} ${counts.map(() => '1.5').join(' ')}`,
-            `${tag}${start}  ${n}`,
-            `${tag} ${start} ${n}`,
-            `${tag}!${NOW_US + 5_000_000} ${start} ${n}`,
-            `${tag}!${NOW_US - 5_000_000} ${start} ${n}`,
-            `${tag}!0 ${start} ${n}`,
-            `${tag}!${start + 3 * windowUs} ${start} ${n}`,
-            `${tag}${start} ${n} 7`,
-            `${tag}${start}`,
-            `${tag}x ${n}`,
+            `${tag}${n}`,
+            `${tag}${counted('3', true)}`,
+            `${tag}${moved(1)}`,
+            `${tag}${moved(2)}`,
+            `${tag}${counted('1.5', true)}`,
+            `${tag}${a}  ${join(rest)}`,
+            `${tag} ${n}`,
+            `${tag}!${NOW_US + 5_000_000} ${n}`,
+            `${tag}!${NOW_US - 5_000_000} ${n}`,
+            `${tag}!0 ${n}`,
+            `${tag}!${NOW_US + 3 * unitUs} ${n}`,
+            `${tag}${n} 7`,
+            `${tag}${join(numbers.slice(1))}`,
+            `${tag}${join(numbers.map((x, i) => (i === time ? 'x' : x)))}`,
             // Spellings Lua's tonumber and JavaScript's Number read differently: the reply carries the
             // numbers as the script read them.
-            `${tag}!inf ${start} ${n}`,
-            `${tag}${start} ${first('nan')}`,
-            `${tag}${start} ${first('0x1p1')}`,
-            `${tag}${start} ${first('-0x2')}`,
-            `${tag}${start} ${first('0b10')}`,
-            `${tag}${start} ${first('2\0')}`,
-            `${tag}${start}\u00a0${n}`,
-            `${tag}${start} ${first('0x2')}`,
-            `${tag === 'f' ? 's' : 'f'}${start} ${n}`,
-            `${start}`,
+            `${tag}!inf ${n}`,
+            `${tag}${counted('nan')}`,
+            `${tag}${counted('0x1p1')}`,
+            `${tag}${counted('-0x2')}`,
+            `${tag}${counted('0b10')}`,
+            `${tag}${counted('2\0')}`,
+            `${tag}${a}\u00a0${join(rest)}`,
+            `${tag}${counted('0x2')}`,
+            `${tag === 'f' ? 's' : 'f'}${n}`,
+            `${a}`,
             '',
           ];
           for (const value of values) {
@@ -339,6 +369,7 @@ describe.skipIf(!available)('Redis expiry: a key lives as long as the state writ
   const POLICIES: Policy[] = [
     fixedWindow({ limit: 3, windowMs: 400, name: 'fw' }),
     slidingWindow({ limit: 4, windowMs: 600, name: 'swp' }),
+    tokenBucket({ capacity: 3, refillAmount: 2, refillIntervalMs: 350, refill: 'interval', name: 'tip' }),
     fixedWindow({ limit: 3, windowMs: 400, align: 'first-request', countDenied: true, name: 'fwf' }),
     fixedWindow({ limit: 3, windowMs: 400, countDenied: true, blockMs: 700, name: 'fwc' }),
     slidingLog({ limit: 3, windowMs: 500, countDenied: true, name: 'log' }),

@@ -611,7 +611,7 @@ function singleArguments(call: Call, grace: string): SingleCall | undefined {
   const nowUs = call.nowUs === undefined ? '' : String(call.nowUs);
   if (kind !== 'meter') {
     const W = WINDOW_CALL_WIRE.argv;
-    const args = new Array<string>(baked ? W.cost : kind === 'fixed-window' ? W.counts : W.window);
+    const args = new Array<string>(baked ? W.cost : W.b);
     args[W.nowUs - 1] = nowUs;
     args[W.graceMs - 1] = grace;
     args[W.op - 1] = call.op;
@@ -619,11 +619,9 @@ function singleArguments(call: Call, grace: string): SingleCall | undefined {
     if (!baked) {
       const p = argsOf(c);
       args[W.limit - 1] = p[DECIDE_WIRE.policy.limit] as string;
-      args[W.window - 1] = p[DECIDE_WIRE.policy.a] as string;
-      if (kind === 'fixed-window') {
-        args[W.aligned - 1] = p[DECIDE_WIRE.policy.c] as string;
-        args[W.counts - 1] = p[DECIDE_WIRE.policy.b] as string;
-      }
+      args[W.a - 1] = p[DECIDE_WIRE.policy.a] as string;
+      args[W.c - 1] = p[DECIDE_WIRE.policy.c] as string;
+      args[W.b - 1] = p[DECIDE_WIRE.policy.b] as string;
     }
     return { keys, args, script, sha, kind };
   }
@@ -775,12 +773,11 @@ function batchArguments(calls: readonly Call[], grace: string): BatchCall | unde
         head[at + METER_BATCH_WIRE.policy.tau] = p[DECIDE_WIRE.policy.b] as string;
         head[at + METER_BATCH_WIRE.policy.queue] = p[DECIDE_WIRE.policy.c] as string;
       } else {
-        const fixed = kind === 'fixed-window';
         head.push('', '', '', '');
         head[at + WINDOW_BATCH_WIRE.policy.limit] = p[DECIDE_WIRE.policy.limit] as string;
-        head[at + WINDOW_BATCH_WIRE.policy.window] = p[DECIDE_WIRE.policy.a] as string;
-        head[at + WINDOW_BATCH_WIRE.policy.aligned] = fixed ? (p[DECIDE_WIRE.policy.c] as string) : '0';
-        head[at + WINDOW_BATCH_WIRE.policy.counts] = fixed ? (p[DECIDE_WIRE.policy.b] as string) : '0';
+        head[at + WINDOW_BATCH_WIRE.policy.a] = p[DECIDE_WIRE.policy.a] as string;
+        head[at + WINDOW_BATCH_WIRE.policy.c] = p[DECIDE_WIRE.policy.c] as string;
+        head[at + WINDOW_BATCH_WIRE.policy.b] = p[DECIDE_WIRE.policy.b] as string;
       }
     }
     body.push(
@@ -828,6 +825,7 @@ function meterState(value: unknown): State | undefined {
 const WINDOW_STATES: Record<WindowKind, { tag: number; length: number; common: RegExp }> = {
   'fixed-window': { tag: 102, length: 3, common: /^f(\d+) (\d+)$/ },
   'sliding-window': { tag: 115, length: 4, common: /^s(\d+) (\d+) (\d+)$/ },
+  'token-interval': { tag: 105, length: 3, common: /^i(\d+) (\d+)$/ },
 };
 
 /**

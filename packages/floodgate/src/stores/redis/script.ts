@@ -122,6 +122,7 @@ function windowKindOf(c: CompiledPolicy): WindowKind | undefined {
   if (c.blockUs !== 0) return undefined;
   if (c.kind === KINDS['fixed-window'].id) return 'fixed-window';
   if (c.kind === KINDS['sliding-window'].id) return 'sliding-window';
+  if (c.kind === KINDS['token-interval'].id) return 'token-interval';
   return undefined;
 }
 
@@ -135,10 +136,10 @@ function bakeMeter(c: CompiledPolicy): SingleCallScript {
 
 function bakeWindow(c: CompiledPolicy, kind: WindowKind): SingleCallScript {
   const shared = SHARED_WINDOW_CALLS[kind];
-  const flags = kind === 'fixed-window' ? [c.b, c.c] : [0, 0];
-  if (!Number.isFinite(c.limit) || ![c.a, ...flags].every((n) => Number.isSafeInteger(n))) return shared;
-  return baked(`${kind} ${c.limit} ${c.a} ${flags.join(' ')}`, shared, () =>
-    windowFastScript(kind, { limit: c.limit, a: c.a, b: flags[0] as number, c: flags[1] as number }),
+  const numbers = [c.limit, c.a, c.b, c.c];
+  if (!numbers.every((n) => Number.isFinite(n))) return shared;
+  return baked(`${kind} ${numbers.join(' ')}`, shared, () =>
+    windowFastScript(kind, { limit: c.limit, a: c.a, b: c.b, c: c.c }),
   );
 }
 

@@ -47,8 +47,8 @@ export const METER_CALL_WIRE = {
 } as const;
 
 /**
- * The single-call window scripts (lua/window-fast.ts): one call, one fixed-window or sliding-window
- * policy without a penalty box. Their reply is the meter's (`METER_CALL_WIRE.reply`).
+ * The single-call window scripts (lua/window-fast.ts): one call, one fixed-window, sliding-window or
+ * interval token bucket policy without a penalty box. Their reply is the meter's (`METER_CALL_WIRE.reply`).
  */
 export const WINDOW_CALL_WIRE = {
   /** KEYS[1] is the storage key. */
@@ -60,12 +60,12 @@ export const WINDOW_CALL_WIRE = {
     op: 3,
     cost: 4,
     limit: 5,
-    /** The window, µs (compiled `a`). */
-    window: 6,
-    /** The fixed window's alignment (compiled `c`): 0 clock, 1 a key's first request; not sent for a sliding window. */
-    aligned: 7,
-    /** The fixed window's denied calls counted (compiled `b`, 1 = countDenied); not sent for a sliding window. */
-    counts: 8,
+    /** Compiled `a`: the window (µs), or the interval bucket's refill. */
+    a: 6,
+    /** Compiled `c`: the fixed window's alignment (0 clock, 1 a key's first request); 0 for the others. */
+    c: 7,
+    /** Compiled `b`: the fixed window's denied calls counted (1 = countDenied), the bucket's interval (µs), 0 for the sliding window. */
+    b: 8,
   },
   reply: METER_CALL_WIRE.reply,
 } as const;
@@ -101,11 +101,8 @@ export const METER_BATCH_WIRE = {
  */
 export const WINDOW_BATCH_WIRE = {
   argv: METER_BATCH_WIRE.argv,
-  /**
-   * Offsets within one policy's group, and the group's size: the limit, the window (µs, compiled `a`), the
-   * fixed window's alignment (`c`) and denied calls counted (`b`; both 0 for a sliding window).
-   */
-  policy: { limit: 0, window: 1, aligned: 2, counts: 3, size: 4 },
+  /** Offsets within one policy's group, and the group's size: the limit, compiled `a`, `c` and `b` (as `WINDOW_CALL_WIRE`). */
+  policy: { limit: 0, a: 1, c: 2, b: 3, size: 4 },
   run: METER_BATCH_WIRE.run,
   reply: METER_BATCH_WIRE.reply,
 } as const;

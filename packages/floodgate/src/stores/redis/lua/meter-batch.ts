@@ -1,7 +1,7 @@
 import { METER_BATCH_WIRE, WINDOW_BATCH_WIRE } from '../wire.js';
 import { meterFlagGuard } from './flags.js';
 import { meterTransition } from './meter-transition.js';
-import { type WindowKind, windowFlagGuards, windowTransition } from './window-fast.js';
+import { type WindowKind, windowFlagGuards, windowFunctions, windowLocals, windowTransition } from './window-fast.js';
 
 const A = METER_BATCH_WIRE.argv;
 const P = METER_BATCH_WIRE.policy;
@@ -55,23 +55,27 @@ const METER_KIND: BatchKind = {
 };
 
 function windowKind(kind: WindowKind): BatchKind {
-  const flags = kind === 'fixed-window';
+  const { a, b, c } = windowLocals(kind);
+  const numbers = [
+    ['limits', 'limit', W.limit],
+    ['as', a, W.a],
+    ...(c === undefined ? [] : [['cs', c, W.c]]),
+    ...(b === undefined ? [] : [['bs', b, W.b]]),
+  ] as [string, string, number][];
   return {
-    header: `-- floodgate: calls under one ${kind} policy each (see floodgate/model ${kind}.ts, decide.ts).`,
+    header: `-- floodgate: calls under one ${kind} policy each (see floodgate/model, decide.ts).`,
     locals:
-      'local tonumber, ceil, floor, fmod, format, byte, sub, match, gmatch, call = tonumber, math.ceil, math.floor, math.fmod, string.format, string.byte, string.sub, string.match, string.gmatch, redis.call',
-    tables: 'local limits, windows, alignments, countings = {}, {}, {}, {}',
-    policy: `  limits[i] = tonumber(argv[at + ${W.limit}])
-  windows[i] = tonumber(argv[at + ${W.window}])
-  local aligned, counts = tonumber(argv[at + ${W.aligned}]), tonumber(argv[at + ${W.counts}])
-  ${flags ? windowFlagGuards(kind, 'aligned', 'counts') : ''}
-  alignments[i] = aligned
-  countings[i] = counts
+      'local tonumber, ceil, floor, fmod, max, format, byte, sub, match, gmatch, call = tonumber, math.ceil, math.floor, math.fmod, math.max, string.format, string.byte, string.sub, string.match, string.gmatch, redis.call',
+    tables: `local ${numbers.map(([table]) => table).join(', ')} = ${numbers.map(() => '{}').join(', ')}
+${windowFunctions(kind)}`,
+    policy: `${numbers.map(([, local, slot]) => `  local ${local} = tonumber(argv[at + ${slot}])`).join('\n')}
+  ${windowFlagGuards(kind)}
+${numbers.map(([table, local]) => `  ${table}[i] = ${local}`).join('\n')}
   at = at + ${W.size}`,
-    run: '  local limit, window, aligned, counts = limits[p], windows[p], alignments[p], countings[p]',
+    run: `  local ${numbers.map(([, local]) => local).join(', ')} = ${numbers.map(([table]) => `${table}[p]`).join(', ')}`,
     perRun: '',
     transition: windowTransition(kind),
-    // The state as the window's transition read it (see lua/window-fast.ts `readState`).
+    // The state as the window's transition read it (see lua/window-fast.ts \`readState\`).
     replied: '    if read ~= value then values[k] = read end\n',
   };
 }
@@ -244,4 +248,5 @@ export const METER_BATCH_SCRIPT = batchScript(METER_KIND);
 export const WINDOW_BATCH_SCRIPTS: Readonly<Record<WindowKind, string>> = {
   'fixed-window': batchScript(windowKind('fixed-window')),
   'sliding-window': batchScript(windowKind('sliding-window')),
+  'token-interval': batchScript(windowKind('token-interval')),
 };

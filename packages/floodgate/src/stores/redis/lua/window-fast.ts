@@ -6,32 +6,41 @@ import { flagGuards } from './flags.js';
 import { stateWordsLua } from './prelude.js';
 import { singleCallScript } from './single-call.js';
 import { countsAtLua, estimateLua } from './sliding-window.js';
+import { INTERVALS_UNTIL_LUA, REFILL_LUA } from './token-interval.js';
 
 const A = WINDOW_CALL_WIRE.argv;
 
-/** The kinds with a single-call script here: counting windows, whose state is a few numbers. */
-export type WindowKind = 'fixed-window' | 'sliding-window';
+/**
+ * The kinds with single-call and batch scripts here: the counting windows (fixed, sliding) and the token
+ * bucket refilled at intervals (a window of refills), whose states are a few numbers.
+ */
+export type WindowKind = 'fixed-window' | 'sliding-window' | 'token-interval';
 
 /** A window policy's numbers, written into its own single-call script (`windowFastScript`). */
 export interface WindowShape {
   readonly limit: number;
-  /** The window, µs (compiled `a`). */
+  /** Compiled `a`: the window (µs), or the interval bucket's refill. */
   readonly a: number;
-  /** The fixed window's denied calls counted (compiled `b`, 1 = countDenied); 0 for the sliding window. */
+  /** Compiled `b`: the fixed window's denied calls counted (1 = countDenied), the bucket's interval (µs); 0 else. */
   readonly b: number;
-  /** The fixed window's alignment (compiled `c`): 0 clock, 1 a key's first request; 0 for the sliding window. */
+  /** Compiled `c`: the fixed window's alignment (0 clock, 1 a key's first request); 0 else. */
   readonly c: number;
 }
 
-/** What a kind's single-call script decides with: its state's size and its transition. */
+/** What a kind's single-call script decides with: its numbers, its state's size and its transition. */
 interface WindowPort {
   /** How many numbers its state holds after `blockedUntil`. */
   readonly fields: number;
-  /** It reads the policy's flags: the alignment (`aligned`, compiled `c`) and `counts` (compiled `b`). */
-  readonly flags: boolean;
+  /** The Lua local its compiled `a` is read into. */
+  readonly a: 'window' | 'refill';
+  /** The Lua locals its compiled `b` and `c` are read into, when it reads them (flags among them guarded). */
+  readonly b?: string;
+  readonly c?: string;
+  /** Lua defined once before its calls' transitions (functions). */
+  readonly functions?: string;
   /**
-   * Lua over the state `s` (a table, or nil), `now`, `cost`, `limit`, `window` (and the flags): declares
-   * `allowed`, and what `written`, `reset` and `denied` name.
+   * Lua over the state `s` (a table, or nil), `now`, `cost`, `limit` and its numbers: declares `allowed`,
+   * and what `written`, `reset` and `denied` name.
    */
   readonly decide: string;
   /** Lua expressions of the state's numbers an admitted call writes, after `blockedUntil` (0). */
@@ -43,18 +52,21 @@ interface WindowPort {
 }
 
 /**
- * The verdict and the state written are the model's (`evaluateFixedWindow`, `evaluateSlidingWindow`) under
- * `decide` (model/decide.ts) for a policy without a penalty box: not over the limit (exceeds-capacity),
+ * The verdict and the state written are the model's (`evaluateFixedWindow`, `evaluateSlidingWindow`,
+ * `evaluateTokenInterval`) under `decide` (model/decide.ts) for a policy without a penalty box: not over the limit (exceeds-capacity),
  * not blocked (a box a policy of the same name left), and within the limit after the call. A denial
  * changes nothing, but a fixed window's that counts denied calls: `settleDenied` counts a committed denial
  * of cost > 0 that is not blocked, or that is over the limit (counted even in a box), as
- * `countFixedWindowHit` does (the count plus the cost, at most MAX_COST, a live box kept). The window and
- * its counts are the kinds' Lua ports' own (`windowAtLua`, `countsAtLua`, `estimateLua`).
+ * `countFixedWindowHit` does (the count plus the cost, at most MAX_COST, a live box kept). The windows,
+ * counts and refills are the kinds' Lua ports' own (`windowAtLua`, `countsAtLua`, `estimateLua`,
+ * `REFILL_LUA`, `INTERVALS_UNTIL_LUA`).
  */
 const PORTS: Record<WindowKind, WindowPort> = {
   'fixed-window': {
     fields: 2,
-    flags: true,
+    a: 'window',
+    b: 'counts',
+    c: 'aligned',
     decide: `${windowAtLua('aligned')}
 local after = count + cost
 local boxed = 0
@@ -80,7 +92,7 @@ ${printed('b', 'boxed').replaceAll('\n', '\n  ').replace(/^/, '  ')}
   },
   'sliding-window': {
     fields: 3,
-    flags: false,
+    a: 'window',
     decide: `${countsAtLua('')}
 local elapsed = now - start
 local after = count + cost
@@ -89,11 +101,35 @@ local allowed = cost <= limit and not (s and s[1] > now)
     written: ['start', 'after', 'previous'],
     reset: '(after > 0 and (start + 2 * window - now)) or (previous > 0 and (start + window - now)) or 0',
   },
+  'token-interval': {
+    fields: 2,
+    a: 'refill',
+    b: 'interval',
+    functions: INTERVALS_UNTIL_LUA,
+    decide: `local dust = limit * 1e-12
+${REFILL_LUA}
+local after = used + cost
+local allowed = cost <= limit and not (s and s[1] > now) and after <= limit`,
+    written: ['after', 'anchor'],
+    reset: 'anchor + intervals_until(after, 0, 0, refill, dust) * interval - now',
+  },
 };
 
-/** The guards of a window kind's flags, read as the Lua numbers `aligned` (`c`) and `counts` (`b`). */
-export function windowFlagGuards(kind: WindowKind, aligned: string, counts: string): string {
-  return flagGuards(KINDS[kind], (param) => (param === 'c' ? aligned : param === 'b' ? counts : undefined));
+/** The guards of a window kind's flags (the numbers among `b` and `c` it declares values of), as its port reads them. */
+export function windowFlagGuards(kind: WindowKind): string {
+  const port = PORTS[kind];
+  return flagGuards(KINDS[kind], (param) => (param === 'b' ? port.b : param === 'c' ? port.c : undefined));
+}
+
+/** The Lua locals of a window kind's policy numbers, in the order of `WindowShape`'s `limit`, `a`, `b`, `c`. */
+export function windowLocals(kind: WindowKind): { a: string; b?: string; c?: string } {
+  const { a, b, c } = PORTS[kind];
+  return { a, ...(b === undefined ? {} : { b }), ...(c === undefined ? {} : { c }) };
+}
+
+/** Lua defined once before a window kind's transitions. */
+export function windowFunctions(kind: WindowKind): string {
+  return PORTS[kind].functions ?? '';
 }
 
 /** A finite number as Lua source: exactly the double the client holds (its shortest round-trip form). */
@@ -193,21 +229,22 @@ ${port.denied === undefined ? '' : `${port.denied}\n`}end
  */
 export function windowFastScript(kind: WindowKind, shape?: WindowShape): string {
   const port = PORTS[kind];
+  const read = (slot: number, name: string | undefined) =>
+    name === undefined ? '' : `\nlocal ${name} = tonumber(argv[${slot}])`;
+  const bake = (n: number, name: string | undefined) => (name === undefined ? '' : `\nlocal ${name} = ${literal(n)}`);
   const policy =
     shape === undefined
-      ? `local limit = tonumber(argv[${A.limit}])
-local window = tonumber(argv[${A.window}])${port.flags ? `\nlocal aligned = tonumber(argv[${A.aligned}])\nlocal counts = tonumber(argv[${A.counts}])` : ''}`
-      : `local limit, window = ${literal(shape.limit)}, ${literal(shape.a)}${port.flags ? `\nlocal aligned, counts = ${literal(shape.c)}, ${literal(shape.b)}` : ''}`;
-  const guard = port.flags ? windowFlagGuards(kind, 'aligned', 'counts') : '';
+      ? `local limit = tonumber(argv[${A.limit}])${read(A.a, port.a)}${read(A.c, port.c)}${read(A.b, port.b)}`
+      : `local limit = ${literal(shape.limit)}${bake(shape.a, port.a)}${bake(shape.c, port.c)}${bake(shape.b, port.b)}`;
   const header =
     shape === undefined
-      ? `-- floodgate: one call under one ${kind} policy (see floodgate/model ${kind}.ts, decide.ts).`
-      : `-- floodgate: one call under the ${kind} of ${literal(shape.limit)} per ${literal(shape.a)} µs${port.flags ? `, b = ${literal(shape.b)}, c = ${literal(shape.c)}` : ''} (see floodgate/model ${kind}.ts, decide.ts).`;
+      ? `-- floodgate: one call under one ${kind} policy (see floodgate/model, decide.ts).`
+      : `-- floodgate: one call under the ${kind} of limit ${literal(shape.limit)}, a = ${literal(shape.a)}, b = ${literal(shape.b)}, c = ${literal(shape.c)} (see floodgate/model, decide.ts).`;
   return singleCallScript({
     header,
     locals:
-      'local fmod, ceil, floor, format, byte, sub, match, gmatch = math.fmod, math.ceil, math.floor, string.format, string.byte, string.sub, string.match, string.gmatch',
-    policy: `${policy}\n${guard}`,
+      'local fmod, ceil, floor, max, format, byte, sub, match, gmatch = math.fmod, math.ceil, math.floor, math.max, string.format, string.byte, string.sub, string.match, string.gmatch',
+    policy: `${policy}\n${windowFlagGuards(kind)}${port.functions === undefined ? '' : `\n${port.functions}`}`,
     declarations: '',
     commonest: shape === undefined ? undefined : 'cost, writes = 1, true',
     call: '',
@@ -220,4 +257,5 @@ local window = tonumber(argv[${A.window}])${port.flags ? `\nlocal aligned = tonu
 export const WINDOW_FAST_SCRIPTS: Readonly<Record<WindowKind, string>> = {
   'fixed-window': windowFastScript('fixed-window'),
   'sliding-window': windowFastScript('sliding-window'),
+  'token-interval': windowFastScript('token-interval'),
 };
