@@ -6,14 +6,15 @@
 // client (IN_FLIGHT closed loops of decisions over 100k keys, as bench:redis runs them), zeroes the
 // counters, runs `decisions` more, dumps, and prints instructions per decision, script calls and calls per
 // script call, and where the instructions went (callgrind_annotate, inclusive, top functions). `set` is
-// the floor: `SET key value PX ttl`, pipelined, same keys. ALGORITHM (gcra, fixed-window, sliding-window)
+// the floor: `SET key value PX ttl`, pipelined, same keys. ALGORITHM (gcra, fixed-window, sliding-window,
+// token-interval)
 // picks floodgate's policy; IN_FLIGHT=1 counts a call alone.
 import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, readdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { createLimiter, fixedWindow, gcra, slidingWindow } from 'floodgate';
+import { createLimiter, fixedWindow, gcra, slidingWindow, tokenBucket } from 'floodgate';
 import { fromIoredis, type RedisScriptClient, redisStore } from 'floodgate/redis';
 import { Redis } from 'ioredis';
 import { RateLimiterRedis } from 'rate-limiter-flexible';
@@ -31,8 +32,9 @@ const LIMIT = Number(process.env.LIMIT ?? 100);
 /** SEQUENTIAL=1: keys in turn instead of bench:redis's pseudo-random sequence (no key twice in a batch). */
 const SEQUENTIAL = process.env.SEQUENTIAL === '1';
 const ALGORITHM = process.env.ALGORITHM ?? 'gcra';
-if (ALGORITHM !== 'gcra' && ALGORITHM !== 'fixed-window' && ALGORITHM !== 'sliding-window') {
-  throw new Error(`ALGORITHM must be 'gcra', 'fixed-window' or 'sliding-window', got ${JSON.stringify(ALGORITHM)}`);
+const ALGORITHMS = ['gcra', 'fixed-window', 'sliding-window', 'token-interval'];
+if (!ALGORITHMS.includes(ALGORITHM)) {
+  throw new Error(`ALGORITHM must be one of ${ALGORITHMS.join(', ')}, got ${JSON.stringify(ALGORITHM)}`);
 }
 
 const dir = await mkdtemp(join(tmpdir(), 'floodgate-callgrind-'));
@@ -83,7 +85,9 @@ if (who === 'floodgate') {
         ? gcra({ limit: LIMIT, periodMs: PERIOD_MS })
         : ALGORITHM === 'fixed-window'
           ? fixedWindow({ limit: LIMIT, windowMs: PERIOD_MS })
-          : slidingWindow({ limit: LIMIT, windowMs: PERIOD_MS }),
+          : ALGORITHM === 'sliding-window'
+            ? slidingWindow({ limit: LIMIT, windowMs: PERIOD_MS })
+            : tokenBucket({ capacity: LIMIT, refillAmount: LIMIT, refillIntervalMs: PERIOD_MS, refill: 'interval' }),
     ],
     prefix: 'bench',
   });

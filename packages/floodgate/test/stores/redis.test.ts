@@ -193,8 +193,8 @@ describe.skipIf(!available)('redis store', () => {
   });
 
   describe('every path decides as the model', () => {
-    // Sequential calls of one meter, or of one fixed or sliding window without a penalty box, take that
-    // kind's single-call script; every other call (several policies, other kinds and variants),
+    // Sequential calls of one meter, or of one fixed window, sliding window or interval token bucket
+    // without a penalty box, take that kind's single-call script; every other call (several policies, other kinds and variants),
     // and every call with fastPath: false, the full script. Calls queued
     // together take the batch script, compared with the model in redis-meter-batch.test.ts.
     const fast = holdStore(() => connectSingle('ioredis'));

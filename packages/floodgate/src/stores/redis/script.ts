@@ -61,7 +61,7 @@ export const METER_SCRIPT_SHA = sha1(METER_SCRIPT);
 
 /**
  * A single-call script and its SHA-1: `kind` says which (lua/meter-fast.ts, or lua/window-fast.ts for a
- * fixed or sliding window), `baked` whether the policy's numbers are in its text.
+ * fixed or sliding window or an interval token bucket), `baked` whether the policy's numbers are in its text.
  */
 export interface SingleCallScript {
   readonly script: string;
@@ -85,9 +85,9 @@ const SHARED_WINDOW_CALLS = Object.fromEntries(
 ) as Record<WindowKind, SingleCallScript>;
 
 /**
- * The most policy shapes (a meter's T, τ, blockUs and queue flag; a window's limit, window, alignment and
- * denied calls counted), of every kind together, that get a baked single-call script in one process; policies of further shapes run the
- * shared one of their kind. Each script Redis is sent stays in its script cache (until `SCRIPT FLUSH`), so
+ * The most policy shapes (a meter's T, τ, blockUs and queue flag; a window's or an interval bucket's
+ * limit and compiled `a`, `b`, `c`), of every kind together, that get a baked single-call script in one
+ * process; policies of further shapes run the shared one of their kind. Each script Redis is sent stays in its script cache (until `SCRIPT FLUSH`), so
  * an application that makes policies of many shapes (limits per tenant, say) loads at most this many
  * there per process.
  */
@@ -102,9 +102,9 @@ function sha1(text: string): string {
 
 /**
  * The single-call script for a policy alone, or undefined when its calls take the full script: a meter's
- * (lua/meter-fast.ts), or a counting window's without a penalty box (lua/window-fast.ts: a fixed window,
- * whether it counts denied calls or not, or a sliding window). Baked
- * for its shape, one script per shape, for the first {@link MAX_BAKED_METER_SCRIPTS} shapes; the shared
+ * (lua/meter-fast.ts), or, without a penalty box, a fixed window's (whether it counts denied calls or
+ * not), a sliding window's or an interval token bucket's (lua/window-fast.ts). Baked for its shape, one
+ * script per shape, for the first {@link MAX_BAKED_METER_SCRIPTS} shapes; the shared
  * one after them, and for numbers a baked script cannot hold (a compiled policy's can; a forged one's may not).
  */
 export function singleCallScript(c: CompiledPolicy): SingleCallScript | undefined {
@@ -165,9 +165,9 @@ export function meterScriptFor(policy: Policy): { script: string; sha: string } 
 }
 
 /**
- * The single-call script a call alone under this policy runs (a meter's; a fixed or sliding window's
- * without a penalty box), for `SCRIPT LOAD` ahead
- * of time or inspection; undefined for a policy whose calls take the full script ({@link DECIDE_SCRIPT}).
+ * The single-call script a call alone under this policy runs (a meter's; without a penalty box, a fixed
+ * window's, a sliding window's or an interval token bucket's), for `SCRIPT LOAD` ahead of time or
+ * inspection; undefined for a policy whose calls take the full script ({@link DECIDE_SCRIPT}).
  */
 export function singleCallScriptFor(policy: Policy): { script: string; sha: string } | undefined {
   const found = singleCallScript(compilePolicy(policy));
