@@ -580,6 +580,24 @@ class RedisStoreImpl implements RedisStore {
   }
 }
 
+/**
+ * The policy's numbers a shared single-call script takes: each ARGV slot (`METER_CALL_WIRE.argv`,
+ * `WINDOW_CALL_WIRE.argv`) and the slot of the compiled policy's arguments (`DECIDE_WIRE.policy`) it
+ * carries, in increasing order.
+ */
+const METER_POLICY_SLOTS = [
+  [METER_CALL_WIRE.argv.blockUs, DECIDE_WIRE.policy.blockUs],
+  [METER_CALL_WIRE.argv.t, DECIDE_WIRE.policy.a],
+  [METER_CALL_WIRE.argv.tau, DECIDE_WIRE.policy.b],
+  [METER_CALL_WIRE.argv.queue, DECIDE_WIRE.policy.c],
+] as const;
+const WINDOW_POLICY_SLOTS = [
+  [WINDOW_CALL_WIRE.argv.limit, DECIDE_WIRE.policy.limit],
+  [WINDOW_CALL_WIRE.argv.a, DECIDE_WIRE.policy.a],
+  [WINDOW_CALL_WIRE.argv.c, DECIDE_WIRE.policy.c],
+  [WINDOW_CALL_WIRE.argv.b, DECIDE_WIRE.policy.b],
+] as const;
+
 /** No ARGV: what a baked single-call script takes for the commonest call (see lua/meter-fast.ts). */
 const NO_ARGS: readonly string[] = [];
 
@@ -608,36 +626,19 @@ function singleArguments(call: Call, grace: string): SingleCall | undefined {
   if (baked && call.nowUs === undefined && call.op === OP_LIMIT && call.cost === 1 && call.maxDelayUs === 0) {
     return { keys, args: NO_ARGS, script, sha, kind };
   }
-  const nowUs = call.nowUs === undefined ? '' : String(call.nowUs);
-  if (kind !== 'meter') {
-    const W = WINDOW_CALL_WIRE.argv;
-    const args = new Array<string>(baked ? W.cost : W.b);
-    args[W.nowUs - 1] = nowUs;
-    args[W.graceMs - 1] = grace;
-    args[W.op - 1] = call.op;
-    args[W.cost - 1] = String(call.cost);
-    if (!baked) {
-      const p = argsOf(c);
-      args[W.limit - 1] = p[DECIDE_WIRE.policy.limit] as string;
-      args[W.a - 1] = p[DECIDE_WIRE.policy.a] as string;
-      args[W.c - 1] = p[DECIDE_WIRE.policy.c] as string;
-      args[W.b - 1] = p[DECIDE_WIRE.policy.b] as string;
-    }
-    return { keys, args, script, sha, kind };
-  }
+  // The first four slots are the same in both wires: the clock, the grace, the operation, the cost.
   const A = METER_CALL_WIRE.argv;
-  const args = new Array<string>(baked ? A.maxDelayUs : A.queue);
-  args[A.nowUs - 1] = nowUs;
+  const meter = kind === 'meter';
+  const slots = meter ? METER_POLICY_SLOTS : WINDOW_POLICY_SLOTS;
+  const args = new Array<string>(baked ? (meter ? A.maxDelayUs : A.cost) : (slots.at(-1)?.[0] as number));
+  args[A.nowUs - 1] = call.nowUs === undefined ? '' : String(call.nowUs);
   args[A.graceMs - 1] = grace;
   args[A.op - 1] = call.op;
   args[A.cost - 1] = String(call.cost);
-  args[A.maxDelayUs - 1] = String(call.maxDelayUs);
+  if (meter) args[A.maxDelayUs - 1] = String(call.maxDelayUs);
   if (!baked) {
     const p = argsOf(c);
-    args[A.blockUs - 1] = p[DECIDE_WIRE.policy.blockUs] as string;
-    args[A.t - 1] = p[DECIDE_WIRE.policy.a] as string;
-    args[A.tau - 1] = p[DECIDE_WIRE.policy.b] as string;
-    args[A.queue - 1] = p[DECIDE_WIRE.policy.c] as string;
+    for (const [slot, from] of slots) args[slot - 1] = p[from] as string;
   }
   return { keys, args, script, sha, kind };
 }
