@@ -2,7 +2,7 @@ import { describeValue, FloodgateError, invalid } from '../../errors.js';
 import { encodeKey, storageKey } from '../../keys.js';
 import type { CompiledPolicy } from '../../model/compile.js';
 import { decide } from '../../model/decide.js';
-import { hasKind, KIND_METER, maxStateLength } from '../../model/kinds.js';
+import { emptyStateLength, hasKind, KIND_METER, KINDS, maxStateLength } from '../../model/kinds.js';
 import { type Evaluation, emptyEvaluation, type Reason, type State } from '../../model/types.js';
 import { type InOrderRetries, PendingCalls, recover, retryInOrder } from '../kit/batcher.js';
 import { booleanOption, checkOptionsObject, hasMethods, wholeOption } from '../kit/options.js';
@@ -598,6 +598,20 @@ const WINDOW_POLICY_SLOTS = [
   [WINDOW_CALL_WIRE.argv.b, DECIDE_WIRE.policy.b],
 ] as const;
 
+/** The same for the batch scripts' policy groups (`METER_BATCH_WIRE.policy`, `WINDOW_BATCH_WIRE.policy`). */
+const METER_BATCH_SLOTS = [
+  [METER_BATCH_WIRE.policy.blockUs, DECIDE_WIRE.policy.blockUs],
+  [METER_BATCH_WIRE.policy.t, DECIDE_WIRE.policy.a],
+  [METER_BATCH_WIRE.policy.tau, DECIDE_WIRE.policy.b],
+  [METER_BATCH_WIRE.policy.queue, DECIDE_WIRE.policy.c],
+] as const;
+const WINDOW_BATCH_SLOTS = [
+  [WINDOW_BATCH_WIRE.policy.limit, DECIDE_WIRE.policy.limit],
+  [WINDOW_BATCH_WIRE.policy.a, DECIDE_WIRE.policy.a],
+  [WINDOW_BATCH_WIRE.policy.c, DECIDE_WIRE.policy.c],
+  [WINDOW_BATCH_WIRE.policy.b, DECIDE_WIRE.policy.b],
+] as const;
+
 /** No ARGV: what a baked single-call script takes for the commonest call (see lua/meter-fast.ts). */
 const NO_ARGS: readonly string[] = [];
 
@@ -717,6 +731,7 @@ function batchKind(calls: readonly Call[]): SingleCallScript['kind'] | undefined
   for (const call of calls) {
     if (call.policies.length !== 1 || (call.op !== OP_LIMIT && call.op !== OP_CHECK)) return undefined;
     const c = call.policies[0] as CompiledPolicy;
+    // A meter needs no lookup (the batch's hot path); any other kind, its single-call script's kind.
     const own = c.kind === KIND_METER ? 'meter' : singleCallScript(c)?.kind;
     if (own === undefined || (kind !== undefined && own !== kind)) return undefined;
     kind = own;
@@ -767,19 +782,12 @@ function batchArguments(calls: readonly Call[], grace: string): BatchCall | unde
       numbers.set(c, number);
       const p = argsOf(c);
       const at = head.length;
-      if (kind === 'meter') {
-        head.push('', '', '', '');
-        head[at + METER_BATCH_WIRE.policy.blockUs] = p[DECIDE_WIRE.policy.blockUs] as string;
-        head[at + METER_BATCH_WIRE.policy.t] = p[DECIDE_WIRE.policy.a] as string;
-        head[at + METER_BATCH_WIRE.policy.tau] = p[DECIDE_WIRE.policy.b] as string;
-        head[at + METER_BATCH_WIRE.policy.queue] = p[DECIDE_WIRE.policy.c] as string;
-      } else {
-        head.push('', '', '', '');
-        head[at + WINDOW_BATCH_WIRE.policy.limit] = p[DECIDE_WIRE.policy.limit] as string;
-        head[at + WINDOW_BATCH_WIRE.policy.a] = p[DECIDE_WIRE.policy.a] as string;
-        head[at + WINDOW_BATCH_WIRE.policy.c] = p[DECIDE_WIRE.policy.c] as string;
-        head[at + WINDOW_BATCH_WIRE.policy.b] = p[DECIDE_WIRE.policy.b] as string;
-      }
+      const [slots, size] =
+        kind === 'meter'
+          ? [METER_BATCH_SLOTS, METER_BATCH_WIRE.policy.size]
+          : [WINDOW_BATCH_SLOTS, WINDOW_BATCH_WIRE.policy.size];
+      for (let j = 0; j < size; j++) head.push('');
+      for (const [slot, from] of slots) head[at + slot] = p[from] as string;
     }
     body.push(
       '',
@@ -822,12 +830,18 @@ function meterState(value: unknown): State | undefined {
   return Number.isNaN(tat) ? undefined : [0, tat];
 }
 
-/** A window kind's tag, its state's length and its commonest value (whole numbers, no box), by kind. */
-const WINDOW_STATES: Record<WindowKind, { tag: number; length: number; common: RegExp }> = {
-  'fixed-window': { tag: 102, length: 3, common: /^f(\d+) (\d+)$/ },
-  'sliding-window': { tag: 115, length: 4, common: /^s(\d+) (\d+) (\d+)$/ },
-  'token-interval': { tag: 105, length: 3, common: /^i(\d+) (\d+)$/ },
-};
+/**
+ * A window kind's tag (its character code), its state's length and its commonest value (whole numbers, no
+ * box), from its descriptor, by kind.
+ */
+const WINDOW_STATES = Object.fromEntries(
+  (Object.keys(WINDOW_BATCHES) as WindowKind[]).map((kind) => {
+    const { tag } = KINDS[kind];
+    const length = emptyStateLength(KINDS[kind]);
+    const numbers = Array.from({ length: length - 1 }, () => '(\\d+)').join(' ');
+    return [kind, { tag: tag.charCodeAt(0), length, common: new RegExp(`^${tag}${numbers}$`) }];
+  }),
+) as Record<WindowKind, { tag: number; length: number; common: RegExp }>;
 
 /**
  * A window's state as its scripts reply it (lua/window-fast.ts `readState`): the commonest value
@@ -861,9 +875,16 @@ function printedNumber(word: string): number | undefined {
 const SINGLE_OUT = emptyEvaluation();
 const SINGLE_OUTS = [SINGLE_OUT];
 
-/** A meter call's result (lua/meter-fast.ts, lua/meter-batch.ts): see `stateResult`. */
-function meterResult(call: Call, value: unknown, nowUs: number, serverAllowed: boolean): StoreResult {
-  return stateResult(call, 'meter', meterState(value), value, nowUs, serverAllowed);
+/** The result of a call a state-port script of `kind` decided on `value` (as replied): see `stateResult`. */
+function scriptResult(
+  call: Call,
+  kind: SingleCallScript['kind'],
+  value: unknown,
+  nowUs: number,
+  serverAllowed: boolean,
+): StoreResult {
+  const state = kind === 'meter' ? meterState(value) : windowState(kind, value);
+  return stateResult(call, kind, state, value, nowUs, serverAllowed);
 }
 
 /**
@@ -929,14 +950,8 @@ function settleSingle(call: Call, kind: SingleCallScript['kind'], reply: unknown
   }
   const text = reply as string;
   const nowUs = Number(text.slice(2, at.micros - 1)) * 1e6 + Number(text.slice(at.micros, at.state - 1));
-  const value = text.slice(at.state);
-  const allowed = text.charCodeAt(0) === 49;
   try {
-    call.resolve(
-      kind === 'meter'
-        ? meterResult(call, value, nowUs, allowed)
-        : stateResult(call, kind, windowState(kind, value), value, nowUs, allowed),
-    );
+    call.resolve(scriptResult(call, kind, text.slice(at.state), nowUs, text.charCodeAt(0) === 49));
   } catch (error) {
     call.reject(error);
   }
@@ -1008,13 +1023,7 @@ function settleBatch(calls: readonly Call[], kind: SingleCallScript['kind'], rep
       continue;
     }
     try {
-      const nowUs = call.nowUs ?? redisNowUs;
-      const allowed = denied[i + 1] === 0;
-      call.resolve(
-        kind === 'meter'
-          ? meterResult(call, value, nowUs, allowed)
-          : stateResult(call, kind, windowState(kind, value), value, nowUs, allowed),
-      );
+      call.resolve(scriptResult(call, kind, value, call.nowUs ?? redisNowUs, denied[i + 1] === 0));
     } catch (error) {
       call.reject(error);
     }

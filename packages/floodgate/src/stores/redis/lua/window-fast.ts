@@ -1,5 +1,5 @@
 import { MAX_COST } from '../../../model/cost.js';
-import { KINDS } from '../../../model/kinds.js';
+import { emptyStateLength, KINDS } from '../../../model/kinds.js';
 import { WINDOW_CALL_WIRE } from '../wire.js';
 import { windowAtLua } from './fixed-window.js';
 import { flagGuards } from './flags.js';
@@ -27,10 +27,8 @@ export interface WindowShape {
   readonly c: number;
 }
 
-/** What a kind's single-call script decides with: its numbers, its state's size and its transition. */
+/** What a kind's single-call script decides with: its numbers and its transition (its state's size is its descriptor's). */
 interface WindowPort {
-  /** How many numbers its state holds after `blockedUntil`. */
-  readonly fields: number;
   /** The Lua local its compiled `a` is read into. */
   readonly a: 'window' | 'refill';
   /** The Lua locals its compiled `b` and `c` are read into, when it reads them (flags among them guarded). */
@@ -53,8 +51,9 @@ interface WindowPort {
 
 /**
  * The verdict and the state written are the model's (`evaluateFixedWindow`, `evaluateSlidingWindow`,
- * `evaluateTokenInterval`) under `decide` (model/decide.ts) for a policy without a penalty box: not over the limit (exceeds-capacity),
- * not blocked (a box a policy of the same name left), and within the limit after the call. A denial
+ * `evaluateTokenInterval`) under `decide` (model/decide.ts) for a policy without a penalty box: not over
+ * the limit (exceeds-capacity), not blocked (a box a policy of the same name left), and within the limit
+ * after the call. A denial
  * changes nothing, but a fixed window's that counts denied calls: `settleDenied` counts a committed denial
  * of cost > 0 that is not blocked, or that is over the limit (counted even in a box), as
  * `countFixedWindowHit` does (the count plus the cost, at most MAX_COST, a live box kept). The windows,
@@ -63,7 +62,6 @@ interface WindowPort {
  */
 const PORTS: Record<WindowKind, WindowPort> = {
   'fixed-window': {
-    fields: 2,
     a: 'window',
     b: 'counts',
     c: 'aligned',
@@ -91,7 +89,6 @@ ${printed('b', 'boxed').replaceAll('\n', '\n  ').replace(/^/, '  ')}
   end`,
   },
   'sliding-window': {
-    fields: 3,
     a: 'window',
     decide: `${countsAtLua('')}
 local elapsed = now - start
@@ -102,7 +99,6 @@ local allowed = cost <= limit and not (s and s[1] > now)
     reset: '(after > 0 and (start + 2 * window - now)) or (previous > 0 and (start + window - now)) or 0',
   },
   'token-interval': {
-    fields: 2,
     a: 'refill',
     b: 'interval',
     functions: INTERVALS_UNTIL_LUA,
@@ -146,8 +142,9 @@ function literal(n: number): string {
  * what was read (`<tag>!` and every number with `%.17g`: Lua's `tonumber` takes spellings that
  * JavaScript's `Number` does not, and the other way round), `''` for none.
  */
-function readState(kind: WindowKind, fields: number): string {
+function readState(kind: WindowKind): string {
   const tag = KINDS[kind].tag;
+  const fields = emptyStateLength(KINDS[kind]) - 1;
   const captures = Array.from({ length: fields }, (_, i) => `x${i + 1}`);
   const all = Array.from({ length: fields + 1 }, (_, i) => `s[${i + 1}]`);
   return `-- The state, as lua/prelude.ts decodes a ${kind}'s: '${tag}[!<blockedUntil> ]<numbers>'; anything else
@@ -194,7 +191,7 @@ function printed(name: string, x: string): string {
 export function windowTransition(kind: WindowKind): string {
   const port = PORTS[kind];
   const names = port.written.map((_, i) => `w${i + 1}`);
-  return `${readState(kind, port.fields)}${port.decide}
+  return `${readState(kind)}${port.decide}
 local next_value, reset = nil, 0
 if writes and allowed then
   -- The state written, as lua/prelude.ts \`encode\` writes it.
