@@ -21,7 +21,11 @@
 // window counted on the caller's clock), the minimal upsert of bench:sql, and the GCRA floor: the least a
 // statement deciding GCRA on the server's clock does on floodgate's table (read the clock, test and move
 // the TAT, write the expiry) and no more, admitting only (no blocked or denied branch, no state returned,
-// no pruning); the same on the caller's clock, and on a table with the TAT in a column of its own.
+// no pruning); the same on the caller's clock, and on a table with the TAT in a column of its own; the
+// fixed-window floor: the least a statement deciding a fixed window (denied calls not counted) does on
+// floodgate's table on the caller's clock, as the peer's statement runs, and the same returning the state
+// it decided on (what floodgate's statements return for the client's model to write the report and check
+// the verdict).
 import { execFile, spawn } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -90,6 +94,7 @@ await postgresStore({ client: fromPg(admin), table: 'fg' }).migrate();
 await postgresStore({ client: fromPg(admin), table: 'fg_fn' }).migrate();
 await postgresStore({ client: fromPg(admin), table: 'fg_fw' }).migrate();
 await postgresStore({ client: fromPg(admin), table: 'floor' }).migrate();
+await postgresStore({ client: fromPg(admin), table: 'fw_floor' }).migrate();
 await admin.query('CREATE TABLE floor_columns (key text PRIMARY KEY, tat float8, expires_at bigint NOT NULL)');
 await admin.query('CREATE INDEX ON floor_columns (expires_at)');
 await admin.query('CREATE TABLE upsert (key text PRIMARY KEY, n bigint NOT NULL, expires_at bigint)');
@@ -115,6 +120,24 @@ ON CONFLICT (key) DO UPDATE SET
   tat = greatest(t.tat + $2::float8, excluded.tat),
   expires_at = (ceil((excluded.tat + $3::float8) / 60000000) * 60000000)::bigint
 WHERE t.tat <= excluded.tat + $3::float8`;
+// The fixed window's floor, on floodgate's table layout (`state` = [blockedUntil, windowStart, count]) and
+// the caller's clock as the peer's statement: the window's start `$3` and the expiry `$4` come from the
+// caller, a call is admitted when the window's count plus the cost `$2` is within the limit `$5`, and a
+// denied call changes nothing and returns no row (the verdict is the row count). No blocked branch, no
+// pruning, no state read returned: the least a statement deciding the fixed window does.
+const FW_FLOOR = `INSERT INTO fw_floor AS t (key, state, expires_at)
+VALUES ($1::text, ARRAY[0, $3::float8, $2::float8], $4::bigint)
+ON CONFLICT (key) DO UPDATE SET
+  state = ARRAY[0, $3::float8, CASE WHEN t.state[2] = $3::float8 THEN t.state[3] ELSE 0 END + $2::float8],
+  expires_at = $4::bigint
+WHERE CASE WHEN t.state[2] = $3::float8 THEN t.state[3] ELSE 0 END + $2::float8 <= $5::float8
+RETURNING state[3]`;
+// The same returning the state it decided on, as floodgate's statements do for the client's model to write
+// the report and check the verdict: kept for the RETURNING in a transaction-local setting.
+const FW_FLOOR_READ = FW_FLOOR.replace(
+  'expires_at = $4::bigint',
+  "expires_at = CASE WHEN set_config('fw.read', t.state::text, true) IS NULL THEN 0 ELSE $4::bigint END",
+).replace('RETURNING state[3]', "RETURNING state[3], current_setting('fw.read', true)");
 const MINIMAL = `INSERT INTO upsert AS t (key, n, expires_at) VALUES ($1, 1, 0)
   ON CONFLICT (key) DO UPDATE SET n = t.n + 1 RETURNING n`;
 
@@ -180,6 +203,15 @@ const contenders: { name: string; open: Open }[] = [
     open: async (pool) => (key) => pool.query({ name: 'minimal', text: MINIMAL, values: [key] }),
   },
   {
+    name: 'fixed-window floor',
+    open: async (pool) => (key) => pool.query({ name: 'fw_floor', text: FW_FLOOR, values: fixedWindowFloor(key) }),
+  },
+  {
+    name: 'fixed-window floor, state read returned',
+    open: async (pool) => (key) =>
+      pool.query({ name: 'fw_floor_read', text: FW_FLOOR_READ, values: fixedWindowFloor(key) }),
+  },
+  {
     name: 'gcra-floor',
     open: async (pool) => (key) => pool.query({ name: 'floor', text: FLOOR, values: [key, '1', '999999'] }),
   },
@@ -198,6 +230,13 @@ const contenders: { name: string; open: Open }[] = [
       pool.query({ name: 'floor_columns', text: FLOOR_COLUMNS, values: [key, '1', '999999'] }),
   },
 ];
+
+/** The fixed-window floors' parameters for a call of cost 1 now: key, cost, window start, expiry, limit. */
+function fixedWindowFloor(key: string): string[] {
+  const windowUs = 1_000_000;
+  const start = Math.floor((Date.now() * 1000) / windowUs) * windowUs;
+  return [key, '1', String(start), String(Math.ceil((start + windowUs) / 60_000_000) * 60_000_000), String(LIMIT)];
+}
 
 /**
  * Runs `count` calls on a new connection, closes it and returns its backend's instructions, which
