@@ -736,6 +736,27 @@ export class Limiter {
     return this.decideNow(key, options, true);
   }
 
+  /**
+   * `limitSync(key).allowed`: whether a call of cost 1 on `key` is admitted now, committed as `limitSync`
+   * commits it (listeners, telemetry and the blocked-key cache see the same decision), for hot loops that
+   * need the verdict alone. On the memory store's fast path no decision is made at all.
+   */
+  allowSync(key: string): boolean {
+    if (this.concurrent !== undefined) throw noConcurrency('allowSync');
+    const fast = this.fast;
+    if (
+      fast?.allows === undefined ||
+      telemetry !== undefined ||
+      this.blockedCache !== undefined ||
+      this.listeners.decision !== undefined
+    ) {
+      return this.decideNow(key, undefined, true).allowed;
+    }
+    tick();
+    const allowed = fast.allows(key, true);
+    return allowed ?? this.decideSync(key, undefined, true, fast.nowUs).allowed;
+  }
+
   /** `check` without a promise. */
   checkSync(key: string, options?: CallOptions): Decision {
     return this.decideNow(key, options, false);

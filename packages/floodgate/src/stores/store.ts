@@ -179,7 +179,12 @@ export interface FastPath {
    * path must decide it: at `nowUs`, when the fast path read the clock for it (`key` is then a valid key).
    */
   decide(key: string, commit: boolean): Decision | undefined;
-  /** After `decide` left a call: the time it read for it, µs, or undefined when it read none. */
+  /**
+   * Optional: `decide`'s verdict alone (`allowed` of the decision it would return), for
+   * `limiter.allowSync`, or `undefined` when the general path must decide the call (as `decide` leaves it).
+   */
+  allows?(key: string, commit: boolean): boolean | undefined;
+  /** After `decide` or `allows` left a call: the time it read for it, µs, or undefined when it read none. */
   readonly nowUs: number | undefined;
 }
 

@@ -54,6 +54,18 @@ export class MeterFastPath implements FastPath {
    * the fast path read the clock for the call (`key` is then a valid key), else `nowUs` is undefined.
    */
   decide(key: string, commit: boolean): Decision | undefined {
+    return this.run(key, commit, true);
+  }
+
+  /** `decide`'s verdict alone, `allowed` of the decision it would return, with no decision made. */
+  allows(key: string, commit: boolean): boolean | undefined {
+    return this.run(key, commit, false);
+  }
+
+  /** `decide` (`report`), or its verdict alone: one evaluation for both. */
+  private run(key: string, commit: boolean, report: true): Decision | undefined;
+  private run(key: string, commit: boolean, report: false): boolean | undefined;
+  private run(key: string, commit: boolean, report: boolean): Decision | boolean | undefined {
     const table = this.table;
     const slot = table.slotOf(key);
     // The map holds every key as `localKey` makes it: a held key that does not start with its mark is a
@@ -89,12 +101,14 @@ export class MeterFastPath implements FastPath {
         if (slot === undefined) store.addMeter(table, key, nowUs + owed);
         else store.rewriteMeter(table, slot, nowUs + owed);
       }
+      if (!report) return true;
       const remaining = clampRemaining((tau - owed) / t, limit);
       const resetAfterMs = wholeUsToMs(owed);
       return admittedDecision(policy, limit, remaining, resetAfterMs);
     }
     // Denied: `settleDenied` changes nothing for a meter, but for the penalty box it starts.
     if (commit && c.blockUs > 0) return this.leave(nowUs);
+    if (!report) return false;
     // Since τ − owedBefore < T, not one whole unit is left (below none when calls were booked ahead).
     const remaining = 0;
     const retryAfterMs = wholeUsToMs(owed - tau);
