@@ -215,15 +215,8 @@ async function main(): Promise<void> {
     ];
     const rates = await race(contenders);
     const rows = contenders.map((c, i) => [c.name, rates[i] as number] as const);
-    const [ceiling, decisionCeiling, syncPath, verdictPath, asyncPath, rlf, tokenBucket] = rates as [
-      number,
-      number,
-      number,
-      number,
-      number,
-      number,
-      number,
-    ];
+    type Rates = [number, number, number, number, number, number, number];
+    const [ceiling, decisionCeiling, syncPath, verdictPath, asyncPath, rlf, tokenBucket] = rates as Rates;
     console.log(`${label}:`);
     for (const [name, rate] of rows) {
       console.log(

@@ -14,6 +14,7 @@ import {
   type Store,
 } from '../../src/index.js';
 import { sqliteStore } from '../../src/stores/sqlite/sqlite-store.js';
+import { seededRandom } from '../../src/testing/conformance.js';
 import { manualClock } from '../../src/testing/index.js';
 
 /**
@@ -70,18 +71,6 @@ const cases: Case[] = [
 /** Keys of every kind the stores hold differently: plain, long (hashed), starting with the long-key mark. */
 const KEYS = ['a', 'b', 'c', 'd', 'x'.repeat(300), `\u0001mark`, 'é'];
 
-/** A small deterministic generator (mulberry32). */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function twins(c: Case): { clock: ReturnType<typeof manualClock>; byDecision: Limiter; byVerdict: Limiter } {
   const clock = manualClock({ startMs: 1_700_000_000_000 });
   const make = () => createLimiter({ store: c.store(), policies: c.policies, clock });
@@ -92,7 +81,7 @@ describe('limiter.allowSync', () => {
   for (const c of cases) {
     it(`agrees with limitSync(key).allowed: ${c.name}`, () => {
       for (const seed of [1, 2, 3]) {
-        const next = random(seed);
+        const next = seededRandom(seed);
         const { clock, byDecision, byVerdict } = twins(c);
         let admitted = 0;
         let denied = 0;
