@@ -83,15 +83,15 @@ export interface LimiterOptions {
   /**
    * Circuit breaker in front of the store: after `failureThreshold` consecutive failures, calls skip the
    * store for `cooldownMs` (decided by `failure` at once), then one call probes it. `false` turns it off.
-   * The sync methods (`limitSync`, `checkSync`) always ask the store. @default { failureThreshold: 5, cooldownMs: 1000 }
+   * The sync methods (`limitSync`, `checkSync`, `allowSync`) always ask the store. @default { failureThreshold: 5, cooldownMs: 1000 }
    */
   breaker?: BreakerOptions | false;
   /**
    * Answer keys the store denied locally until they may pass again, so a hot denied key costs the store
    * nothing. Exact: only denials that the store would repeat unchanged are remembered (never under a
    * `countDenied` sliding log, nor a `check` denial under `blockMs`). Used by the promise methods with
-   * every store; the sync methods (`limitSync`, `checkSync`) always ask the store. `true` for the
-   * defaults. @default false
+   * every store; the sync methods (`limitSync`, `checkSync`, `allowSync`) always ask the store, and what it
+   * denies them is remembered for the promise methods. `true` for the defaults. @default false
    */
   blockedCache?: BlockedCacheOptions | boolean;
   /** How long a settle may give part of an estimate back, ms (settled calls are remembered that long); then it only charges debts. @default 600000 */
@@ -722,6 +722,9 @@ export class Limiter {
     set.add(listener);
     return () => {
       set.delete(listener);
+      // No listener left: the hot paths see none again (they test for the set, not its size).
+      if (set.size === 0 && this.listeners[event] === set)
+        (this.listeners as Record<string, unknown>)[event] = undefined;
     };
   }
 
@@ -750,6 +753,7 @@ export class Limiter {
       this.blockedCache !== undefined ||
       this.listeners.decision !== undefined
     ) {
+      this.requireSync('allowSync');
       return this.decideNow(key, undefined, true).allowed;
     }
     tick();
@@ -822,7 +826,7 @@ export class Limiter {
   private fastSync(fast: FastPath, key: string, commit: boolean): Decision {
     const decision = fast.decide(key, commit);
     if (decision === undefined) return this.decideSync(key, undefined, commit, fast.nowUs);
-    return this.fastDecided(key, commit, decision, 0);
+    return this.fastDecided(key, commit, decision, this.cacheMs());
   }
 
   /** What `conclude` does with a store's decision, for one the fast path made (cost 1, the limiter's policies). */
@@ -834,6 +838,14 @@ export class Limiter {
 
   private localMs(): number {
     return this.localClock.nowUs() / 1000;
+  }
+
+  /**
+   * The local time a sync decision is remembered at in the blocked-key cache (0 without one): the sync
+   * methods ask the store always, and what it denies answers the promise methods' next calls.
+   */
+  private cacheMs(): number {
+    return this.blockedCache === undefined ? 0 : this.localMs();
   }
 
   /**
@@ -911,7 +923,7 @@ export class Limiter {
     this.requireSync(commit ? 'limitSync' : 'checkSync');
     const request = this.request(key, options, commit, nowUs);
     const outcome = this.calls.decide(request, options, 'sync') as Outcome;
-    return this.conclude(request, outcome, 0, options?.settle === true && commit);
+    return this.conclude(request, outcome, this.cacheMs(), options?.settle === true && commit);
   }
 
   /**

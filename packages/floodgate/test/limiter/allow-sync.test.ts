@@ -28,6 +28,8 @@ interface Case {
   name: string;
   policies: Policy[];
   store: () => Store;
+  /** The store's bound on keys, when the case sets one. */
+  maxKeys?: number;
 }
 
 const cases: Case[] = [
@@ -46,6 +48,7 @@ const cases: Case[] = [
     name: 'GCRA, memory store of 3 keys (full: new keys the general way)',
     policies: [gcra({ limit: 2, periodMs: 1000 })],
     store: () => memoryStore({ maxKeys: 3 }),
+    maxKeys: 3,
   },
   {
     name: 'fixed window, memory store (no fast path)',
@@ -71,10 +74,57 @@ const cases: Case[] = [
 /** Keys of every kind the stores hold differently: plain, long (hashed), starting with the long-key mark. */
 const KEYS = ['a', 'b', 'c', 'd', 'x'.repeat(300), `\u0001mark`, 'é'];
 
-function twins(c: Case): { clock: ReturnType<typeof manualClock>; byDecision: Limiter; byVerdict: Limiter } {
+interface Twins {
+  clock: ReturnType<typeof manualClock>;
+  byDecision: Limiter;
+  byVerdict: Limiter;
+  /** Keys each twin's store holds (a memory store's `size`; undefined for others). */
+  sizes: () => [number | undefined, number | undefined];
+}
+
+function twins(c: Case, options: { blockedCache?: boolean } = {}): Twins {
   const clock = manualClock({ startMs: 1_700_000_000_000 });
-  const make = () => createLimiter({ store: c.store(), policies: c.policies, clock });
-  return { clock, byDecision: make(), byVerdict: make() };
+  const stores = [c.store(), c.store()] as const;
+  const make = (store: Store) => createLimiter({ store, policies: c.policies, clock, ...options });
+  const size = (store: Store) => (store as { size?: number }).size;
+  return {
+    clock,
+    byDecision: make(stores[0]),
+    byVerdict: make(stores[1]),
+    sizes: () => [size(stores[0]), size(stores[1])],
+  };
+}
+
+/** A memory store whose fast path counts the calls it is asked to decide, and those it gives a verdict alone. */
+interface Asked {
+  decide: number;
+  allows: number;
+}
+
+function countingStore(): { store: Store; asked: Asked } {
+  const store = memoryStore();
+  const asked = { decide: 0, allows: 0 };
+  const offer = store.fastPath?.bind(store);
+  if (offer === undefined) throw new Error('the memory store offers no fast path');
+  store.fastPath = (prefix, policies, clock) => {
+    const fast = offer(prefix, policies, clock);
+    if (fast?.allows === undefined) throw new Error('the memory store offers no verdict alone');
+    const allows = fast.allows.bind(fast);
+    return {
+      get nowUs() {
+        return fast.nowUs;
+      },
+      decide: (key, commit) => {
+        asked.decide++;
+        return fast.decide(key, commit);
+      },
+      allows: (key, commit) => {
+        asked.allows++;
+        return allows(key, commit);
+      },
+    };
+  };
+  return { store, asked };
 }
 
 describe('limiter.allowSync', () => {
@@ -82,7 +132,7 @@ describe('limiter.allowSync', () => {
     it(`agrees with limitSync(key).allowed: ${c.name}`, () => {
       for (const seed of [1, 2, 3]) {
         const next = seededRandom(seed);
-        const { clock, byDecision, byVerdict } = twins(c);
+        const { clock, byDecision, byVerdict, sizes } = twins(c);
         let admitted = 0;
         let denied = 0;
         for (let i = 0; i < 600; i++) {
@@ -93,6 +143,11 @@ describe('limiter.allowSync', () => {
           if (verdict) admitted++;
           else denied++;
           if (i % 7 === 0) expect(byVerdict.statusSync(key)).toEqual(byDecision.statusSync(key));
+          // A full store makes room for a new key, or refuses it, on both ways (it evicts at random, so
+          // the twins may hold different counts of expired keys, but never more than the bound).
+          for (const size of sizes()) {
+            expect(size ?? 0, `seed ${seed}, call ${i}: keys held`).toBeLessThanOrEqual(c.maxKeys ?? 1e9);
+          }
           // Mostly a few ms, now and then seconds: keys fill up, then drain.
           clock.advance(Math.floor(next() * (next() < 0.97 ? 10 : 3000)));
         }
@@ -124,6 +179,43 @@ describe('limiter.allowSync', () => {
         clock.advance(i % 9 === 0 ? 700 : 3);
       }
     }
+  });
+
+  it('feeds the blocked-key cache as limitSync does: a sync denial answers the promise methods next', async () => {
+    for (const c of cases.slice(0, 3)) {
+      const clock = manualClock({ startMs: 1_700_000_000_000 });
+      const [byDecision, byVerdict] = [countingStore(), countingStore()].map(({ store, asked }) => ({
+        limiter: createLimiter({ store, policies: c.policies, clock, blockedCache: true }),
+        asked,
+      })) as [{ limiter: Limiter; asked: Asked }, { limiter: Limiter; asked: Asked }];
+      let fromCache = 0;
+      for (let i = 0; i < 30; i++) {
+        // Sync calls first, so that a denial the promise call meets was remembered by a sync call.
+        for (let j = 0; j < 3; j++) {
+          expect(byVerdict.limiter.allowSync('k')).toBe(byDecision.limiter.limitSync('k').allowed);
+        }
+        const before = byDecision.asked.decide;
+        expect(await byVerdict.limiter.limit('k')).toEqual(await byDecision.limiter.limit('k'));
+        if (byDecision.asked.decide === before) fromCache++;
+        clock.advance(i % 10 === 0 ? 900 : 20);
+      }
+      // The store was asked as often on both ways: the same promise calls were answered from the cache.
+      expect(byVerdict.asked.decide + byVerdict.asked.allows, c.name).toBe(byDecision.asked.decide);
+      expect(fromCache, c.name).toBeGreaterThan(5);
+    }
+  });
+
+  it('makes no decision on the fast path, also once the last decision listener is gone', () => {
+    const { store, asked } = countingStore();
+    const limiter = createLimiter({ store, policies: [gcra({ limit: 3, periodMs: 1000 })] });
+    limiter.allowSync('k');
+    expect(asked).toEqual({ decide: 0, allows: 1 });
+    const off = limiter.on('decision', () => undefined);
+    limiter.allowSync('k');
+    expect(asked).toEqual({ decide: 1, allows: 1 });
+    off();
+    limiter.allowSync('k');
+    expect(asked).toEqual({ decide: 1, allows: 2 });
   });
 
   it('refuses what limitSync refuses, with the same typed error', () => {

@@ -24,6 +24,7 @@ import {
   createLimiter,
   createPermits,
   fixedWindow,
+  gcra,
   memoryPermitStore,
   memoryStore,
   telemetryReady,
@@ -398,6 +399,29 @@ describe('OpenTelemetry, with a provider registered and nothing else set up', ()
     expect(late.length).toBe(1);
     expect(late[0]?.value).toBeGreaterThan(0);
     expect(late[0]?.value).toBeLessThan(4097);
+  });
+
+  it('counts allowSync as limitSync, and sees a provider registered later within 4096 of its calls', async () => {
+    // A meter: the memory store's fast path answers allowSync with no decision while nothing observes.
+    const limiter = createLimiter({
+      store: memoryStore(),
+      policies: gcra({ limit: 1_000_000, periodMs: 1000 }),
+      prefix: 'verdicts',
+    });
+    metrics.disable();
+    trace.disable();
+    for (let i = 0; i < 4096; i++) limiter.allowSync('k');
+    metrics.setGlobalMeterProvider(meterProvider);
+    trace.setGlobalTracerProvider(tracerProvider);
+    limiter.allowSync('k');
+    for (let i = 0; i < 4096; i++) limiter.allowSync('k');
+    const counted = points(await collect(), 'floodgate.decisions').filter(
+      (p) => p.attributes['floodgate.prefix'] === 'verdicts',
+    );
+    expect(counted.length).toBe(1);
+    expect(counted[0]?.attributes['floodgate.operation']).toBe('limit');
+    expect(counted[0]?.value).toBeGreaterThan(0);
+    expect(counted[0]?.value).toBeLessThan(4097);
   });
 
   it('refuses bad settings with an error naming the option', () => {

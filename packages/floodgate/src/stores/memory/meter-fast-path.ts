@@ -22,7 +22,8 @@ export interface MeterWriter {
 
 /**
  * The in-process hot path of one limiter: a cost-1 call with no reservation (`limitSync(key)`,
- * `checkSync(key)`) under its one policy, a meter that `isPlainMeter`.
+ * `checkSync(key)`, `allowSync(key)`, which takes the verdict alone: `allows`) under its one policy, a meter
+ * that `isPlainMeter`.
  *
  * One compiled function: a clock read, one map lookup with the key as given, the meter's evaluation, the
  * key's new state and the decision, with no `Evaluation` or request in between. It is a port of
@@ -35,7 +36,7 @@ export interface MeterWriter {
  * code of held keys, whichever comes first.
  */
 export class MeterFastPath implements FastPath {
-  /** When `decide` leaves a call to the general evaluation: the time it read, µs, if it read the clock. */
+  /** When `decide` or `allows` leaves a call to the general evaluation: the time it read, µs, if it read the clock. */
   nowUs: number | undefined;
   /** The clock reads whole µs (the system clock does): no need to check each reading. */
   private readonly wholeUs: boolean;
