@@ -580,37 +580,31 @@ class RedisStoreImpl implements RedisStore {
   }
 }
 
-/**
- * The policy's numbers a shared single-call script takes: each ARGV slot (`METER_CALL_WIRE.argv`,
- * `WINDOW_CALL_WIRE.argv`) and the slot of the compiled policy's arguments (`DECIDE_WIRE.policy`) it
- * carries, in increasing order.
- */
-const METER_POLICY_SLOTS = [
-  [METER_CALL_WIRE.argv.blockUs, DECIDE_WIRE.policy.blockUs],
-  [METER_CALL_WIRE.argv.t, DECIDE_WIRE.policy.a],
-  [METER_CALL_WIRE.argv.tau, DECIDE_WIRE.policy.b],
-  [METER_CALL_WIRE.argv.queue, DECIDE_WIRE.policy.c],
-] as const;
-const WINDOW_POLICY_SLOTS = [
-  [WINDOW_CALL_WIRE.argv.limit, DECIDE_WIRE.policy.limit],
-  [WINDOW_CALL_WIRE.argv.a, DECIDE_WIRE.policy.a],
-  [WINDOW_CALL_WIRE.argv.c, DECIDE_WIRE.policy.c],
-  [WINDOW_CALL_WIRE.argv.b, DECIDE_WIRE.policy.b],
-] as const;
+/** A compiled policy's argument (`DECIDE_WIRE.policy`), by its name there. */
+type PolicyArgument = keyof typeof DECIDE_WIRE.policy;
 
-/** The same for the batch scripts' policy groups (`METER_BATCH_WIRE.policy`, `WINDOW_BATCH_WIRE.policy`). */
-const METER_BATCH_SLOTS = [
-  [METER_BATCH_WIRE.policy.blockUs, DECIDE_WIRE.policy.blockUs],
-  [METER_BATCH_WIRE.policy.t, DECIDE_WIRE.policy.a],
-  [METER_BATCH_WIRE.policy.tau, DECIDE_WIRE.policy.b],
-  [METER_BATCH_WIRE.policy.queue, DECIDE_WIRE.policy.c],
-] as const;
-const WINDOW_BATCH_SLOTS = [
-  [WINDOW_BATCH_WIRE.policy.limit, DECIDE_WIRE.policy.limit],
-  [WINDOW_BATCH_WIRE.policy.a, DECIDE_WIRE.policy.a],
-  [WINDOW_BATCH_WIRE.policy.c, DECIDE_WIRE.policy.c],
-  [WINDOW_BATCH_WIRE.policy.b, DECIDE_WIRE.policy.b],
-] as const;
+/**
+ * The slots of a script's policy numbers (`wire`) paired with the compiled policy's argument each carries,
+ * in increasing order of slot: `names` maps each slot's name in `wire` to its argument's.
+ */
+function policySlots<N extends string>(
+  wire: { readonly [name in NoInfer<N>]: number },
+  names: { readonly [name in N]: PolicyArgument },
+): (readonly [number, number])[] {
+  const pairs = (Object.keys(names) as N[]).map((name) => [wire[name], DECIDE_WIRE.policy[names[name]]] as const);
+  return pairs.sort((x, y) => x[0] - y[0]);
+}
+
+/** A meter's script numbers (`METER_CALL_WIRE.argv`, `METER_BATCH_WIRE.policy`): its penalty, T, τ, queue mode. */
+const METER_ARGUMENTS = { blockUs: 'blockUs', t: 'a', tau: 'b', queue: 'c' } as const;
+/** A window's (`WINDOW_CALL_WIRE.argv`, `WINDOW_BATCH_WIRE.policy`): its limit and compiled `a`, `b`, `c`. */
+const WINDOW_ARGUMENTS = { limit: 'limit', a: 'a', b: 'b', c: 'c' } as const;
+
+/** The policy's numbers a shared single-call script takes, and a batch script's policy group. */
+const METER_POLICY_SLOTS = policySlots(METER_CALL_WIRE.argv, METER_ARGUMENTS);
+const WINDOW_POLICY_SLOTS = policySlots(WINDOW_CALL_WIRE.argv, WINDOW_ARGUMENTS);
+const METER_BATCH_SLOTS = policySlots(METER_BATCH_WIRE.policy, METER_ARGUMENTS);
+const WINDOW_BATCH_SLOTS = policySlots(WINDOW_BATCH_WIRE.policy, WINDOW_ARGUMENTS);
 
 /** No ARGV: what a baked single-call script takes for the commonest call (see lua/meter-fast.ts). */
 const NO_ARGS: readonly string[] = [];
