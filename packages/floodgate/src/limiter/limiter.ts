@@ -787,7 +787,9 @@ export class Limiter {
   resetSync(key: string, options?: KeyOptions): void {
     const store = this.requireSync('resetSync');
     const policies = this.policiesFor(options?.policies ?? UNSET);
-    store.resetSync(this.prefix, validateKey(key), policies);
+    validateKey(key);
+    this.blockedCache?.forget(key);
+    store.resetSync(this.prefix, key, policies);
   }
 
   private emit<E extends keyof LimiterEvents>(event: E, payload: LimiterEvents[E]): void {

@@ -318,6 +318,23 @@ describe('blocked-key cache', () => {
     await other.reset('x');
     expect((await other.limit('x')).allowed).toBe(true);
   });
+
+  it("forgets a key on resetSync, and remembers the sync methods' denials at the time they were made", async () => {
+    const clock = manualClock();
+    const limiter = createLimiter({ clock, policies: [gcra({ limit: 1, periodMs: 1000 })], blockedCache: true });
+    expect(limiter.limitSync('x').allowed).toBe(true);
+    expect(limiter.limitSync('x')).toMatchObject({ allowed: false, retryAfterMs: 1000 });
+    clock.advance(400);
+    // The sync denial answers the promise call from the cache, counted down from when it was made.
+    expect(await limiter.limit('x')).toMatchObject({ allowed: false, retryAfterMs: 600 });
+    expect(limiter.blockedCache?.hits).toBe(1);
+    limiter.resetSync('x');
+    expect((await limiter.limit('x')).allowed).toBe(true);
+    expect(limiter.blockedCache?.hits).toBe(1);
+    expect(await limiter.limit('x')).toMatchObject({ allowed: false });
+    limiter.resetSync('x');
+    expect(limiter.limitSync('x').allowed).toBe(true);
+  });
 });
 
 describe('events', () => {
