@@ -27,12 +27,13 @@ interface Entry {
  * Remembers keys the store denied, until the moment the store said they could pass again, and answers
  * the same call (same policies, cost and `maxDelayMs`) locally meanwhile. Exact: a denial is kept only
  * when asking the store again would give the same answer and leave the same state, so nothing but time
- * can make the call pass before then. Other processes can only push that moment later, and a `reset`
- * through this limiter forgets the key. Not kept, because the store would change the key's state on
- * the next committed call:
+ * can make the call pass before then. Other processes can only push that moment later; a `reset`, a
+ * `cancel` or a settle that gives units back through this limiter forgets the key, and so does a call on
+ * it that the store admits (its wait for a denied call of another cost would be too short). Not kept,
+ * because the store would change the key's state on the next committed call:
  * - any denial under a sliding log that counts denied attempts (`countDenied`): each attempt is logged;
  * - a denial by `check` or `status` (not committed) under policies with `blockMs`: a `limit` denied the
- *   same way starts the penalty box;
+ *   same way starts the penalty box; and a denial that a policy with `blockMs` did not make;
  * - past the end of a penalty box the denial started: a call the policy still refuses then starts a new
  *   block, so the entry ends with the block (and a `blocked` denial, whose block end is unknown, is not
  *   kept).
@@ -95,8 +96,14 @@ export class BlockedCache {
     nowMs: number,
     committed: boolean,
   ): void {
-    if (decision.allowed || decision.reason === 'degraded' || !Number.isFinite(decision.retryAfterMs)) return;
-    if (!cacheable(policies, committed)) return;
+    if (decision.allowed) {
+      // An admitted call used up what a remembered denial of the key (of another cost) waits for: that
+      // wait would now be too short.
+      if (committed && decision.reason !== 'degraded') this.entries.delete(localKey(key));
+      return;
+    }
+    if (decision.reason === 'degraded' || !Number.isFinite(decision.retryAfterMs)) return;
+    if (!cacheable(policies, decision, committed)) return;
     const untilMs = Math.min(nowMs + decision.retryAfterMs, blockEndMs(policies, decision, nowMs));
     if (!(untilMs > nowMs)) return;
     const held = localKey(key);
@@ -125,12 +132,15 @@ export class BlockedCache {
  * in two cases only (`settleDenied`): a policy that counts denied calls (`countDenied`) counts the
  * attempt, whatever denied it;
  * a policy with `blockMs` that denies on its limit starts its block. The block is already running after a
- * committed denial, so only a denial that was not committed is unsafe to replay to a `limit`.
+ * committed denial by that policy, so a denial that was not committed is unsafe to replay to a `limit`,
+ * and so is one that a policy with `blockMs` did not make: it may fill meanwhile (another call, another
+ * process), and the same call would then start its block.
  */
-function cacheable(policies: readonly CompiledPolicy[], committed: boolean): boolean {
-  for (const c of policies) {
+function cacheable(policies: readonly CompiledPolicy[], decision: Decision, committed: boolean): boolean {
+  for (let i = 0; i < policies.length; i++) {
+    const c = policies[i] as CompiledPolicy;
     if (kindOf(c).countsDenied(c) !== false) return false;
-    if (!committed && c.blockUs > 0) return false;
+    if (c.blockUs > 0 && (!committed || decision.policies[i]?.allowed !== false)) return false;
   }
   return true;
 }

@@ -545,7 +545,10 @@ export class Limiter {
   async cancel(key: string, reservation: Decision | Reservation, options?: KeyOptions): Promise<boolean> {
     const policies = this.policiesFor(options?.policies ?? UNSET);
     try {
-      return await cancelOnStore(this.store, this.prefix, this.clock, key, reservation, policies);
+      const whole = await cancelOnStore(this.store, this.prefix, this.clock, key, reservation, policies);
+      // What came back may let a remembered denial pass.
+      this.blockedCache?.forget(key);
+      return whole;
     } catch (error) {
       throw toStoreError(this.store.name, error);
     }
@@ -826,9 +829,11 @@ export class Limiter {
    * decides the call, else the general path does, at the time the fast path read.
    */
   private fastSync(fast: FastPath, key: string, commit: boolean): Decision {
+    // The cache's time is read before the store decides, as the promise methods read it.
+    const nowMs = this.cacheMs();
     const decision = fast.decide(key, commit);
-    if (decision === undefined) return this.decideSync(key, undefined, commit, fast.nowUs);
-    return this.fastDecided(key, commit, decision, this.cacheMs());
+    if (decision === undefined) return this.decideSync(key, undefined, commit, fast.nowUs, nowMs);
+    return this.fastDecided(key, commit, decision, nowMs);
   }
 
   /** What `conclude` does with a store's decision, for one the fast path made (cost 1, the limiter's policies). */
@@ -921,11 +926,17 @@ export class Limiter {
    * The sync methods: always the store itself (no cache, no breaker); a `fallback` failure policy throws.
    * `nowUs`: the clock read for this call already.
    */
-  private decideSync(key: string, options: CallOptions | undefined, commit: boolean, nowUs?: number): Decision {
+  private decideSync(
+    key: string,
+    options: CallOptions | undefined,
+    commit: boolean,
+    nowUs?: number,
+    nowMs = this.cacheMs(),
+  ): Decision {
     this.requireSync(commit ? 'limitSync' : 'checkSync');
     const request = this.request(key, options, commit, nowUs);
     const outcome = this.calls.decide(request, options, 'sync') as Outcome;
-    return this.conclude(request, outcome, this.cacheMs(), options?.settle === true && commit);
+    return this.conclude(request, outcome, nowMs, options?.settle === true && commit);
   }
 
   /**

@@ -3,6 +3,7 @@ import {
   createLimiter,
   fixedWindow,
   gcra,
+  type Limiter,
   type LimiterEvents,
   memoryStore,
   type Store,
@@ -317,6 +318,101 @@ describe('blocked-key cache', () => {
     await other.limit('x');
     await other.reset('x');
     expect((await other.limit('x')).allowed).toBe(true);
+  });
+
+  it('answers nothing a policy with blockMs did not deny: it may fill, and the same call then starts its block', async () => {
+    for (const sync of [true, false]) {
+      const clock = manualClock();
+      const policies = [
+        gcra({ limit: 3, periodMs: 1000, name: 'a' }),
+        fixedWindow({ limit: 4, windowMs: 10_000, blockMs: 60_000, name: 'b' }),
+      ];
+      // Each twin: this limiter, and another process's on the same store.
+      const make = (blockedCache: boolean) => {
+        const store = memoryStore();
+        return [createLimiter({ store, clock, blockedCache, policies }), createLimiter({ store, clock, policies })];
+      };
+      const [[cached, otherA], [plain, otherB]] = [make(true), make(false)] as [Limiter[], Limiter[]];
+      const both = async (options?: { cost: number }) => {
+        const decisions = await Promise.all(
+          [cached, plain].map((l) =>
+            sync ? Promise.resolve((l as Limiter).limitSync('k', options)) : (l as Limiter).limit('k', options),
+          ),
+        );
+        expect(decisions[0], `sync: ${sync}`).toEqual(decisions[1]);
+        return decisions[1]?.allowed;
+      };
+      expect(await both()).toBe(true);
+      // Denied by `a` alone: `b` had room for it.
+      expect(await both({ cost: 3 })).toBe(false);
+      // Another process's call: now `b` has no room for it either.
+      for (const other of [otherA, otherB]) expect((other as Limiter).limitSync('k').allowed).toBe(true);
+      clock.advance(10);
+      // The same denied call: the store starts `b`'s block on it.
+      expect(await both({ cost: 3 })).toBe(false);
+      let admitted = 0;
+      // Within `b`'s block (60 s from that call): the store admits none.
+      for (let i = 0; i < 11; i++) {
+        clock.advance(5000);
+        if (await both()) admitted++;
+      }
+      expect(admitted).toBe(0);
+    }
+  });
+
+  it('forgets a key when a call of another shape changes it: the remembered wait would be too short', async () => {
+    const clock = manualClock();
+    const make = (blockedCache: boolean) =>
+      createLimiter({ clock, blockedCache, policies: [gcra({ limit: 3, periodMs: 1000 })] });
+    const twins = [make(true), make(false)] as const;
+    const both = async (options?: { cost: number }) => {
+      const [cached, plain] = await Promise.all(twins.map((l) => l.limit('k', options)));
+      expect(cached).toEqual(plain);
+      return plain;
+    };
+    expect((await both())?.allowed).toBe(true);
+    expect((await both({ cost: 3 }))?.allowed).toBe(false);
+    expect((await both())?.allowed).toBe(true);
+    clock.advance(10);
+    // The store's wait for the cost of 3 is now a third of a second longer than the one remembered.
+    expect(await both({ cost: 3 })).toMatchObject({ allowed: false, retryAfterMs: 657 });
+  });
+
+  it('forgets a key on cancel: what came back may let a remembered denial pass', async () => {
+    const clock = manualClock();
+    const make = (blockedCache: boolean) =>
+      createLimiter({ clock, blockedCache, policies: [gcra({ limit: 1, periodMs: 1000 })] });
+    const twins = [make(true), make(false)] as const;
+    for (const l of twins) {
+      expect(l.limitSync('k').allowed).toBe(true);
+      const reservation = await l.limit('k', { maxDelayMs: 1000 });
+      expect(reservation).toMatchObject({ allowed: true, delayMs: 1000 });
+      expect(l.limitSync('k')).toMatchObject({ allowed: false, retryAfterMs: 2000 });
+      expect(await l.cancel('k', reservation)).toBe(true);
+    }
+    clock.advance(1000);
+    const [cached, plain] = await Promise.all(twins.map((l) => l.limit('k')));
+    expect(plain?.allowed).toBe(true);
+    expect(cached).toEqual(plain);
+  });
+
+  it('times a sync denial from before the store decided, as the promise methods do', async () => {
+    const manual = manualClock();
+    // Each reading moves time on by 1 ms: a store call takes time.
+    const clock = {
+      nowUs: () => {
+        manual.advance(1);
+        return manual.nowUs();
+      },
+      sleep: (ms: number, signal?: AbortSignal) => manual.sleep(ms, signal),
+    };
+    const limiter = createLimiter({ clock, policies: [gcra({ limit: 1, periodMs: 1000 })], blockedCache: true });
+    expect(limiter.limitSync('k').allowed).toBe(true);
+    const denied = limiter.limitSync('k');
+    expect(denied.allowed).toBe(false);
+    // To a moment after the store admits the call again: the cache must not answer it.
+    manual.advance(denied.retryAfterMs);
+    expect((await limiter.limit('k')).allowed).toBe(true);
   });
 
   it("forgets a key on resetSync, and remembers the sync methods' denials at the time they were made", async () => {
