@@ -379,50 +379,33 @@ describe('OpenTelemetry, with a provider registered and nothing else set up', ()
     expect(other?.value).toBeGreaterThanOrEqual(1100);
   });
 
-  it('sees a provider registered after the limiter within 4096 decisions, with no timer', async () => {
-    const limiter = createLimiter({
-      store: memoryStore(),
-      policies: fixedWindow({ limit: 1e9, windowMs: 1000 }),
-      prefix: 'late',
-    });
-    metrics.disable();
-    trace.disable();
-    for (let i = 0; i < 4096; i++) limiter.limitSync('k');
-    metrics.setGlobalMeterProvider(meterProvider);
-    trace.setGlobalTracerProvider(tracerProvider);
-    // Off until floodgate looks again: counted decisions, not a timer.
-    limiter.limitSync('k');
-    for (let i = 0; i < 4096; i++) limiter.limitSync('k');
-    const late = points(await collect(), 'floodgate.decisions').filter(
-      (p) => p.attributes['floodgate.prefix'] === 'late',
-    );
-    expect(late.length).toBe(1);
-    expect(late[0]?.value).toBeGreaterThan(0);
-    expect(late[0]?.value).toBeLessThan(4097);
-  });
-
-  it('counts allowSync as limitSync, and sees a provider registered later within 4096 of its calls', async () => {
-    // A meter: the memory store's fast path answers allowSync with no decision while nothing observes.
-    const limiter = createLimiter({
-      store: memoryStore(),
-      policies: gcra({ limit: 1_000_000, periodMs: 1000 }),
-      prefix: 'verdicts',
-    });
-    metrics.disable();
-    trace.disable();
-    for (let i = 0; i < 4096; i++) limiter.allowSync('k');
-    metrics.setGlobalMeterProvider(meterProvider);
-    trace.setGlobalTracerProvider(tracerProvider);
-    limiter.allowSync('k');
-    for (let i = 0; i < 4096; i++) limiter.allowSync('k');
-    const counted = points(await collect(), 'floodgate.decisions').filter(
-      (p) => p.attributes['floodgate.prefix'] === 'verdicts',
-    );
-    expect(counted.length).toBe(1);
-    expect(counted[0]?.attributes['floodgate.operation']).toBe('limit');
-    expect(counted[0]?.value).toBeGreaterThan(0);
-    expect(counted[0]?.value).toBeLessThan(4097);
-  });
+  // `allowSync` under a meter: the memory store's fast path answers it with no decision while nothing
+  // observes, and it is counted as `limit` once something does.
+  it.each([
+    { method: 'limitSync', prefix: 'late', policies: fixedWindow({ limit: 1e9, windowMs: 1000 }) },
+    { method: 'allowSync', prefix: 'verdicts', policies: gcra({ limit: 1_000_000, periodMs: 1000 }) },
+  ] as const)(
+    'sees a provider registered after the limiter within 4096 decisions of $method, with no timer',
+    async ({ method, prefix, policies }) => {
+      const limiter = createLimiter({ store: memoryStore(), policies, prefix });
+      const call = () => (method === 'limitSync' ? limiter.limitSync('k').allowed : limiter.allowSync('k'));
+      metrics.disable();
+      trace.disable();
+      for (let i = 0; i < 4096; i++) call();
+      metrics.setGlobalMeterProvider(meterProvider);
+      trace.setGlobalTracerProvider(tracerProvider);
+      // Off until floodgate looks again: counted decisions, not a timer.
+      call();
+      for (let i = 0; i < 4096; i++) call();
+      const late = points(await collect(), 'floodgate.decisions').filter(
+        (p) => p.attributes['floodgate.prefix'] === prefix,
+      );
+      expect(late.length).toBe(1);
+      expect(late[0]?.attributes['floodgate.operation']).toBe('limit');
+      expect(late[0]?.value).toBeGreaterThan(0);
+      expect(late[0]?.value).toBeLessThan(4097);
+    },
+  );
 
   it('refuses bad settings with an error naming the option', () => {
     for (const [settings, option] of [
