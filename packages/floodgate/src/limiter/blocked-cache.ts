@@ -40,11 +40,21 @@ interface Entry {
  */
 export class BlockedCache {
   private readonly entries = new Map<string, Entry>();
+  /**
+   * When each key was last forgotten (local ms), for as many keys as `entries` holds: a denial from a
+   * call that started before then was decided on what was given back after it (a call still in flight
+   * during a `reset` or a refund), and is not remembered.
+   */
+  private readonly forgotten = new Map<string, number>();
   readonly maxKeys: number;
   /** Calls answered locally. */
   hits = 0;
 
-  constructor(options: BlockedCacheOptions) {
+  /** `now`: the local clock, ms, that calls' start times are read on. */
+  constructor(
+    options: BlockedCacheOptions,
+    private readonly now: () => number = () => Number.NEGATIVE_INFINITY,
+  ) {
     this.maxKeys = options.maxKeys ?? 10_000;
     if (!Number.isSafeInteger(this.maxKeys) || this.maxKeys < 1) {
       throw invalid('ERR_INVALID_OPTION', 'blockedCache.maxKeys', options.maxKeys, 'a positive integer');
@@ -107,6 +117,8 @@ export class BlockedCache {
     const untilMs = Math.min(nowMs + decision.retryAfterMs, blockEndMs(policies, decision, nowMs));
     if (!(untilMs > nowMs)) return;
     const held = localKey(key);
+    const forgottenAt = this.forgotten.get(held);
+    if (forgottenAt !== undefined && forgottenAt >= nowMs) return;
     if (!this.entries.has(held) && this.entries.size >= this.maxKeys) {
       const oldest = this.entries.keys().next().value as string;
       this.entries.delete(oldest);
@@ -122,8 +134,13 @@ export class BlockedCache {
     });
   }
 
+  /** Forgets the key, and any denial of it from a call that started before now and has not concluded. */
   forget(key: string): void {
-    this.entries.delete(localKey(key));
+    const held = localKey(key);
+    this.entries.delete(held);
+    this.forgotten.delete(held);
+    if (this.forgotten.size >= this.maxKeys) this.forgotten.delete(this.forgotten.keys().next().value as string);
+    this.forgotten.set(held, this.now());
   }
 }
 

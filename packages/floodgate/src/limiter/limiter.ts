@@ -339,7 +339,8 @@ export class Limiter {
               ),
             config.timeoutMs,
           );
-    this.blockedCache = config.blockedCache === false ? undefined : new BlockedCache(config.blockedCache);
+    this.blockedCache =
+      config.blockedCache === false ? undefined : new BlockedCache(config.blockedCache, () => this.localMs());
     this.calls = new StoreCall({
       store: config.store,
       timeoutMs: config.timeoutMs,
@@ -705,6 +706,8 @@ export class Limiter {
     } catch (error) {
       throw toStoreError(this.store.name, error);
     }
+    // And a denial from a call that was in flight meanwhile.
+    this.blockedCache?.forget(key);
   }
 
   /**

@@ -398,10 +398,10 @@ describe('blocked-key cache', () => {
 
   it('times a sync denial from before the store decided, as the promise methods do', async () => {
     const manual = manualClock();
-    // Each reading moves time on by 1 ms: a store call takes time.
+    // Each reading moves time on by 5 ms: a store call takes time.
     const clock = {
       nowUs: () => {
-        manual.advance(1);
+        manual.advance(5);
         return manual.nowUs();
       },
       sleep: (ms: number, signal?: AbortSignal) => manual.sleep(ms, signal),
@@ -410,9 +410,54 @@ describe('blocked-key cache', () => {
     expect(limiter.limitSync('k').allowed).toBe(true);
     const denied = limiter.limitSync('k');
     expect(denied.allowed).toBe(false);
-    // To a moment after the store admits the call again: the cache must not answer it.
-    manual.advance(denied.retryAfterMs);
+    // The store admits the call again `retryAfterMs` after its own reading (5 ms after the cache's). The
+    // next call reads the cache's time 10 ms after the store's last reading, and the store's 15 ms after:
+    // 2 ms past the end of the denial. Timed from after the store's reading, the entry would still deny.
+    manual.advance(denied.retryAfterMs - 8);
     expect((await limiter.limit('k')).allowed).toBe(true);
+  });
+
+  it('remembers no denial from a call in flight while the key was reset or given units back', async () => {
+    for (const give of ['reset', 'settle'] as const) {
+      const clock = manualClock();
+      // A store that applies each call at once and answers when released (a network store's latency).
+      const inner = memoryStore();
+      const answers: (() => void)[] = [];
+      const release = () => {
+        for (const answer of answers.splice(0)) answer();
+      };
+      const store: Store = {
+        name: 'latent',
+        hasOwnClock: false,
+        decide: (request) => {
+          const result = inner.decideSync(request);
+          const copy = { ...result, evaluations: result.evaluations.map((e) => ({ ...e })) };
+          return new Promise((resolve) => answers.push(() => resolve(copy)));
+        },
+        reset: async (prefix, key, policies) => inner.resetSync(prefix, key, policies),
+        settle: async (request) => inner.settleSync(request),
+      };
+      const limiter = createLimiter({
+        store,
+        clock,
+        blockedCache: true,
+        policies: [gcra({ limit: 2, periodMs: 1000 })],
+      });
+      const first = limiter.limit('k', { cost: 2, settle: true });
+      release();
+      const estimate = await first;
+      expect(estimate.allowed).toBe(true);
+      // Denied at the store now, answered after the key got its units back.
+      const inFlight = limiter.limit('k');
+      if (give === 'reset') await limiter.reset('k');
+      else expect(await limiter.settle('k', estimate, { cost: 0 })).toBe(true);
+      release();
+      expect((await inFlight).allowed).toBe(false);
+      const next = limiter.limit('k');
+      release();
+      expect((await next).allowed, give).toBe(true);
+      expect(limiter.blockedCache?.hits).toBe(0);
+    }
   });
 
   it("forgets a key on resetSync, and remembers the sync methods' denials at the time they were made", async () => {
