@@ -119,12 +119,7 @@ export class BlockedCache {
     const held = localKey(key);
     const forgottenAt = this.forgotten.get(held);
     if (forgottenAt !== undefined && forgottenAt >= nowMs) return;
-    if (!this.entries.has(held) && this.entries.size >= this.maxKeys) {
-      const oldest = this.entries.keys().next().value as string;
-      this.entries.delete(oldest);
-    }
-    this.entries.delete(held);
-    this.entries.set(held, {
+    setNewest(this.entries, held, this.maxKeys, {
       policies,
       cost,
       maxDelayUs,
@@ -138,10 +133,14 @@ export class BlockedCache {
   forget(key: string): void {
     const held = localKey(key);
     this.entries.delete(held);
-    this.forgotten.delete(held);
-    if (this.forgotten.size >= this.maxKeys) this.forgotten.delete(this.forgotten.keys().next().value as string);
-    this.forgotten.set(held, this.now());
+    setNewest(this.forgotten, held, this.maxKeys, this.now());
   }
+}
+
+/** Sets `key` as the newest of `map`, letting the oldest go when the map holds `max` other keys. */
+function setNewest<V>(map: Map<string, V>, key: string, max: number, value: V): void {
+  if (!map.delete(key) && map.size >= max) map.delete(map.keys().next().value as string);
+  map.set(key, value);
 }
 
 /**

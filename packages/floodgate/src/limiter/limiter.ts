@@ -89,7 +89,8 @@ export interface LimiterOptions {
   /**
    * Answer keys the store denied locally until they may pass again, so a hot denied key costs the store
    * nothing. Exact: only denials that the store would repeat unchanged are remembered (never under a
-   * `countDenied` sliding log, nor a `check` denial under `blockMs`). Used by the promise methods with
+   * `countDenied` policy, nor a `check` denial under `blockMs`, nor a denial that a policy with `blockMs`
+   * did not make). Used by the promise methods with
    * every store; the sync methods (`limitSync`, `checkSync`, `allowSync`) always ask the store, and what it
    * denies them is remembered for the promise methods. `true` for the defaults. @default false
    */
